@@ -1,0 +1,432 @@
+package mock
+
+import (
+	"bufio"
+	"io"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fastjson"
+)
+
+// job is one generation request, pooled with its buffers.
+type job struct {
+	e            *Engine
+	chat         bool
+	stream       bool
+	usage        bool
+	model        string
+	maxTokens    int
+	promptTokens int
+	cached       int
+	id           uint64
+	created      int64
+	arrived      time.Time
+	firstAt      time.Time
+	killAfter    int
+	conn         net.Conn
+	prompt       []byte
+	hashes       []uint64
+	out          []byte
+	timer        *time.Timer
+	streamFn     func(w *bufio.Writer)
+}
+
+// Handler serves the engine's HTTP API: /v1/chat/completions,
+// /v1/completions, /v1/models, /health, /metrics.
+func (e *Engine) Handler(ctx *fasthttp.RequestCtx) {
+	path := ctx.Path()
+	switch string(path) {
+	case PathChat, PathCompletions:
+		if !ctx.IsPost() {
+			e.fail(ctx, fasthttp.StatusMethodNotAllowed, "MethodNotAllowed", "", "use POST")
+			return
+		}
+		e.complete(ctx, len(path) == len(PathChat))
+	case "/health", "/ping":
+		ctx.SetStatusCode(fasthttp.StatusOK)
+	case "/v1/models":
+		ctx.SetContentType("application/json")
+		ctx.SetBody(e.modelsJSON)
+	case "/metrics":
+		ctx.SetContentType("text/plain; version=0.0.4")
+		e.set.WritePrometheus(ctx)
+	default:
+		e.fail(ctx, fasthttp.StatusNotFound, "NotFoundError", "", "no such route")
+	}
+}
+
+func (e *Engine) complete(ctx *fasthttp.RequestCtx, chat bool) {
+	f := e.faults.Load()
+	arrived := time.Now()
+	if f.SlowStart > 0 {
+		time.Sleep(f.SlowStart)
+	}
+	body := ctx.PostBody()
+	if e.cfg.RecordBodies {
+		b := append([]byte(nil), body...)
+		e.bodiesMu.Lock()
+		e.bodies = append(e.bodies, b)
+		e.bodiesMu.Unlock()
+	}
+	p, _ := e.parsers.Get().(*fastjson.Parser)
+	if p == nil {
+		p = new(fastjson.Parser)
+	}
+	defer e.parsers.Put(p)
+	v, err := p.ParseBytes(body)
+	if err != nil {
+		e.badRequest(ctx, "", "invalid JSON body: "+err.Error())
+		return
+	}
+	if v.Type() != fastjson.TypeObject {
+		e.badRequest(ctx, "", "request body must be a JSON object")
+		return
+	}
+	model, ok := e.model(v.Get("model"))
+	if !ok {
+		e.badRequests.Add(1)
+		e.fail(ctx, fasthttp.StatusNotFound, "NotFoundError", "model", "the model does not exist")
+		return
+	}
+	stream, err := optBool(v.Get("stream"))
+	if err != nil {
+		e.badRequest(ctx, "stream", "stream must be a boolean")
+		return
+	}
+	usage, err := optBool(v.Get("stream_options", "include_usage"))
+	if err != nil {
+		e.badRequest(ctx, "stream_options", "stream_options.include_usage must be a boolean")
+		return
+	}
+	maxTokens, param, err := e.maxTokens(v)
+	if err != nil {
+		e.badRequest(ctx, param, err.Error())
+		return
+	}
+	if e.cfg.Fast {
+		if f.ErrorRate > 0 && rand.Float64() < f.ErrorRate {
+			e.errors.Add(1)
+			e.fail(ctx, fasthttp.StatusInternalServerError, "InternalServerError", "", "mock: injected failure")
+			return
+		}
+		e.requests.Add(1)
+		e.fast.write(ctx, chat, stream, usage)
+		return
+	}
+
+	j, _ := e.jobs.Get().(*job)
+	if j == nil {
+		j = &job{e: e}
+		j.streamFn = j.streamTo
+	}
+	if chat {
+		j.prompt, err = renderChat(j.prompt[:0], v)
+	} else {
+		j.prompt, err = renderCompletion(j.prompt[:0], v)
+	}
+	if err != nil {
+		e.jobs.Put(j)
+		re, _ := err.(*requestError)
+		if re == nil {
+			re = &requestError{msg: err.Error()}
+		}
+		e.badRequest(ctx, re.param, re.msg)
+		return
+	}
+	if f.ErrorRate > 0 && rand.Float64() < f.ErrorRate {
+		e.jobs.Put(j)
+		e.errors.Add(1)
+		e.fail(ctx, fasthttp.StatusInternalServerError, "InternalServerError", "", "mock: injected failure")
+		return
+	}
+	e.requests.Add(1)
+
+	j.chat, j.stream, j.usage, j.model, j.maxTokens = chat, stream, usage, model, maxTokens
+	j.hashes = BlockHashes(j.hashes[:0], j.prompt, e.cfg.BlockTokens)
+	j.promptTokens = Tokens(j.prompt)
+	j.cached = 0
+	j.id = e.nextID.Add(1)
+	j.created = arrived.Unix()
+	j.arrived = arrived
+	j.killAfter = f.KillAfterChunks
+	j.conn = ctx.Conn()
+
+	if stream && j.killAfter > 0 {
+		// fasthttp streams through a pipe, so closing the socket from the
+		// stream writer could drop events still in flight; a hijacked
+		// connection is written synchronously and cut exactly after K events.
+		ctx.HijackSetNoResponse(true)
+		ctx.Hijack(j.hijackStream)
+		return
+	}
+	if stream {
+		ctx.SetContentType("text/event-stream")
+		ctx.Response.Header.Set("Cache-Control", "no-cache")
+		// A real server sends headers at once and the first event after prefill.
+		ctx.Response.ImmediateHeaderFlush = true
+		ctx.SetBodyStreamWriter(j.streamFn)
+		return
+	}
+	e.respond(ctx, j)
+}
+
+// respond runs a non-streaming request to completion and writes its JSON.
+func (e *Engine) respond(ctx *fasthttp.RequestCtx, j *job) {
+	defer e.release(j)
+	if !j.admit() {
+		e.fail(ctx, fasthttp.StatusServiceUnavailable, "ServiceUnavailable", "", "engine shutting down")
+		return
+	}
+	defer e.sched.release()
+	last := j.firstAt.Add(time.Duration(j.maxTokens-1) * e.scale(e.cfg.DecodePerToken))
+	if !j.sleepUntil(last) {
+		e.fail(ctx, fasthttp.StatusServiceUnavailable, "ServiceUnavailable", "", "engine shutting down")
+		return
+	}
+	e.mTTFT.Update(j.firstAt.Sub(j.arrived).Seconds())
+	e.outTokens.Add(uint64(j.maxTokens))
+	e.mGen.Add(j.maxTokens)
+	e.mSuccess.Inc()
+	j.out = j.appendCompletion(j.out[:0])
+	ctx.SetContentType("application/json")
+	ctx.SetBody(j.out)
+}
+
+// streamTo writes the SSE stream; it runs after the handler returned.
+func (j *job) streamTo(w *bufio.Writer) {
+	defer j.e.release(j)
+	j.run(w)
+}
+
+const hijackHeader = "HTTP/1.1 200 OK\r\nServer: kvca-mock\r\nContent-Type: text/event-stream\r\n" +
+	"Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+
+// hijackStream writes the HTTP response and chunked SSE stream by hand.
+func (j *job) hijackStream(c net.Conn) {
+	defer j.e.release(j)
+	j.conn = c
+	if _, err := io.WriteString(c, hijackHeader); err != nil {
+		return
+	}
+	w := bufio.NewWriterSize(chunkWriter{c}, 16<<10)
+	if j.run(w) {
+		io.WriteString(c, "0\r\n\r\n")
+	}
+}
+
+// chunkWriter frames every write as one HTTP chunk.
+type chunkWriter struct{ w io.Writer }
+
+func (c chunkWriter) Write(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	var hdr [20]byte
+	h := strconv.AppendInt(hdr[:0], int64(len(p)), 16)
+	h = append(h, '\r', '\n')
+	if _, err := c.w.Write(h); err != nil {
+		return 0, err
+	}
+	if _, err := c.w.Write(p); err != nil {
+		return 0, err
+	}
+	_, err := io.WriteString(c.w, "\r\n")
+	return len(p), err
+}
+
+// run runs the sequence and writes its events, reporting whether the
+// stream ended normally.
+func (j *job) run(w *bufio.Writer) bool {
+	e := j.e
+	if !j.admit() {
+		return false
+	}
+	done := false
+	defer func() {
+		if !done {
+			e.sched.release()
+		}
+	}()
+	if !j.sleepUntil(j.firstAt) {
+		return false
+	}
+	e.mTTFT.Update(time.Since(j.arrived).Seconds())
+	events := 0
+	emit := func() bool {
+		w.Write(j.out)
+		if w.Flush() != nil {
+			return false
+		}
+		events++
+		if j.killAfter > 0 && events >= j.killAfter {
+			e.killed.Add(1)
+			j.conn.Close()
+			return false
+		}
+		return true
+	}
+	if j.chat {
+		j.out = j.appendChunk(j.out[:0], -1)
+		if !emit() {
+			return false
+		}
+	}
+	dec := e.scale(e.cfg.DecodePerToken)
+	for k := 0; k < j.maxTokens; k++ {
+		if k > 0 && !j.sleepUntil(j.firstAt.Add(time.Duration(k)*dec)) {
+			return false
+		}
+		j.out = j.appendChunk(j.out[:0], k)
+		e.outTokens.Add(1)
+		e.mGen.Inc()
+		if !emit() {
+			return false
+		}
+	}
+	done = true
+	e.sched.release()
+	e.mSuccess.Inc()
+	j.out = j.out[:0]
+	if j.usage {
+		j.out = j.appendUsageChunk(j.out)
+	}
+	j.out = append(j.out, "data: [DONE]\n\n"...)
+	w.Write(j.out)
+	return w.Flush() == nil
+}
+
+func (e *Engine) release(j *job) {
+	j.conn = nil
+	if cap(j.prompt) > 1<<20 {
+		j.prompt = nil // do not pin huge prompts in the pool
+	}
+	e.jobs.Put(j)
+}
+
+// admit queues the sequence for a slot, then, as vLLM's scheduler does at
+// admission, looks its prefix up in the cache, caches its blocks and books
+// its prefill. It returns false if the engine closed meanwhile.
+func (j *job) admit() bool {
+	e := j.e
+	if !e.sched.acquire(e.quit) {
+		return false
+	}
+	bt := e.cfg.BlockTokens
+	// vLLM always computes the last prompt token, so a fully cached prompt
+	// still misses its last block.
+	limit := (j.promptTokens - 1) / bt
+	e.cacheMu.Lock()
+	hit := e.cache.match(j.hashes, limit)
+	e.cache.insert(j.hashes)
+	e.cacheMu.Unlock()
+	j.cached = hit * bt
+	e.queryTokens.Add(uint64(j.promptTokens))
+	e.hitTokens.Add(uint64(j.cached))
+	e.mQueries.Add(j.promptTokens)
+	e.mHit.Add(j.cached)
+	e.mPrompt.Add(j.promptTokens)
+	now := time.Now()
+	d := e.scale(e.cfg.PrefillOverhead + time.Duration(j.promptTokens-j.cached)*e.cfg.PrefillPerToken)
+	j.firstAt = e.sched.reservePrefill(now, d)
+	return true
+}
+
+// sleepUntil waits for t; false if the engine closed first.
+func (j *job) sleepUntil(t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		select {
+		case <-j.e.quit:
+			return false
+		default:
+			return true
+		}
+	}
+	if j.timer == nil {
+		j.timer = time.NewTimer(d)
+	} else {
+		j.timer.Reset(d)
+	}
+	select {
+	case <-j.timer.C:
+		return true
+	case <-j.e.quit:
+		j.timer.Stop()
+		return false
+	}
+}
+
+func (e *Engine) model(v *fastjson.Value) (string, bool) {
+	if v == nil || v.Type() == fastjson.TypeNull {
+		return e.cfg.Models[0], true
+	}
+	b, err := v.StringBytes()
+	if err != nil {
+		return "", false
+	}
+	for _, m := range e.cfg.Models {
+		if m == string(b) {
+			return m, true
+		}
+	}
+	return "", false
+}
+
+func (e *Engine) maxTokens(v *fastjson.Value) (int, string, error) {
+	param := "max_completion_tokens"
+	mt := v.Get(param)
+	if mt == nil || mt.Type() == fastjson.TypeNull {
+		param = "max_tokens"
+		mt = v.Get(param)
+	}
+	if mt == nil || mt.Type() == fastjson.TypeNull {
+		return e.cfg.DefaultMaxTokens, "", nil
+	}
+	n, err := mt.Int()
+	if err != nil || n < 1 {
+		return 0, param, badParam(param, param+" must be a positive integer")
+	}
+	return n, "", nil
+}
+
+func optBool(v *fastjson.Value) (bool, error) {
+	if v == nil {
+		return false, nil
+	}
+	switch v.Type() {
+	case fastjson.TypeTrue:
+		return true, nil
+	case fastjson.TypeFalse, fastjson.TypeNull:
+		return false, nil
+	}
+	return false, errBadRequest
+}
+
+func (e *Engine) badRequest(ctx *fasthttp.RequestCtx, param, msg string) {
+	e.badRequests.Add(1)
+	e.fail(ctx, fasthttp.StatusBadRequest, "BadRequestError", param, msg)
+}
+
+// fail writes an OpenAI-shaped error.
+func (e *Engine) fail(ctx *fasthttp.RequestCtx, status int, typ, param, msg string) {
+	b := append(make([]byte, 0, 128+len(msg)), `{"error":{"message":`...)
+	b = appendJSONString(b, msg)
+	b = append(b, `,"type":`...)
+	b = appendJSONString(b, typ)
+	b = append(b, `,"param":`...)
+	if param == "" {
+		b = append(b, "null"...)
+	} else {
+		b = appendJSONString(b, param)
+	}
+	b = append(b, `,"code":`...)
+	b = strconv.AppendInt(b, int64(status), 10)
+	b = append(b, "}}"...)
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(b)
+}

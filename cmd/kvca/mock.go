@@ -1,0 +1,68 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/kvca/kvca/bench/mock"
+)
+
+func mockCommand() *cli.Command {
+	d := mock.New(mock.Config{}).Config()
+	return &cli.Command{
+		Name:  "mock",
+		Usage: "run one mock OpenAI-compatible inference engine (prefix KV cache, queueing, SSE, vLLM metrics, faults)",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8000", Usage: "listen `ADDR`", EnvVars: env("listen")},
+			&cli.StringFlag{Name: "name", Value: d.Name, Usage: "engine name (ids, metric label)", EnvVars: env("name")},
+			&cli.StringSliceFlag{Name: "model", Value: cli.NewStringSlice(d.Models...), Usage: "served model name (repeatable)", EnvVars: env("model")},
+			&cli.IntFlag{Name: "cache-tokens", Value: d.CacheTokens, Usage: "KV cache capacity in tokens (negative: no cache)", EnvVars: env("cache-tokens")},
+			&cli.IntFlag{Name: "block-tokens", Value: d.BlockTokens, Usage: "tokens per KV cache block", EnvVars: env("block-tokens")},
+			&cli.IntFlag{Name: "max-seqs", Value: d.MaxSeqs, Usage: "sequences running at once; the rest queue FIFO", EnvVars: env("max-seqs")},
+			&cli.DurationFlag{Name: "prefill-overhead", Value: d.PrefillOverhead, Usage: "fixed prefill cost per request", EnvVars: env("prefill-overhead")},
+			&cli.DurationFlag{Name: "prefill-per-token", Value: d.PrefillPerToken, Usage: "prefill cost per uncached prompt token", EnvVars: env("prefill-per-token")},
+			&cli.DurationFlag{Name: "decode-per-token", Value: d.DecodePerToken, Usage: "decode time per output token", EnvVars: env("decode-per-token")},
+			&cli.Float64Flag{Name: "time-scale", Value: d.TimeScale, Usage: "multiply every simulated duration (0.01: 100× faster)", EnvVars: env("time-scale")},
+			&cli.IntFlag{Name: "default-max-tokens", Value: d.DefaultMaxTokens, Usage: "output tokens when a request sets no max_tokens", EnvVars: env("default-max-tokens")},
+			&cli.Float64Flag{Name: "error-rate", Usage: "fraction of completions answered HTTP 500", EnvVars: env("error-rate")},
+			&cli.DurationFlag{Name: "slow-start", Usage: "delay before response headers", EnvVars: env("slow-start")},
+			&cli.IntFlag{Name: "kill-after-chunks", Usage: "close the connection after this many SSE events (0: never)", EnvVars: env("kill-after-chunks")},
+			&cli.BoolFlag{Name: "fast", Usage: "no cache, no timing: fixed small responses, for proxy throughput tests", EnvVars: env("fast")},
+		},
+		Action: func(c *cli.Context) error {
+			e := mock.New(mock.Config{
+				Name:             c.String("name"),
+				Models:           c.StringSlice("model"),
+				CacheTokens:      c.Int("cache-tokens"),
+				BlockTokens:      c.Int("block-tokens"),
+				MaxSeqs:          c.Int("max-seqs"),
+				PrefillOverhead:  c.Duration("prefill-overhead"),
+				PrefillPerToken:  c.Duration("prefill-per-token"),
+				DecodePerToken:   c.Duration("decode-per-token"),
+				TimeScale:        c.Float64("time-scale"),
+				DefaultMaxTokens: c.Int("default-max-tokens"),
+				Faults: mock.Faults{
+					ErrorRate:       c.Float64("error-rate"),
+					SlowStart:       c.Duration("slow-start"),
+					KillAfterChunks: c.Int("kill-after-chunks"),
+				},
+				Fast: c.Bool("fast"),
+			})
+			if err := e.Start(c.String("listen")); err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "kvca mock %s listening on http://%s\n", e.Config().Name, e.Addr())
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			<-ctx.Done()
+			st := e.Stats()
+			fmt.Fprintf(os.Stderr, "kvca mock: stopping after %d requests, prefix cache hit rate %.1f%%\n", st.Requests, 100*st.HitRate())
+			return e.Close()
+		},
+	}
+}
