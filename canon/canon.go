@@ -1,0 +1,435 @@
+// Package canon turns an OpenAI-style request body into its canonical byte
+// representation (CBR, format 1 of DESIGN.md) and classifies it as a
+// bootstrap or a follow-up request.
+//
+// The CBR is never materialised whole: it is streamed into a Sink (the chain
+// hasher) through a small fixed buffer, so a request costs no heap allocation
+// once the pooled parsers and scratch space have grown to the traffic's size.
+package canon
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/valyala/fastjson"
+)
+
+// API names the request family, which decides the CBR preamble and the field
+// that carries the prompt.
+type API uint8
+
+const (
+	Chat API = iota
+	Completions
+)
+
+func (a API) String() string {
+	if a == Completions {
+		return "completions"
+	}
+	return "chat"
+}
+
+// ParseAPI maps the names used on the command line to an API.
+func ParseAPI(s string) (API, error) {
+	switch s {
+	case "chat":
+		return Chat, nil
+	case "completions":
+		return Completions, nil
+	}
+	return Chat, fmt.Errorf("unknown api %q (want chat or completions)", s)
+}
+
+// Sink receives the CBR in order, in pieces of any size. The slice is only
+// valid during the call.
+type Sink interface {
+	Write(p []byte)
+}
+
+// Info is what routing needs to know about a request besides its chain.
+// The zero value is ready; Model is reused across requests.
+type Info struct {
+	// Followup is true when a chat request carries earlier model output or a
+	// tool result, and always for completions (they carry no roles).
+	Followup bool
+	// Model is the top-level "model" string (last occurrence wins), empty if
+	// absent or not a string.
+	Model []byte
+	// Session is a hash of the conversation's first user message (chat) or
+	// of the start of the prompt (completions), for session affinity.
+	Session uint64
+	// Messages counts chat messages.
+	Messages int
+	// CBRLen is the number of CBR bytes written to the sink.
+	CBRLen int
+}
+
+// Error kinds a caller can map to a metric label and an HTTP 400 message.
+var (
+	ErrMalformed     = errors.New("request body is not valid JSON")
+	ErrNotObject     = errors.New("request body must be a JSON object")
+	ErrNoMessages    = errors.New("'messages' is required and must be a non-empty array")
+	ErrBadMessage    = errors.New("each entry of 'messages' must be an object with a string 'role'")
+	ErrNoPrompt      = errors.New("'prompt' is required and must be a string or an array")
+	ErrBadNumberText = errors.New("request body contains a number that is not valid JSON")
+)
+
+// Reason returns a short, stable label for an error from Canonicalize,
+// suitable for metrics.
+func Reason(err error) string {
+	switch err {
+	case ErrMalformed, ErrBadNumberText:
+		return "malformed_json"
+	case ErrNotObject:
+		return "not_object"
+	case ErrNoMessages, ErrBadMessage:
+		return "bad_messages"
+	case ErrNoPrompt:
+		return "bad_prompt"
+	}
+	return "other"
+}
+
+// GenerationOnly lists the top-level fields that control decoding but not
+// the rendered prompt; they are left out of the CBR header so that changing
+// them never costs a cache hit.
+var GenerationOnly = []string{
+	"stream", "stream_options", "max_tokens", "max_completion_tokens", "temperature",
+	"top_p", "top_k", "min_p", "typical_p", "n", "best_of", "stop", "stop_token_ids",
+	"seed", "presence_penalty", "frequency_penalty", "repetition_penalty",
+	"length_penalty", "logit_bias", "logprobs", "top_logprobs", "prompt_logprobs",
+	"echo", "user", "metadata", "store", "service_tier", "min_tokens", "ignore_eos",
+	"skip_special_tokens", "spaces_between_special_tokens",
+	"include_stop_str_in_output", "response_format", "guided_json", "guided_regex",
+	"guided_choice", "guided_grammar", "guided_decoding_backend",
+	"guided_whitespace_pattern", "structured_outputs", "prediction", "priority",
+	"request_id", "kv_transfer_params", "return_tokens_as_token_ids",
+	"return_token_ids", "logits_processors", "allowed_token_ids", "bad_words",
+	"vllm_xargs",
+}
+
+// Canonicalizer is safe for concurrent use; per-request state is pooled.
+type Canonicalizer struct {
+	exclude map[string]struct{}
+	pool    sync.Pool // *state
+}
+
+// New returns a Canonicalizer that drops GenerationOnly plus extraExclude
+// from the top level of every request.
+func New(extraExclude []string) *Canonicalizer {
+	c := &Canonicalizer{exclude: make(map[string]struct{}, len(GenerationOnly)+len(extraExclude))}
+	for _, k := range GenerationOnly {
+		c.exclude[k] = struct{}{}
+	}
+	for _, k := range extraExclude {
+		c.exclude[k] = struct{}{}
+	}
+	return c
+}
+
+// member is one object member awaiting emission in sorted order.
+type member struct {
+	key []byte
+	val *fastjson.Value
+}
+
+// state is the per-request scratch space: the parser, the member stack used
+// to sort nested objects, and the output buffer in front of the sink.
+type state struct {
+	p       fastjson.Parser
+	members []member
+	num     []byte
+	out     [4096]byte
+	n       int
+	sink    Sink
+	total   int
+	// FNV-1a over the first sessionBytes written while hashing is on, for
+	// Info.Session.
+	hashing bool
+	hashed  int
+	hash    uint64
+}
+
+const (
+	fnvOffset = 14695981039346656037
+	fnvPrime  = 1099511628211
+	// Conversations that share their first 4 KB of first user message share
+	// the cached prefix too, so hashing more would buy no better affinity.
+	sessionBytes = 4096
+)
+
+// Canonicalize parses body, writes its CBR to sink and fills info.
+// On error nothing useful has been written and the request must be rejected.
+func (c *Canonicalizer) Canonicalize(api API, body []byte, sink Sink, info *Info) error {
+	st, _ := c.pool.Get().(*state)
+	if st == nil {
+		st = &state{}
+	}
+	err := c.run(st, api, body, sink, info)
+	st.sink = nil
+	st.members = st.members[:0]
+	c.pool.Put(st)
+	return err
+}
+
+func (c *Canonicalizer) run(st *state, api API, body []byte, sink Sink, info *Info) error {
+	info.Followup = api == Completions
+	info.Model = info.Model[:0]
+	info.Session = 0
+	info.Messages = 0
+	info.CBRLen = 0
+	st.sink = sink
+	st.n = 0
+	st.total = 0
+	st.hashing = false
+
+	v, err := st.p.ParseBytes(body)
+	if err != nil {
+		return ErrMalformed
+	}
+	root, err := v.Object()
+	if err != nil {
+		return ErrNotObject
+	}
+
+	// Collect the top-level members, sorted, last duplicate winning.
+	base := len(st.members)
+	root.Visit(func(k []byte, v *fastjson.Value) {
+		st.members = append(st.members, member{k, v})
+	})
+	top := sortMembers(st.members[base:])
+	promptKey := "messages"
+	if api == Completions {
+		promptKey = "prompt"
+	}
+	var prompt *fastjson.Value
+	for i := range top {
+		switch string(top[i].key) {
+		case promptKey:
+			prompt = top[i].val
+		case "model":
+			if top[i].val.Type() == fastjson.TypeString {
+				info.Model = append(info.Model, top[i].val.GetStringBytes()...)
+			}
+		}
+	}
+	if err := c.validatePrompt(api, prompt); err != nil {
+		return err
+	}
+
+	if api == Chat {
+		st.writeString("chat\n")
+	} else {
+		st.writeString("completions\n")
+	}
+	// Header: every top-level member but the prompt and excluded controls.
+	st.writeByte('{')
+	first := true
+	for i := range top {
+		k := top[i].key
+		if string(k) == promptKey {
+			continue
+		}
+		if _, ok := c.exclude[string(k)]; ok {
+			// Left out of the CBR, but still checked: fastjson accepts
+			// number forms ("+1", "NaN") that no backend would.
+			if !numbersValid(top[i].val) {
+				return ErrBadNumberText
+			}
+			continue
+		}
+		if !first {
+			st.writeByte(',')
+		}
+		first = false
+		st.writeQuoted(k)
+		st.writeByte(':')
+		if err := st.value(top[i].val); err != nil {
+			return err
+		}
+	}
+	st.writeByte('}')
+	st.writeByte('\n')
+
+	if api == Chat {
+		err = st.messages(prompt, info)
+	} else {
+		st.startSession()
+		err = st.value(prompt)
+		st.hashing = false
+		info.Session = st.hash
+		st.writeByte('\n')
+	}
+	if err != nil {
+		return err
+	}
+	st.flush()
+	st.members = st.members[:base]
+	info.CBRLen = st.total
+	return nil
+}
+
+func (c *Canonicalizer) validatePrompt(api API, prompt *fastjson.Value) error {
+	if api == Chat {
+		if prompt == nil || prompt.Type() != fastjson.TypeArray || len(prompt.GetArray()) == 0 {
+			return ErrNoMessages
+		}
+		for _, m := range prompt.GetArray() {
+			if m.Type() != fastjson.TypeObject {
+				return ErrBadMessage
+			}
+			r := lastMember(m.GetObject(), "role")
+			if r == nil || r.Type() != fastjson.TypeString {
+				return ErrBadMessage
+			}
+		}
+		return nil
+	}
+	if prompt == nil {
+		return ErrNoPrompt
+	}
+	switch prompt.Type() {
+	case fastjson.TypeString, fastjson.TypeArray:
+		return nil
+	}
+	return ErrNoPrompt
+}
+
+// messages writes one canonical line per message and classifies the request.
+func (st *state) messages(arr *fastjson.Value, info *Info) error {
+	sessionSet := false
+	var firstHash uint64
+	for i, m := range arr.GetArray() {
+		role := lastMember(m.GetObject(), "role").GetStringBytes()
+		switch string(role) {
+		case "assistant", "tool", "function":
+			info.Followup = true
+		}
+		user := !sessionSet && string(role) == "user"
+		if user || i == 0 {
+			st.startSession()
+		}
+		if err := st.value(m); err != nil {
+			return err
+		}
+		st.hashing = false
+		if user {
+			info.Session = st.hash
+			sessionSet = true
+		}
+		if i == 0 {
+			firstHash = st.hash
+		}
+		st.writeByte('\n')
+		info.Messages++
+	}
+	if !sessionSet {
+		// Without a user turn the first message stands for the conversation.
+		info.Session = firstHash
+	}
+	return nil
+}
+
+func lastMember(o *fastjson.Object, key string) *fastjson.Value {
+	var found *fastjson.Value
+	o.Visit(func(k []byte, v *fastjson.Value) {
+		if string(k) == key {
+			found = v
+		}
+	})
+	return found
+}
+
+// sortMembers sorts by key and keeps only the last of equal keys, as the
+// backend's JSON parser would see them. It returns the deduplicated prefix.
+func sortMembers(ms []member) []member {
+	slices.SortStableFunc(ms, func(a, b member) int { return bytes.Compare(a.key, b.key) })
+	out := ms[:0]
+	for i := range ms {
+		if i+1 < len(ms) && bytes.Equal(ms[i].key, ms[i+1].key) {
+			continue
+		}
+		out = append(out, ms[i])
+	}
+	return out
+}
+
+// numbersValid checks every number under v against the JSON grammar.
+func numbersValid(v *fastjson.Value) bool {
+	switch v.Type() {
+	case fastjson.TypeNumber:
+		var buf [64]byte
+		b := v.MarshalTo(buf[:0])
+		return validNumber(b)
+	case fastjson.TypeArray:
+		for _, e := range v.GetArray() {
+			if !numbersValid(e) {
+				return false
+			}
+		}
+	case fastjson.TypeObject:
+		ok := true
+		v.GetObject().Visit(func(_ []byte, e *fastjson.Value) {
+			ok = ok && numbersValid(e)
+		})
+		return ok
+	}
+	return true
+}
+
+// value writes canon(v).
+func (st *state) value(v *fastjson.Value) error {
+	switch v.Type() {
+	case fastjson.TypeObject:
+		base := len(st.members)
+		v.GetObject().Visit(func(k []byte, v *fastjson.Value) {
+			st.members = append(st.members, member{k, v})
+		})
+		ms := sortMembers(st.members[base:])
+		st.writeByte('{')
+		for i := range ms {
+			if i > 0 {
+				st.writeByte(',')
+			}
+			st.writeQuoted(ms[i].key)
+			st.writeByte(':')
+			// The recursion may grow st.members; ms aliases the old array,
+			// which stays valid because nothing below base+len(ms) moves.
+			if err := st.value(ms[i].val); err != nil {
+				return err
+			}
+		}
+		st.writeByte('}')
+		st.members = st.members[:base]
+	case fastjson.TypeArray:
+		st.writeByte('[')
+		for i, e := range v.GetArray() {
+			if i > 0 {
+				st.writeByte(',')
+			}
+			if err := st.value(e); err != nil {
+				return err
+			}
+		}
+		st.writeByte(']')
+	case fastjson.TypeString:
+		st.writeQuoted(v.GetStringBytes())
+	case fastjson.TypeNumber:
+		st.num = v.MarshalTo(st.num[:0])
+		if !validNumber(st.num) {
+			return ErrBadNumberText
+		}
+		st.write(st.num)
+	case fastjson.TypeTrue:
+		st.writeString("true")
+	case fastjson.TypeFalse:
+		st.writeString("false")
+	default:
+		st.writeString("null")
+	}
+	return nil
+}

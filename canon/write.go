@@ -1,0 +1,177 @@
+package canon
+
+// The writer batches small pieces into st.out so the sink sees few, large
+// writes; long runs of bytes that need no escaping bypass the buffer.
+
+const directRun = 512
+
+func (st *state) flush() {
+	if st.n > 0 {
+		st.sink.Write(st.out[:st.n])
+		st.total += st.n
+		st.n = 0
+	}
+}
+
+func (st *state) startSession() {
+	st.hashing = true
+	st.hashed = 0
+	st.hash = fnvOffset
+}
+
+func hashInto[T string | []byte](st *state, p T) {
+	if room := sessionBytes - st.hashed; len(p) > room {
+		p = p[:room]
+	}
+	h := st.hash
+	for i := 0; i < len(p); i++ {
+		h ^= uint64(p[i])
+		h *= fnvPrime
+	}
+	st.hash = h
+	st.hashed += len(p)
+	if st.hashed >= sessionBytes {
+		st.hashing = false
+	}
+}
+
+func (st *state) write(p []byte) {
+	if st.hashing {
+		hashInto(st, p)
+	}
+	if len(p) >= directRun {
+		st.flush()
+		st.sink.Write(p)
+		st.total += len(p)
+		return
+	}
+	if st.n+len(p) > len(st.out) {
+		st.flush()
+	}
+	st.n += copy(st.out[st.n:], p)
+}
+
+func (st *state) writeString(s string) {
+	if st.n+len(s) > len(st.out) {
+		st.flush()
+	}
+	if st.hashing {
+		hashInto(st, s)
+	}
+	st.n += copy(st.out[st.n:], s)
+}
+
+func (st *state) writeByte(b byte) {
+	if st.n == len(st.out) {
+		st.flush()
+	}
+	if st.hashing {
+		st.hash = (st.hash ^ uint64(b)) * fnvPrime
+		st.hashed++
+		if st.hashed >= sessionBytes {
+			st.hashing = false
+		}
+	}
+	st.out[st.n] = b
+	st.n++
+}
+
+const hexDigits = "0123456789abcdef"
+
+// needsEscape marks the bytes canonString escapes: '"', '\\' and controls.
+var needsEscape = func() (t [256]bool) {
+	for i := 0; i < 0x20; i++ {
+		t[i] = true
+	}
+	t['"'] = true
+	t['\\'] = true
+	return t
+}()
+
+// writeQuoted writes canonString(s): only '"', '\\' and control bytes are
+// escaped, every other byte (including invalid UTF-8) is written raw, so
+// every JSON spelling of the same string gives the same bytes.
+func (st *state) writeQuoted(s []byte) {
+	st.writeByte('"')
+	start := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !needsEscape[c] {
+			continue
+		}
+		if start < i {
+			st.write(s[start:i])
+		}
+		start = i + 1
+		switch c {
+		case '"':
+			st.writeString(`\"`)
+		case '\\':
+			st.writeString(`\\`)
+		case '\b':
+			st.writeString(`\b`)
+		case '\f':
+			st.writeString(`\f`)
+		case '\n':
+			st.writeString(`\n`)
+		case '\r':
+			st.writeString(`\r`)
+		case '\t':
+			st.writeString(`\t`)
+		default:
+			st.writeString(`\u00`)
+			st.writeByte(hexDigits[c>>4])
+			st.writeByte(hexDigits[c&0xf])
+		}
+	}
+	if start < len(s) {
+		st.write(s[start:])
+	}
+	st.writeByte('"')
+}
+
+// validNumber checks the JSON number grammar; fastjson also accepts forms
+// such as "+1", "inf" and "NaN" that no backend would.
+func validNumber(b []byte) bool {
+	i := 0
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	if i >= len(b) {
+		return false
+	}
+	switch {
+	case b[i] == '0':
+		i++
+	case b[i] >= '1' && b[i] <= '9':
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+	default:
+		return false
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		d := i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		if i == d {
+			return false
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		d := i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		if i == d {
+			return false
+		}
+	}
+	return i == len(b)
+}

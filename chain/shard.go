@@ -1,0 +1,207 @@
+package chain
+
+import "sync"
+
+// entry is one tracked block. Entries live in a per-shard slab linked into
+// an LRU list by index, so the map holds no pointers for the GC to scan and
+// a block with one location costs 32 bytes plus its map slot.
+type entry struct {
+	hash       uint64
+	prev, next int32 // LRU neighbours (head = most recent); -1 = none
+	loc        uint64
+	more       *moreLocs // further locations; rare (shared prefixes)
+}
+
+type moreLocs struct{ l []uint64 }
+
+type shard struct {
+	mu         sync.Mutex
+	m          map[uint64]int32
+	ents       []entry
+	free       int32 // free-list head through entry.next
+	head, tail int32
+	count      int
+	locs       int
+	_          [40]byte // keep neighbouring shards' locks off one cache line
+}
+
+func (sh *shard) init() {
+	sh.m = make(map[uint64]int32)
+	sh.free, sh.head, sh.tail = -1, -1, -1
+}
+
+func (sh *shard) insert(h uint64) int32 {
+	var i int32
+	if sh.free >= 0 {
+		i = sh.free
+		sh.free = sh.ents[i].next
+	} else {
+		i = int32(len(sh.ents))
+		sh.ents = append(sh.ents, entry{})
+	}
+	sh.ents[i] = entry{hash: h, prev: -1, next: -1}
+	sh.m[h] = i
+	sh.count++
+	sh.linkFront(i)
+	return i
+}
+
+func (sh *shard) remove(i int32) {
+	e := &sh.ents[i]
+	sh.unlink(i)
+	delete(sh.m, e.hash)
+	if e.loc != 0 {
+		sh.locs--
+	}
+	if e.more != nil {
+		sh.locs -= len(e.more.l)
+	}
+	*e = entry{next: sh.free, prev: -1}
+	sh.free = i
+	sh.count--
+}
+
+func (sh *shard) linkFront(i int32) {
+	e := &sh.ents[i]
+	e.prev = -1
+	e.next = sh.head
+	if sh.head >= 0 {
+		sh.ents[sh.head].prev = i
+	}
+	sh.head = i
+	if sh.tail < 0 {
+		sh.tail = i
+	}
+}
+
+func (sh *shard) unlink(i int32) {
+	e := &sh.ents[i]
+	if e.prev >= 0 {
+		sh.ents[e.prev].next = e.next
+	} else {
+		sh.head = e.next
+	}
+	if e.next >= 0 {
+		sh.ents[e.next].prev = e.prev
+	} else {
+		sh.tail = e.prev
+	}
+	e.prev, e.next = -1, -1
+}
+
+func (sh *shard) moveToFront(i int32) {
+	if sh.head == i {
+		return
+	}
+	sh.unlink(i)
+	sh.linkFront(i)
+}
+
+// set creates or refreshes b's location in e. A refresh never moves the
+// time backwards (remote updates may arrive late) and keeps an existing pin.
+func (sh *shard) set(e *entry, b int, gen uint32, now int64, pin bool) {
+	upd := func(l uint64) uint64 {
+		if locGen(l) == gen&0xff {
+			if t := locTime(l); t > now {
+				now = t
+			}
+			pin = pin || locIsPinned(l)
+		}
+		return makeLoc(now, gen, pin, b)
+	}
+	if e.loc == 0 {
+		e.loc = makeLoc(now, gen, pin, b)
+		sh.locs++
+		return
+	}
+	if locBackend(e.loc) == b {
+		e.loc = upd(e.loc)
+		return
+	}
+	if e.more != nil {
+		for j, l := range e.more.l {
+			if locBackend(l) == b {
+				e.more.l[j] = upd(l)
+				return
+			}
+		}
+	} else {
+		e.more = &moreLocs{l: make([]uint64, 0, 2)}
+	}
+	e.more.l = append(e.more.l, makeLoc(now, gen, pin, b))
+	sh.locs++
+}
+
+// prune drops the locations of e that are no longer live and returns how
+// many it dropped; e.loc is 0 afterwards if none is left.
+func (sh *shard) prune(t *Table, i int32, now int64) int {
+	return sh.filter(i, func(l uint64) bool { return t.live(l, now) })
+}
+
+// dropBackend removes b's location from entry i.
+func (sh *shard) dropBackend(i int32, b int) int {
+	return sh.filter(i, func(l uint64) bool { return locBackend(l) != b })
+}
+
+// filter keeps the locations of entry i for which keep is true, compacting
+// them so that e.loc is the first; it returns how many were dropped.
+func (sh *shard) filter(i int32, keep func(uint64) bool) int {
+	e := &sh.ents[i]
+	dropped := 0
+	if e.loc != 0 && !keep(e.loc) {
+		e.loc = 0
+		dropped++
+	}
+	if e.more != nil {
+		kept := e.more.l[:0]
+		for _, l := range e.more.l {
+			if keep(l) {
+				kept = append(kept, l)
+			} else {
+				dropped++
+			}
+		}
+		e.more.l = kept
+		if e.loc == 0 && len(kept) > 0 {
+			e.loc = kept[0]
+			e.more.l = append(kept[:0], kept[1:]...)
+		}
+		if len(e.more.l) == 0 {
+			e.more = nil
+		}
+	}
+	sh.locs -= dropped
+	return dropped
+}
+
+func (sh *shard) hasPin(e *entry) bool {
+	if locIsPinned(e.loc) {
+		return true
+	}
+	if e.more != nil {
+		for _, l := range e.more.l {
+			if locIsPinned(l) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// newest returns the latest access among e's locations, for the vacuum's
+// deadline; pinned-only entries report -1 (no deadline).
+func (sh *shard) newest(e *entry) int64 {
+	n := int64(-1)
+	see := func(l uint64) {
+		if l != 0 && !locIsPinned(l) && locTime(l) > n {
+			n = locTime(l)
+		}
+	}
+	see(e.loc)
+	if e.more != nil {
+		for _, l := range e.more.l {
+			see(l)
+		}
+	}
+	return n
+}

@@ -1,0 +1,383 @@
+package chain
+
+import (
+	"math/bits"
+	"sync/atomic"
+	"time"
+)
+
+// MaxBackends bounds backend indexes so a set of backends fits in a Set and
+// a location in one word.
+const MaxBackends = 256
+
+// Set is a set of backend indexes.
+type Set [MaxBackends / 64]uint64
+
+func (s *Set) Add(b int)      { s[b>>6] |= 1 << (b & 63) }
+func (s *Set) Remove(b int)   { s[b>>6] &^= 1 << (b & 63) }
+func (s *Set) Has(b int) bool { return s[b>>6]&(1<<(b&63)) != 0 }
+func (s *Set) Empty() bool    { return s[0]|s[1]|s[2]|s[3] == 0 }
+func (s *Set) And(o *Set)     { s[0] &= o[0]; s[1] &= o[1]; s[2] &= o[2]; s[3] &= o[3] }
+func (s *Set) Len() int {
+	return bits.OnesCount64(s[0]) + bits.OnesCount64(s[1]) + bits.OnesCount64(s[2]) + bits.OnesCount64(s[3])
+}
+func (s *Set) Each(f func(b int)) { eachBit(s, f) }
+func eachBit(s *Set, f func(b int)) {
+	for w, word := range s {
+		for word != 0 {
+			i := bits.TrailingZeros64(word)
+			f(w<<6 | i)
+			word &= word - 1
+		}
+	}
+}
+
+// A location is packed in one word so that a block with one holder costs a
+// single uint64: last access in ms since the table's epoch (40 bits, 34
+// years), the backend's generation modulo 256, flags, and the backend index.
+const (
+	locBackendMask = 0xff
+	locPinned      = 1 << 8
+	locGenShift    = 16
+	locTimeShift   = 24
+)
+
+func makeLoc(ms int64, gen uint32, pinned bool, b int) uint64 {
+	l := uint64(ms)<<locTimeShift | uint64(gen&0xff)<<locGenShift | uint64(b)
+	if pinned {
+		l |= locPinned
+	}
+	return l
+}
+
+func locBackend(l uint64) int   { return int(l & locBackendMask) }
+func locTime(l uint64) int64    { return int64(l >> locTimeShift) }
+func locGen(l uint64) uint32    { return uint32(l>>locGenShift) & 0xff }
+func locIsPinned(l uint64) bool { return l&locPinned != 0 }
+
+// Eviction reasons, as counted in Stats and the kvca_table_evictions_total
+// metric.
+const (
+	ReasonExpired  = "expired"  // idle past the TTL (lookup, vacuum, or full table)
+	ReasonCapacity = "capacity" // least recently used, removed to respect max blocks
+	ReasonReset    = "reset"    // its backend was reset or cleared
+)
+
+// Config sets up a Table.
+type Config struct {
+	TTL       time.Duration
+	MaxBlocks int
+	// Shards is rounded up to a power of two; 0 picks a default that keeps
+	// lock contention low on many cores.
+	Shards int
+	// Now is the clock; nil means time.Now. Tests move it by hand.
+	Now func() time.Time
+}
+
+// Table is the global block map: block hash → backends holding that prefix,
+// each with its last successful access. It is lock-striped; no operation
+// takes a global lock.
+type Table struct {
+	shards    []shard
+	mask      uint64
+	ttl       int64 // ms
+	perShard  int
+	maxBlocks int
+	epoch     time.Time
+	now       func() time.Time
+	gens      [MaxBackends]atomic.Uint32
+
+	evictExpired  atomic.Uint64
+	evictCapacity atomic.Uint64
+	evictReset    atomic.Uint64
+	vacuumRuns    atomic.Uint64
+	vacuumNext    atomic.Int64 // ms since epoch of the vacuum's next wake
+}
+
+// NewTable returns an empty table. TTL and MaxBlocks must be positive.
+func NewTable(cfg Config) *Table {
+	n := cfg.Shards
+	if n <= 0 {
+		n = 256
+	}
+	n = 1 << bits.Len(uint(n-1))
+	if cfg.MaxBlocks < n {
+		// Tiny tables (tests, demos) get few shards so the bound stays exact.
+		n = 1 << (bits.Len(uint(cfg.MaxBlocks)) - 1)
+		if n < 1 {
+			n = 1
+		}
+	}
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	t := &Table{
+		shards:    make([]shard, n),
+		mask:      uint64(n - 1),
+		ttl:       cfg.TTL.Milliseconds(),
+		perShard:  (cfg.MaxBlocks + n - 1) / n,
+		maxBlocks: cfg.MaxBlocks,
+		epoch:     now(),
+		now:       now,
+	}
+	if t.ttl < 1 {
+		t.ttl = 1
+	}
+	for i := range t.shards {
+		t.shards[i].init()
+	}
+	for i := range t.gens {
+		t.gens[i].Store(1)
+	}
+	return t
+}
+
+// Now returns the table clock in ms since its epoch; callers pass it to
+// Lookup and Touch so one request uses one instant.
+func (t *Table) Now() int64 {
+	ms := t.now().Sub(t.epoch).Milliseconds()
+	if ms < 0 {
+		ms = 0
+	}
+	return ms
+}
+
+// TimeOf converts a table instant back to wall-clock time.
+func (t *Table) TimeOf(ms int64) time.Time { return t.epoch.Add(time.Duration(ms) * time.Millisecond) }
+
+// TTL returns the location TTL.
+func (t *Table) TTL() time.Duration { return time.Duration(t.ttl) * time.Millisecond }
+
+// Capacity returns the maximum number of blocks (rounded up to a whole
+// number per shard).
+func (t *Table) Capacity() int { return t.perShard * len(t.shards) }
+
+// Generation returns a backend's generation, starting at 1.
+func (t *Table) Generation(b int) uint32 { return t.gens[b].Load() }
+
+func (t *Table) shardOf(h uint64) *shard {
+	// The low bits pick the shard; the map hashes the full key itself.
+	return &t.shards[h&t.mask]
+}
+
+// live reports whether a location still counts at now.
+func (t *Table) live(l uint64, now int64) bool {
+	if locGen(l) != t.gens[locBackend(l)].Load()&0xff {
+		return false
+	}
+	return locIsPinned(l) || locTime(l)+t.ttl > now
+}
+
+// Lookup returns the backends with a live location for block h. Expired
+// and stale locations met on the way are forgotten on the spot.
+func (t *Table) Lookup(h uint64, now int64) (s Set) {
+	sh := t.shardOf(h)
+	sh.mu.Lock()
+	i, ok := sh.m[h]
+	if ok {
+		e := &sh.ents[i]
+		if dropped := sh.prune(t, i, now); dropped > 0 {
+			t.evictExpired.Add(uint64(dropped))
+		}
+		if e.loc != 0 {
+			s.Add(locBackend(e.loc))
+			if e.more != nil {
+				for _, l := range e.more.l {
+					s.Add(locBackend(l))
+				}
+			}
+		} else {
+			sh.remove(i)
+		}
+	}
+	sh.mu.Unlock()
+	return s
+}
+
+// Touch records that backend b holds every block of chain as of now.
+func (t *Table) Touch(chain []uint64, b int, now int64) {
+	t.touch(chain, b, now, false)
+}
+
+// TouchAt applies a location learned elsewhere (another replica) with its
+// original time; it never moves a newer local time backwards.
+func (t *Table) TouchAt(chain []uint64, b int, at int64) {
+	t.touch(chain, b, at, false)
+}
+
+// Pin marks b's locations of chain as exempt from expiry, creating them if
+// needed; Unpin clears the mark, after which the locations age from their
+// last access as usual.
+func (t *Table) Pin(chain []uint64, b int, now int64) { t.touch(chain, b, now, true) }
+
+func (t *Table) touch(chain []uint64, b int, now int64, pin bool) {
+	gen := t.gens[b].Load()
+	for _, h := range chain {
+		sh := t.shardOf(h)
+		sh.mu.Lock()
+		i, ok := sh.m[h]
+		if !ok {
+			if sh.count >= t.perShard {
+				t.evictTail(sh, now)
+			}
+			i = sh.insert(h)
+		}
+		e := &sh.ents[i]
+		sh.set(e, b, gen, now, pin)
+		sh.moveToFront(i)
+		sh.mu.Unlock()
+	}
+}
+
+// Unpin clears the pin of b's locations of chain; it returns how many were
+// pinned.
+func (t *Table) Unpin(chain []uint64, b int) int {
+	n := 0
+	for _, h := range chain {
+		sh := t.shardOf(h)
+		sh.mu.Lock()
+		if i, ok := sh.m[h]; ok {
+			e := &sh.ents[i]
+			if e.loc != 0 && locBackend(e.loc) == b && locIsPinned(e.loc) {
+				e.loc &^= locPinned
+				n++
+			} else if e.more != nil {
+				for j, l := range e.more.l {
+					if locBackend(l) == b && locIsPinned(l) {
+						e.more.l[j] &^= locPinned
+						n++
+					}
+				}
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Location is one backend's hold on a block, for observation APIs.
+type Location struct {
+	Backend int
+	Last    int64 // ms since epoch
+	Pinned  bool
+}
+
+// Locations lists the live locations of block h (for the admin and KDN
+// APIs, not the hot path).
+func (t *Table) Locations(h uint64, now int64, dst []Location) []Location {
+	sh := t.shardOf(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	i, ok := sh.m[h]
+	if !ok {
+		return dst
+	}
+	e := &sh.ents[i]
+	add := func(l uint64) {
+		if l != 0 && t.live(l, now) {
+			dst = append(dst, Location{locBackend(l), locTime(l), locIsPinned(l)})
+		}
+	}
+	add(e.loc)
+	if e.more != nil {
+		for _, l := range e.more.l {
+			add(l)
+		}
+	}
+	return dst
+}
+
+// evictTail makes room in a full shard: the least recently touched block
+// goes, counted as expired if nothing live was left in it. Pinned blocks
+// are passed over (moved to the front) a bounded number of times.
+func (t *Table) evictTail(sh *shard, now int64) {
+	for tries := 0; tries < 8 && sh.tail >= 0; tries++ {
+		i := sh.tail
+		e := &sh.ents[i]
+		if sh.hasPin(e) {
+			sh.moveToFront(i)
+			continue
+		}
+		if sh.prune(t, i, now); e.loc == 0 {
+			t.evictExpired.Add(1)
+		} else {
+			t.evictCapacity.Add(1)
+		}
+		sh.remove(i)
+		return
+	}
+	// Everything sampled was pinned: exceed the bound rather than drop a
+	// pin; --max-pinned-blocks keeps this bounded.
+}
+
+// Reset drops every location of backend b and bumps its generation: its
+// cache is presumed gone. It returns the new generation.
+func (t *Table) Reset(b int) uint32 {
+	g := t.gens[b].Add(1)
+	if g&0xff == 0 {
+		// Generation 0 mod 256 is kept distinct from never-touched memory.
+		g = t.gens[b].Add(1)
+	}
+	var dropped uint64
+	for si := range t.shards {
+		sh := &t.shards[si]
+		sh.mu.Lock()
+		for i := sh.head; i >= 0; {
+			next := sh.ents[i].next
+			dropped += uint64(sh.dropBackend(i, b))
+			if sh.ents[i].loc == 0 {
+				sh.remove(i)
+			}
+			i = next
+		}
+		sh.mu.Unlock()
+	}
+	t.evictReset.Add(dropped)
+	return g
+}
+
+// Stats is a consistent-enough snapshot for metrics and the admin API.
+type Stats struct {
+	Blocks, Locations, Capacity int
+	EvictedExpired              uint64
+	EvictedCapacity             uint64
+	EvictedReset                uint64
+	VacuumRuns                  uint64
+	VacuumNext                  time.Time
+}
+
+// Stats sums the shards.
+func (t *Table) Stats() Stats {
+	s := Stats{Capacity: t.Capacity()}
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.mu.Lock()
+		s.Blocks += sh.count
+		s.Locations += sh.locs
+		sh.mu.Unlock()
+	}
+	s.EvictedExpired = t.evictExpired.Load()
+	s.EvictedCapacity = t.evictCapacity.Load()
+	s.EvictedReset = t.evictReset.Load()
+	s.VacuumRuns = t.vacuumRuns.Load()
+	s.VacuumNext = t.TimeOf(t.vacuumNext.Load())
+	return s
+}
+
+// CountHeld returns, per backend, how many leading blocks of chain it holds
+// with a live location, and the latest last-access among them (for
+// coverage observation, not the hot path).
+func (t *Table) CountHeld(chain []uint64, now int64, held []int, pinned []int) {
+	var buf [8]Location
+	for _, h := range chain {
+		for _, l := range t.Locations(h, now, buf[:0]) {
+			if l.Backend < len(held) {
+				held[l.Backend]++
+				if l.Pinned && l.Backend < len(pinned) {
+					pinned[l.Backend]++
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/kvca/kvca/edge"
+	"github.com/kvca/kvca/sched"
+)
+
+// env names the KVCA_<NAME> variable of a flag.
+func env(flag string) []string {
+	return []string{"KVCA_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))}
+}
+
+func serveFlags() []cli.Flag {
+	d := edge.DefaultConfig()
+	return []cli.Flag{
+		&cli.StringFlag{Name: "listen", Value: d.Listen, Usage: "public listener `ADDR`", EnvVars: env("listen")},
+		&cli.StringSliceFlag{Name: "backend", Usage: "backend base `URL` (repeatable), e.g. http://10.0.0.5:8000", EnvVars: env("backend")},
+		&cli.StringFlag{Name: "admin-listen", Value: d.AdminListen, Usage: "admin listener `ADDR` (metrics, state, KDN API); keep it private, empty disables", EnvVars: env("admin-listen")},
+		&cli.IntFlag{Name: "block-size", Value: d.BlockSize, Usage: "CBR block size in bytes, a positive multiple of 8", EnvVars: env("block-size")},
+		&cli.DurationFlag{Name: "ttl", Value: d.TTL, Usage: "forget a cache location idle longer than this", EnvVars: env("ttl")},
+		&cli.IntFlag{Name: "max-blocks", Value: d.MaxBlocks, Usage: "hard bound on tracked blocks (≈60 bytes each)", EnvVars: env("max-blocks")},
+		&cli.StringFlag{Name: "hash-key", Usage: "SipHash key, 32 hex digits; random when empty (replicas must share one)", EnvVars: env("hash-key")},
+		&cli.StringFlag{Name: "policy", Value: d.Policy, Usage: "routing policy: " + strings.Join(sched.Policies(), ", "), EnvVars: env("policy")},
+		&cli.IntFlag{Name: "active-weight", Value: d.ActiveWeight, Usage: "load of one active request, in blocks", EnvVars: env("active-weight")},
+		&cli.IntFlag{Name: "max-body-bytes", Value: d.MaxBodyBytes, Usage: "largest request body accepted (413 above)", EnvVars: env("max-body-bytes")},
+		&cli.IntFlag{Name: "retries", Value: d.Retries, Usage: "retries on another backend after a connection failure (or 429/503) before any byte reached the client", EnvVars: env("retries")},
+		&cli.StringFlag{Name: "health-path", Value: d.HealthPath, Usage: "backend path for active health checks", EnvVars: env("health-path")},
+		&cli.DurationFlag{Name: "health-interval", Value: d.HealthInterval, Usage: "active health check interval (0 disables)", EnvVars: env("health-interval")},
+		&cli.StringSliceFlag{Name: "cbr-exclude", Usage: "extra top-level field to leave out of the CBR (repeatable)", EnvVars: env("cbr-exclude")},
+		&cli.StringFlag{Name: "runtime-profile", Value: "auto", Usage: "KDN runtime profile: auto, v1, legacy, test/mock", EnvVars: env("runtime-profile")},
+		&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: env("log-level")},
+		&cli.DurationFlag{Name: "upstream-header-timeout", Value: d.UpstreamHeaderTimeout, Usage: "504 when a backend sends no response headers within this", EnvVars: env("upstream-header-timeout")},
+		&cli.DurationFlag{Name: "stream-idle-timeout", Value: d.StreamIdleTimeout, Usage: "end a response whose body stalls longer than this", EnvVars: env("stream-idle-timeout")},
+		&cli.DurationFlag{Name: "shutdown-timeout", Value: d.ShutdownTimeout, Usage: "on SIGTERM, let in-flight requests finish for up to this", EnvVars: env("shutdown-timeout")},
+		&cli.DurationFlag{Name: "client-read-timeout", Value: d.ClientReadTimeout, Usage: "cut clients that take longer than this to send a request", EnvVars: env("client-read-timeout")},
+		&cli.IntFlag{Name: "max-conns-per-backend", Value: d.MaxConnsPerBackend, Usage: "keep-alive pool size per backend", EnvVars: env("max-conns-per-backend")},
+		&cli.BoolFlag{Name: "pprof", Usage: "serve /debug/pprof on the admin listener", EnvVars: env("pprof")},
+	}
+}
+
+func serveCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "serve",
+		Usage: "run the proxy in front of OpenAI-compatible backends",
+		Flags: serveFlags(),
+		Action: func(c *cli.Context) error {
+			log, err := newLogger(c.String("log-level"))
+			if err != nil {
+				return err
+			}
+			cfg := configFrom(c)
+			cfg.Logger = log
+			srv, err := edge.New(cfg)
+			if err != nil {
+				return err
+			}
+			if err := srv.Start(); err != nil {
+				return err
+			}
+			sig := make(chan os.Signal, 1)
+			signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+			got := <-sig
+			log.Info("draining", "signal", got.String(), "timeout", cfg.ShutdownTimeout)
+			ctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+			defer cancel()
+			if err := srv.Shutdown(ctx); err != nil {
+				log.Warn("shutdown incomplete", "err", err)
+			}
+			log.Info("stopped")
+			return nil
+		},
+	}
+}
+
+func configFrom(c *cli.Context) edge.Config {
+	return edge.Config{
+		Listen:                c.String("listen"),
+		AdminListen:           c.String("admin-listen"),
+		Backends:              splitList(c.StringSlice("backend")),
+		BlockSize:             c.Int("block-size"),
+		TTL:                   c.Duration("ttl"),
+		MaxBlocks:             c.Int("max-blocks"),
+		HashKey:               c.String("hash-key"),
+		Policy:                c.String("policy"),
+		ActiveWeight:          c.Int("active-weight"),
+		CBRExclude:            splitList(c.StringSlice("cbr-exclude")),
+		MaxBodyBytes:          c.Int("max-body-bytes"),
+		Retries:               c.Int("retries"),
+		HealthPath:            c.String("health-path"),
+		HealthInterval:        c.Duration("health-interval"),
+		UpstreamHeaderTimeout: c.Duration("upstream-header-timeout"),
+		StreamIdleTimeout:     c.Duration("stream-idle-timeout"),
+		ShutdownTimeout:       c.Duration("shutdown-timeout"),
+		ClientReadTimeout:     c.Duration("client-read-timeout"),
+		MaxConnsPerBackend:    c.Int("max-conns-per-backend"),
+		Pprof:                 c.Bool("pprof"),
+	}
+}
+
+// splitList accepts both repeated flags and comma- or space-separated
+// values (as environment variables carry them).
+func splitList(in []string) []string {
+	var out []string
+	for _, v := range in {
+		for _, f := range strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' }) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func newLogger(level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level: %q is not one of debug, info, warn, error", level)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+}

@@ -1,0 +1,97 @@
+package edge
+
+import (
+	"encoding/json"
+	"strings"
+
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/pprofhandler"
+)
+
+// BackendState is one backend in /admin/state.
+type BackendState struct {
+	URL           string `json:"url"`
+	EndpointID    string `json:"endpoint_id"`
+	Generation    uint32 `json:"generation"`
+	Healthy       bool   `json:"healthy"`
+	Active        int64  `json:"active"`
+	PrefillBlocks int64  `json:"prefill_blocks"`
+	Load          int64  `json:"load"`
+}
+
+// TableState is the block table in /admin/state.
+type TableState struct {
+	Blocks    int `json:"blocks"`
+	Locations int `json:"locations"`
+	Capacity  int `json:"capacity"`
+}
+
+// State is the /admin/state document.
+type State struct {
+	Backends []BackendState `json:"backends"`
+	Table    TableState     `json:"table"`
+}
+
+// State snapshots the backends and the table.
+func (s *Server) State() State {
+	st := State{Backends: make([]BackendState, 0, len(s.ups))}
+	for _, u := range s.ups {
+		b := u.b
+		a, p := b.Active(), b.Prefill()
+		st.Backends = append(st.Backends, BackendState{
+			URL:           b.URL,
+			EndpointID:    EndpointID(b.URL),
+			Generation:    s.table.Generation(b.Index),
+			Healthy:       b.Healthy(),
+			Active:        a,
+			PrefillBlocks: p,
+			Load:          a*int64(s.sched.ActiveWeight) + p,
+		})
+	}
+	ts := s.table.Stats()
+	st.Table = TableState{Blocks: ts.Blocks, Locations: ts.Locations, Capacity: ts.Capacity}
+	return st
+}
+
+// handleAdmin serves the admin listener, which must never be the public one:
+// it exposes cache state and, with the KDN API, cache operations.
+func (s *Server) handleAdmin(ctx *fasthttp.RequestCtx) {
+	path := string(ctx.Path())
+	switch {
+	case path == "/metrics":
+		ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
+		s.m.set.WritePrometheus(ctx)
+		return
+	case path == "/admin/state":
+		writeJSON(ctx, fasthttp.StatusOK, s.State())
+		return
+	case path == "/health":
+		ctx.SetBodyString("ok\n")
+		return
+	case s.cfg.Pprof && strings.HasPrefix(path, "/debug/pprof"):
+		pprofhandler.PprofHandler(ctx)
+		return
+	}
+	if h, ok := s.adminRoutes[path]; ok {
+		h(ctx)
+		return
+	}
+	for p, h := range s.adminRoutes {
+		if strings.HasSuffix(p, "/") && strings.HasPrefix(path, p) {
+			h(ctx)
+			return
+		}
+	}
+	writeError(ctx, fasthttp.StatusNotFound, "invalid_request_error", "not_found", "unknown admin path")
+}
+
+func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		writeError(ctx, fasthttp.StatusInternalServerError, "server_error", "encode", "could not encode the answer")
+		return
+	}
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(append(b, '\n'))
+}

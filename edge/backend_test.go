@@ -1,0 +1,117 @@
+package edge
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fastjson"
+)
+
+// testBackend is a minimal OpenAI-compatible server on loopback that
+// records what it receives and can stream under the test's control.
+type testBackend struct {
+	t      *testing.T
+	name   string
+	ln     net.Listener
+	srv    *fasthttp.Server
+	mu     sync.Mutex
+	bodies [][]byte
+	hdrs   []string
+	hits   atomic.Int64
+
+	// gate, when set, makes streaming wait before each event after the
+	// first until the test sends on it.
+	gate   chan struct{}
+	events int
+	// delayHeaders holds back the response headers.
+	delayHeaders time.Duration
+	// status, when non-zero, is returned instead of a completion.
+	status atomic.Int32
+}
+
+func newTestBackend(t *testing.T, name string) *testBackend {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &testBackend{t: t, name: name, ln: ln, events: 3}
+	b.srv = &fasthttp.Server{Handler: b.handle, CloseOnShutdown: true}
+	go b.srv.Serve(ln)
+	t.Cleanup(b.close)
+	return b
+}
+
+func (b *testBackend) url() string { return "http://" + b.ln.Addr().String() }
+
+func (b *testBackend) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = b.srv.ShutdownWithContext(ctx)
+	_ = b.ln.Close() // Shutdown is a no-op if Serve has not started yet
+}
+
+func (b *testBackend) received() [][]byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([][]byte(nil), b.bodies...)
+}
+
+func (b *testBackend) handle(ctx *fasthttp.RequestCtx) {
+	switch string(ctx.Path()) {
+	case "/health":
+		ctx.SetBodyString("ok")
+		return
+	case "/v1/models":
+		ctx.SetContentType("application/json")
+		fmt.Fprintf(ctx, `{"object":"list","data":[{"id":"m","object":"model"},{"id":"only-%s","object":"model"}]}`, b.name)
+		return
+	}
+	b.hits.Add(1)
+	b.mu.Lock()
+	b.bodies = append(b.bodies, append([]byte(nil), ctx.PostBody()...))
+	b.hdrs = append(b.hdrs, ctx.Request.Header.String())
+	b.mu.Unlock()
+	if b.delayHeaders > 0 {
+		time.Sleep(b.delayHeaders)
+	}
+	if st := b.status.Load(); st != 0 {
+		ctx.SetStatusCode(int(st))
+		ctx.SetContentType("application/json")
+		ctx.SetBodyString(`{"error":{"message":"backend says no","type":"server_error","param":null,"code":"x"}}`)
+		return
+	}
+	stream := fastjson.GetBool(ctx.PostBody(), "stream")
+	ctx.Response.Header.Set("X-Backend", b.name)
+	if !stream {
+		ctx.SetContentType("application/json")
+		fmt.Fprintf(ctx, `{"id":"c1","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hello from %s"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":3,"total_tokens":13}}`, b.name)
+		return
+	}
+	ctx.SetContentType("text/event-stream")
+	gate, events := b.gate, b.events
+	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+		for i := 0; i < events; i++ {
+			if i > 0 && gate != nil {
+				select {
+				case <-gate:
+				case <-time.After(10 * time.Second):
+					return
+				}
+			}
+			fmt.Fprintf(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"tok%d \"}}],\"backend\":%q}\n\n", i, b.name)
+			if err := w.Flush(); err != nil {
+				return
+			}
+		}
+		fmt.Fprintf(w, "data: [DONE]\n\n")
+		_ = w.Flush()
+	})
+}

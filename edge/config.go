@@ -1,0 +1,207 @@
+// Package edge is kvca's HTTP face: the fasthttp server that canonicalises,
+// routes and forwards each request, the upstream connection pools, response
+// relaying, health checking and the admin listener.
+package edge
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/kvca/kvca/chain"
+	"github.com/kvca/kvca/sched"
+)
+
+// Config is everything `kvca serve` takes. Zero values are replaced by the
+// defaults of DefaultConfig in Validate.
+type Config struct {
+	Listen      string
+	AdminListen string
+	Backends    []string
+
+	BlockSize    int
+	TTL          time.Duration
+	MaxBlocks    int
+	HashKey      string // 32 hex digits; empty draws a random key
+	Policy       string
+	ActiveWeight int
+	CBRExclude   []string
+
+	MaxBodyBytes   int
+	Retries        int
+	HealthPath     string
+	HealthInterval time.Duration
+	// FailThreshold is how many consecutive connection failures eject a
+	// backend (passive health).
+	FailThreshold int
+
+	UpstreamHeaderTimeout time.Duration
+	StreamIdleTimeout     time.Duration
+	ShutdownTimeout       time.Duration
+	ClientReadTimeout     time.Duration
+	ClientIdleTimeout     time.Duration
+	MaxConnsPerBackend    int
+
+	Pprof bool
+	// Logger receives health transitions and errors; nil discards.
+	Logger *slog.Logger
+	// Now overrides the table clock in tests.
+	Now func() time.Time
+}
+
+// DefaultConfig returns the defaults documented in the README.
+func DefaultConfig() Config {
+	return Config{
+		Listen:                ":8080",
+		AdminListen:           "127.0.0.1:9090",
+		BlockSize:             256,
+		TTL:                   10 * time.Minute,
+		MaxBlocks:             4 << 20,
+		Policy:                sched.DefaultPolicy,
+		ActiveWeight:          4,
+		MaxBodyBytes:          8 << 20,
+		Retries:               2,
+		HealthPath:            "/health",
+		HealthInterval:        5 * time.Second,
+		FailThreshold:         3,
+		UpstreamHeaderTimeout: 5 * time.Minute,
+		StreamIdleTimeout:     2 * time.Minute,
+		ShutdownTimeout:       30 * time.Second,
+		ClientReadTimeout:     30 * time.Second,
+		ClientIdleTimeout:     2 * time.Minute,
+		MaxConnsPerBackend:    1024,
+	}
+}
+
+// backendAddr is a parsed --backend URL.
+type backendAddr struct {
+	url    string // normalised, no trailing slash
+	host   string // host:port
+	tls    bool
+	prefix string // path prefix to prepend, usually empty
+}
+
+func parseBackend(raw string) (backendAddr, error) {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return backendAddr{}, fmt.Errorf("backend %q must be an absolute http:// or https:// URL", raw)
+	}
+	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return backendAddr{}, fmt.Errorf("backend %q must not carry a query, fragment or credentials", raw)
+	}
+	host := u.Host
+	if u.Port() == "" {
+		if u.Scheme == "https" {
+			host = net.JoinHostPort(u.Hostname(), "443")
+		} else {
+			host = net.JoinHostPort(u.Hostname(), "80")
+		}
+	}
+	prefix := strings.TrimSuffix(u.Path, "/")
+	prefix = strings.TrimSuffix(prefix, "/v1")
+	return backendAddr{
+		url:    u.Scheme + "://" + u.Host + prefix,
+		host:   host,
+		tls:    u.Scheme == "https",
+		prefix: prefix,
+	}, nil
+}
+
+// Validate fills defaults and reports the first mistake in one sentence.
+func (c *Config) Validate() error {
+	d := DefaultConfig()
+	if c.Listen == "" {
+		c.Listen = d.Listen
+	}
+	if len(c.Backends) == 0 {
+		return fmt.Errorf("at least one --backend is required")
+	}
+	if len(c.Backends) > chain.MaxBackends {
+		return fmt.Errorf("at most %d backends are supported, got %d", chain.MaxBackends, len(c.Backends))
+	}
+	seen := map[string]bool{}
+	for _, b := range c.Backends {
+		a, err := parseBackend(b)
+		if err != nil {
+			return err
+		}
+		if seen[a.url] {
+			return fmt.Errorf("backend %q is listed twice", b)
+		}
+		seen[a.url] = true
+	}
+	if c.BlockSize == 0 {
+		c.BlockSize = d.BlockSize
+	}
+	if err := chain.CheckBlockSize(c.BlockSize); err != nil {
+		return fmt.Errorf("--block-size: %v", err)
+	}
+	if c.TTL <= 0 {
+		return fmt.Errorf("--ttl must be positive, got %v", c.TTL)
+	}
+	if c.MaxBlocks <= 0 {
+		return fmt.Errorf("--max-blocks must be positive, got %d", c.MaxBlocks)
+	}
+	if c.HashKey != "" {
+		if _, err := chain.ParseKey(c.HashKey); err != nil {
+			return fmt.Errorf("--hash-key: %v", err)
+		}
+	}
+	if c.Policy == "" {
+		c.Policy = d.Policy
+	}
+	if _, err := sched.PolicyByName(c.Policy); err != nil {
+		return fmt.Errorf("--policy: %v", err)
+	}
+	if c.ActiveWeight < 0 {
+		return fmt.Errorf("--active-weight must not be negative, got %d", c.ActiveWeight)
+	}
+	if c.MaxBodyBytes <= 0 {
+		return fmt.Errorf("--max-body-bytes must be positive, got %d", c.MaxBodyBytes)
+	}
+	if c.Retries < 0 {
+		return fmt.Errorf("--retries must not be negative, got %d", c.Retries)
+	}
+	if c.HealthPath == "" {
+		c.HealthPath = d.HealthPath
+	}
+	if !strings.HasPrefix(c.HealthPath, "/") {
+		return fmt.Errorf("--health-path must start with /, got %q", c.HealthPath)
+	}
+	if c.HealthInterval < 0 {
+		return fmt.Errorf("--health-interval must not be negative")
+	}
+	if c.FailThreshold <= 0 {
+		c.FailThreshold = d.FailThreshold
+	}
+	for name, v := range map[string]*time.Duration{
+		"--upstream-header-timeout": &c.UpstreamHeaderTimeout,
+		"--stream-idle-timeout":     &c.StreamIdleTimeout,
+		"--shutdown-timeout":        &c.ShutdownTimeout,
+		"--client-read-timeout":     &c.ClientReadTimeout,
+		"--client-idle-timeout":     &c.ClientIdleTimeout,
+	} {
+		if *v < 0 {
+			return fmt.Errorf("%s must not be negative", name)
+		}
+	}
+	if c.UpstreamHeaderTimeout == 0 {
+		c.UpstreamHeaderTimeout = d.UpstreamHeaderTimeout
+	}
+	if c.StreamIdleTimeout == 0 {
+		c.StreamIdleTimeout = d.StreamIdleTimeout
+	}
+	if c.ClientReadTimeout == 0 {
+		c.ClientReadTimeout = d.ClientReadTimeout
+	}
+	if c.ClientIdleTimeout == 0 {
+		c.ClientIdleTimeout = d.ClientIdleTimeout
+	}
+	if c.MaxConnsPerBackend <= 0 {
+		c.MaxConnsPerBackend = d.MaxConnsPerBackend
+	}
+	return nil
+}

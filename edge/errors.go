@@ -1,0 +1,57 @@
+package edge
+
+import "github.com/valyala/fasthttp"
+
+// writeError answers in OpenAI's error shape, which every OpenAI SDK knows
+// how to surface: {"error":{"message","type","param","code"}}.
+func writeError(ctx *fasthttp.RequestCtx, status int, typ, code, msg string) {
+	ctx.Response.Reset()
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	b := make([]byte, 0, 128+len(msg))
+	b = append(b, `{"error":{"message":`...)
+	b = appendJSONString(b, msg)
+	b = append(b, `,"type":`...)
+	b = appendJSONString(b, typ)
+	b = append(b, `,"param":null,"code":`...)
+	b = appendJSONString(b, code)
+	b = append(b, "}}\n"...)
+	ctx.Response.SetBodyRaw(b)
+}
+
+// appendJSONString quotes s as a JSON string.
+func appendJSONString(b []byte, s string) []byte {
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c < 0x20:
+			b = append(b, `\u00`...)
+			b = append(b, "0123456789abcdef"[c>>4], "0123456789abcdef"[c&0xf])
+		default:
+			b = append(b, c)
+		}
+	}
+	return append(b, '"')
+}
+
+func badRequest(ctx *fasthttp.RequestCtx, code, msg string) {
+	writeError(ctx, fasthttp.StatusBadRequest, "invalid_request_error", code, msg)
+}
+
+func noBackend(ctx *fasthttp.RequestCtx) {
+	writeError(ctx, fasthttp.StatusServiceUnavailable, "service_unavailable", "no_healthy_backend",
+		"no healthy backend is available; retry later")
+}
+
+func badGateway(ctx *fasthttp.RequestCtx) {
+	writeError(ctx, fasthttp.StatusBadGateway, "upstream_error", "upstream_unreachable",
+		"the inference backend could not be reached")
+}
+
+func gatewayTimeout(ctx *fasthttp.RequestCtx) {
+	writeError(ctx, fasthttp.StatusGatewayTimeout, "upstream_error", "upstream_timeout",
+		"the inference backend did not answer in time")
+}

@@ -1,0 +1,114 @@
+package edge
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/kvca/kvca/chain"
+	"github.com/kvca/kvca/sched"
+)
+
+// Routes, as the route label of the request metrics.
+const (
+	routeChat = iota
+	routeCompletions
+	routeModels
+	routePassthrough
+	numRoutes
+)
+
+var routeNames = [numRoutes]string{"chat", "completions", "models", "passthrough"}
+
+const numPhases = 3 // sched.PhaseBootstrap, PhaseFollowup, PhaseFallback
+
+// Upstream error kinds for kvca_upstream_errors_total{kind}.
+const (
+	errConnect = iota // dial, write or read failed before any response byte
+	errTimeout        // no response headers within --upstream-header-timeout
+	errStream         // the response broke off or stalled after it began
+	errStatus         // a 5xx or 429 answer
+	numErrKinds
+)
+
+var errKindNames = [numErrKinds]string{"connect", "timeout", "stream", "status"}
+
+// serverMetrics holds every metric, resolved once so the hot path never
+// builds a label string. Each Server has its own set, so tests can run
+// several servers in one process.
+type serverMetrics struct {
+	set         *metrics.Set
+	requests    [numRoutes][numPhases + 1]*metrics.Counter // last phase column: unrouted
+	duration    [numRoutes]*metrics.PrometheusHistogram
+	cached      *metrics.Counter
+	novel       *metrics.Counter
+	disconnects *metrics.Counter
+	bad         map[string]*metrics.Counter
+}
+
+// backendMetrics are one backend's series.
+type backendMetrics struct {
+	firstByte *metrics.PrometheusHistogram
+	errors    [numErrKinds]*metrics.Counter
+}
+
+var badReasons = []string{"malformed_json", "not_object", "bad_messages", "bad_prompt", "too_large", "other"}
+
+func newServerMetrics(s *sched.Scheduler, table *chain.Table) *serverMetrics {
+	set := metrics.NewSet()
+	m := &serverMetrics{set: set, bad: map[string]*metrics.Counter{}}
+	phases := [numPhases + 1]string{"bootstrap", "followup", "fallback", "none"}
+	for r := range numRoutes {
+		for p := range phases {
+			m.requests[r][p] = set.NewCounter(fmt.Sprintf(`kvca_requests_total{route=%q,phase=%q}`, routeNames[r], phases[p]))
+		}
+		m.duration[r] = set.NewPrometheusHistogram(fmt.Sprintf(`kvca_request_duration_seconds{route=%q}`, routeNames[r]))
+	}
+	m.cached = set.NewCounter(`kvca_routed_blocks_total{kind="cached"}`)
+	m.novel = set.NewCounter(`kvca_routed_blocks_total{kind="novel"}`)
+	m.disconnects = set.NewCounter(`kvca_client_disconnects_total`)
+	for _, r := range badReasons {
+		m.bad[r] = set.NewCounter(fmt.Sprintf(`kvca_bad_requests_total{reason=%q}`, r))
+	}
+	for _, b := range s.Backends {
+		b := b
+		set.NewGauge(fmt.Sprintf(`kvca_backend_active_requests{backend=%q}`, b.Name), func() float64 { return float64(b.Active()) })
+		set.NewGauge(fmt.Sprintf(`kvca_backend_prefill_blocks{backend=%q}`, b.Name), func() float64 { return float64(b.Prefill()) })
+		set.NewGauge(fmt.Sprintf(`kvca_backend_healthy{backend=%q}`, b.Name), func() float64 {
+			if b.Healthy() {
+				return 1
+			}
+			return 0
+		})
+	}
+	set.NewGauge(`kvca_table_blocks`, func() float64 { return float64(table.Stats().Blocks) })
+	set.RegisterMetricsWriter(func(w io.Writer) {
+		st := table.Stats()
+		metrics.WriteCounterUint64(w, `kvca_table_evictions_total{reason="expired"}`, st.EvictedExpired)
+		metrics.WriteCounterUint64(w, `kvca_table_evictions_total{reason="capacity"}`, st.EvictedCapacity)
+		metrics.WriteCounterUint64(w, `kvca_table_evictions_total{reason="reset"}`, st.EvictedReset)
+		metrics.WriteGaugeUint64(w, `kvca_table_locations`, uint64(st.Locations))
+		metrics.WriteGaugeUint64(w, `kvca_table_capacity_blocks`, uint64(st.Capacity))
+		metrics.WriteCounterUint64(w, `kvca_table_vacuum_runs_total`, st.VacuumRuns)
+	})
+	return m
+}
+
+func (m *serverMetrics) newBackend(set *metrics.Set, name string) *backendMetrics {
+	bm := &backendMetrics{
+		firstByte: set.NewPrometheusHistogram(fmt.Sprintf(`kvca_upstream_first_byte_seconds{backend=%q}`, name)),
+	}
+	for k := range numErrKinds {
+		bm.errors[k] = set.NewCounter(fmt.Sprintf(`kvca_upstream_errors_total{backend=%q,kind=%q}`, name, errKindNames[k]))
+	}
+	return bm
+}
+
+func (m *serverMetrics) badRequest(reason string) {
+	c := m.bad[reason]
+	if c == nil {
+		c = m.bad["other"]
+	}
+	c.Inc()
+}

@@ -1,0 +1,283 @@
+package edge
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/kvca/kvca/canon"
+	"github.com/kvca/kvca/chain"
+	"github.com/kvca/kvca/sched"
+)
+
+// call is one proxied request's state, pooled so the hot path allocates
+// nothing. It lives until the response body has been relayed, which is
+// after the handler returns, so the relay returns it to the pool.
+type call struct {
+	s      *Server
+	h      *chain.Hasher
+	info   canon.Info
+	req    sched.Request
+	dec    sched.Decision
+	res    sched.Reservation
+	route  int
+	routed bool // the request carries a chain to learn
+	start  time.Time
+	hdr    fasthttp.ResponseHeader
+	xff    []byte
+	rel    relay
+}
+
+func (s *Server) getCall() *call {
+	c, _ := s.calls.Get().(*call)
+	if c == nil {
+		c = &call{s: s, h: chain.NewHasher(s.key, s.cfg.BlockSize)}
+		c.rel.c = c
+	}
+	return c
+}
+
+func (s *Server) putCall(c *call) {
+	c.h.Reset()
+	c.req = sched.Request{}
+	c.dec = sched.Decision{}
+	c.res = sched.Reservation{}
+	c.hdr.Reset()
+	s.calls.Put(c)
+}
+
+// proxyRouted handles chat and completions: canonicalise, chain, route.
+func (s *Server) proxyRouted(ctx *fasthttp.RequestCtx, api canon.API, route int) {
+	c := s.getCall()
+	c.start = time.Now()
+	c.route = route
+	c.routed = true
+	if err := s.canon.Canonicalize(api, ctx.PostBody(), c.h, &c.info); err != nil {
+		s.m.badRequest(canon.Reason(err))
+		s.m.requests[route][numPhases].Inc()
+		badRequest(ctx, canon.Reason(err), err.Error())
+		s.putCall(c)
+		return
+	}
+	c.req.Chain = c.h.Sum()
+	c.req.Followup = c.info.Followup
+	c.req.Session = c.info.Session
+	c.req.Now = s.table.Now()
+	s.forward(ctx, c)
+}
+
+// proxyPassthrough sends any other /v1/* request to the least-loaded
+// healthy backend, learning nothing.
+func (s *Server) proxyPassthrough(ctx *fasthttp.RequestCtx) {
+	c := s.getCall()
+	c.start = time.Now()
+	c.route = routePassthrough
+	c.routed = false
+	c.req.Now = s.table.Now()
+	s.forward(ctx, c)
+}
+
+// attempt outcomes.
+const (
+	sent        = iota // a response began; the relay owns the call now
+	connFailed         // nothing reached us: another backend may serve it
+	timedOut           // the backend took the request but did not answer in time
+	retryStatus        // 429/503 before any byte reached the client
+)
+
+func (s *Server) forward(ctx *fasthttp.RequestCtx, c *call) {
+	s.prepareRequest(ctx, c)
+	for attempt := 0; ; attempt++ {
+		if !s.sched.Route(&c.req, &c.dec, &c.res) {
+			if attempt == 0 {
+				s.m.requests[c.route][numPhases].Inc()
+				noBackend(ctx)
+			} else {
+				badGateway(ctx)
+			}
+			s.done(c)
+			return
+		}
+		if attempt == 0 {
+			s.m.requests[c.route][c.dec.Phase].Inc()
+			if c.routed {
+				s.m.cached.Add(c.dec.Cached)
+				s.m.novel.Add(c.dec.Novel)
+			}
+		}
+		u := s.ups[c.dec.Backend.Index]
+		switch s.try(ctx, c, u, attempt < s.cfg.Retries) {
+		case sent:
+			return
+		case timedOut:
+			c.res.ReleaseActive()
+			gatewayTimeout(ctx)
+			s.done(c)
+			return
+		case connFailed, retryStatus:
+			c.res.ReleaseActive()
+			c.req.Exclude.Add(u.b.Index)
+			if attempt >= s.cfg.Retries {
+				badGateway(ctx)
+				s.done(c)
+				return
+			}
+		}
+	}
+}
+
+// done ends a call: the response is complete or was written by kvca.
+func (s *Server) done(c *call) {
+	s.m.duration[c.route].UpdateDuration(c.start)
+	s.putCall(c)
+}
+
+// hopHeaders are connection-scoped and must not cross the proxy (RFC 9110
+// §7.6.1); fasthttp manages Content-Length and Transfer-Encoding itself.
+var hopHeaders = []string{
+	"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Upgrade",
+}
+
+// prepareRequest turns the client's request into the upstream request in
+// place: the body stays exactly the bytes the client sent.
+func (s *Server) prepareRequest(ctx *fasthttp.RequestCtx, c *call) {
+	h := &ctx.Request.Header
+	for _, k := range hopHeaders {
+		h.Del(k)
+	}
+	// X-Forwarded-For: append the client's address to any earlier hops.
+	c.xff = c.xff[:0]
+	if prev := h.Peek("X-Forwarded-For"); len(prev) > 0 {
+		c.xff = append(c.xff, prev...)
+		c.xff = append(c.xff, ", "...)
+	}
+	if a, ok := ctx.RemoteAddr().(*net.TCPAddr); ok {
+		c.xff, _ = a.IP.AppendText(c.xff)
+	}
+	h.SetBytesV("X-Forwarded-For", c.xff)
+}
+
+// try sends the request to u and, if a response begins, hands its body to
+// the relay. mayRetry says whether a 429/503 may still go elsewhere.
+func (s *Server) try(ctx *fasthttp.RequestCtx, c *call, u *upstream, mayRetry bool) int {
+	req := &ctx.Request
+	req.Header.SetHostBytes(u.host)
+	if u.addr.prefix != "" {
+		// Backends mounted under a path prefix.
+		uri := req.Header.RequestURI()
+		if len(uri) < len(u.addr.prefix) || string(uri[:len(u.addr.prefix)]) != u.addr.prefix {
+			req.Header.SetRequestURI(u.addr.prefix + string(uri))
+		}
+	}
+	// The client's Connection: close concerns its own connection only.
+	clientClose := req.Header.ConnectionClose()
+	req.Header.ResetConnectionClose()
+	defer func() {
+		if clientClose {
+			req.Header.SetConnectionClose()
+		}
+	}()
+
+	for {
+		cc, conn, reused, err := u.ops.acquire()
+		if err != nil {
+			return s.connFailure(u, err)
+		}
+		deadline := time.Now().Add(s.cfg.UpstreamHeaderTimeout)
+		_ = conn.SetWriteDeadline(deadline)
+		bw := u.hc.AcquireWriter(conn)
+		err = req.Write(bw)
+		if err == nil {
+			err = bw.Flush()
+		}
+		u.hc.ReleaseWriter(bw)
+		if err != nil {
+			u.ops.close(cc)
+			if reused && !isTimeout(err) {
+				continue // a keep-alive connection the backend had closed
+			}
+			return s.connFailure(u, err)
+		}
+		_ = conn.SetReadDeadline(deadline)
+		br := u.hc.AcquireReader(conn)
+		err = c.hdr.Read(br)
+		if err != nil {
+			u.hc.ReleaseReader(br)
+			u.ops.close(cc)
+			if isTimeout(err) {
+				u.m.errors[errTimeout].Inc()
+				return timedOut
+			}
+			if reused && noResponseYet(err) {
+				continue
+			}
+			return s.connFailure(u, err)
+		}
+		return s.respond(ctx, c, u, cc, br, mayRetry)
+	}
+}
+
+func (s *Server) connFailure(u *upstream, err error) int {
+	u.m.errors[errConnect].Inc()
+	u.failed(s.cfg.FailThreshold, s)
+	return connFailed
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) || err == fasthttp.ErrTimeout
+}
+
+// noResponseYet is an error that means the backend closed the connection
+// before sending anything, the signature of a stale keep-alive connection.
+func noResponseYet(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, fasthttp.ErrConnectionClosed) || isConnReset(err)
+}
+
+// respond handles the upstream's response headers: release the prefill
+// load, learn the chain on success, copy the headers, and set the relay as
+// the response body.
+func (s *Server) respond(ctx *fasthttp.RequestCtx, c *call, u *upstream, cc any, br *bufio.Reader, mayRetry bool) int {
+	c.res.ReleasePrefill()
+	u.m.firstByte.UpdateDuration(c.start)
+	u.succeeded()
+	status := c.hdr.StatusCode()
+	if status >= 500 || status == fasthttp.StatusTooManyRequests {
+		u.m.errors[errStatus].Inc()
+		if mayRetry && (status == fasthttp.StatusTooManyRequests || status == fasthttp.StatusServiceUnavailable) {
+			// Nothing has reached the client yet: another backend may take it.
+			u.hc.ReleaseReader(br)
+			u.ops.close(cc)
+			return retryStatus
+		}
+	}
+	if status >= 200 && status < 300 && c.routed && len(c.req.Chain) > 0 {
+		s.table.Touch(c.req.Chain, u.b.Index, c.req.Now)
+	}
+
+	resp := &ctx.Response
+	c.hdr.CopyTo(&resp.Header)
+	for _, k := range hopHeaders {
+		resp.Header.Del(k)
+	}
+	resp.Header.ResetConnectionClose()
+	c.rel.start(u, cc, br, &c.hdr, ctx.IsHead(), ctx.Conn())
+	if c.rel.mode == bodyNone {
+		c.rel.finish(nil)
+		resp.SkipBody = ctx.IsHead()
+		return sent
+	}
+	size := -1
+	if c.rel.mode == bodyFixed {
+		size = int(c.rel.remaining)
+	}
+	resp.SetBodyStream(&c.rel, size)
+	return sent
+}

@@ -1,0 +1,287 @@
+package edge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/kvca/kvca/canon"
+	"github.com/kvca/kvca/chain"
+	"github.com/kvca/kvca/sched"
+)
+
+// Server is one kvca proxy: the public listener, the admin listener, and
+// the background loops (vacuum, health) they need.
+type Server struct {
+	cfg   Config
+	key   chain.Key
+	canon *canon.Canonicalizer
+	table *chain.Table
+	sched *sched.Scheduler
+	ups   []*upstream
+	m     *serverMetrics
+	log   *slog.Logger
+	calls sync.Pool
+
+	srv   *fasthttp.Server
+	admin *fasthttp.Server
+	ln    net.Listener
+	adln  net.Listener
+
+	bg       context.Context
+	stopBg   context.CancelFunc
+	loops    sync.WaitGroup
+	serving  sync.WaitGroup
+	draining atomic.Bool
+	// adminRoutes lets other packages (the KDN API) mount admin handlers.
+	adminRoutes map[string]fasthttp.RequestHandler
+}
+
+// New validates cfg and builds a server; nothing listens until Start.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	key := chain.RandomKey()
+	if cfg.HashKey != "" {
+		key, _ = chain.ParseKey(cfg.HashKey)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	table := chain.NewTable(chain.Config{TTL: cfg.TTL, MaxBlocks: cfg.MaxBlocks, Now: cfg.Now})
+	backends := make([]*sched.Backend, len(cfg.Backends))
+	addrs := make([]backendAddr, len(cfg.Backends))
+	for i, raw := range cfg.Backends {
+		a, _ := parseBackend(raw)
+		addrs[i] = a
+		backends[i] = sched.NewBackend(i, a.url, a.host)
+	}
+	sc, err := sched.New(backends, table, cfg.ActiveWeight, cfg.Policy)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg:         cfg,
+		key:         key,
+		canon:       canon.New(cfg.CBRExclude),
+		table:       table,
+		sched:       sc,
+		log:         log,
+		adminRoutes: map[string]fasthttp.RequestHandler{},
+	}
+	s.m = newServerMetrics(sc, table)
+	for i, b := range backends {
+		s.ups = append(s.ups, newUpstream(b, addrs[i], cfg.MaxConnsPerBackend, s.m.newBackend(s.m.set, b.Name)))
+	}
+	s.srv = &fasthttp.Server{
+		Handler:                       s.handle,
+		Name:                          "kvca",
+		MaxRequestBodySize:            cfg.MaxBodyBytes,
+		ReadTimeout:                   cfg.ClientReadTimeout,
+		IdleTimeout:                   cfg.ClientIdleTimeout,
+		NoDefaultServerHeader:         true,
+		NoDefaultContentType:          true,
+		NoDefaultDate:                 true,
+		DisableHeaderNamesNormalizing: true,
+		DisablePreParseMultipartForm:  true,
+		CloseOnShutdown:               true,
+		ErrorHandler:                  s.handleServerError,
+		ReadBufferSize:                16 << 10,
+		WriteBufferSize:               16 << 10,
+		Logger:                        quietLogger{log},
+	}
+	s.admin = &fasthttp.Server{
+		Handler:     s.handleAdmin,
+		Name:        "kvca-admin",
+		ReadTimeout: 30 * time.Second,
+		Logger:      quietLogger{log},
+	}
+	s.bg, s.stopBg = context.WithCancel(context.Background())
+	return s, nil
+}
+
+// Table is the block table (for the admin and KDN APIs and tests).
+func (s *Server) Table() *chain.Table { return s.table }
+
+// Scheduler is the scheduler (for the admin and KDN APIs and tests).
+func (s *Server) Scheduler() *sched.Scheduler { return s.sched }
+
+// Key is the hash key in use.
+func (s *Server) Key() chain.Key { return s.key }
+
+// Config returns the validated configuration.
+func (s *Server) Config() Config { return s.cfg }
+
+// Canonicalizer returns the server's canonicalizer.
+func (s *Server) Canonicalizer() *canon.Canonicalizer { return s.canon }
+
+// HandleAdmin mounts h on the admin listener at path (exact match, or a
+// prefix when path ends in "/"). Call before Start.
+func (s *Server) HandleAdmin(path string, h fasthttp.RequestHandler) { s.adminRoutes[path] = h }
+
+// ResetBackend drops backend i's locations and bumps its generation, as
+// when it recovers; it returns the new generation.
+func (s *Server) ResetBackend(i int) uint32 { return s.table.Reset(i) }
+
+// Start listens on cfg.Listen and cfg.AdminListen (empty: no admin
+// listener) and serves in the background.
+func (s *Server) Start() error {
+	ln, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", s.cfg.Listen, err)
+	}
+	var adln net.Listener
+	if s.cfg.AdminListen != "" {
+		adln, err = net.Listen("tcp", s.cfg.AdminListen)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("admin listen %s: %w", s.cfg.AdminListen, err)
+		}
+	}
+	s.StartOn(ln, adln)
+	return nil
+}
+
+// StartOn serves on listeners the caller opened; adln may be nil.
+func (s *Server) StartOn(ln, adln net.Listener) {
+	s.ln, s.adln = ln, adln
+	s.loops.Add(1)
+	go func() { defer s.loops.Done(); s.table.Vacuum(s.bg) }()
+	for _, u := range s.ups {
+		s.loops.Add(1)
+		go func() { defer s.loops.Done(); s.healthLoop(s.bg, u) }()
+	}
+	s.serving.Add(1)
+	go func() { defer s.serving.Done(); _ = s.srv.Serve(ln) }()
+	if adln != nil {
+		s.serving.Add(1)
+		go func() { defer s.serving.Done(); _ = s.admin.Serve(adln) }()
+	}
+	s.log.Info("kvca serving", "listen", ln.Addr().String(), "admin", addrOf(adln),
+		"backends", len(s.ups), "policy", s.cfg.Policy, "block_size", s.cfg.BlockSize,
+		"ttl", s.cfg.TTL, "max_blocks", s.cfg.MaxBlocks, "hash_key_from_flag", s.cfg.HashKey != "")
+}
+
+func addrOf(ln net.Listener) string {
+	if ln == nil {
+		return ""
+	}
+	return ln.Addr().String()
+}
+
+// Addr is the public listener's address.
+func (s *Server) Addr() string { return addrOf(s.ln) }
+
+// AdminAddr is the admin listener's address ("" if none).
+func (s *Server) AdminAddr() string { return addrOf(s.adln) }
+
+// Shutdown stops accepting, lets in-flight requests and streams finish
+// until ctx ends, then closes what is left and stops the loops.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.draining.Store(true)
+	err := s.srv.ShutdownWithContext(ctx)
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		s.log.Warn("shutdown timeout: closing remaining connections")
+	}
+	_ = s.admin.ShutdownWithContext(ctx)
+	s.stopBg()
+	s.loops.Wait()
+	for _, u := range s.ups {
+		u.hc.CloseIdleConnections()
+	}
+	return err
+}
+
+// handle is the public listener's router.
+func (s *Server) handle(ctx *fasthttp.RequestCtx) {
+	path := ctx.Path()
+	post := ctx.IsPost()
+	switch string(path) {
+	case "/v1/chat/completions":
+		if !post {
+			methodNotAllowed(ctx)
+			return
+		}
+		s.proxyRouted(ctx, canon.Chat, routeChat)
+	case "/v1/completions":
+		if !post {
+			methodNotAllowed(ctx)
+			return
+		}
+		s.proxyRouted(ctx, canon.Completions, routeCompletions)
+	case "/v1/models":
+		start := time.Now()
+		s.models(ctx)
+		s.m.requests[routeModels][numPhases].Inc()
+		s.m.duration[routeModels].UpdateDuration(start)
+	case "/health":
+		ctx.SetContentType("application/json")
+		ctx.SetBodyString(`{"status":"ok"}`)
+	case "/ready":
+		s.ready(ctx)
+	default:
+		if len(path) >= 4 && string(path[:4]) == "/v1/" {
+			s.m.requests[routePassthrough][numPhases].Inc()
+			s.proxyPassthrough(ctx)
+			return
+		}
+		writeError(ctx, fasthttp.StatusNotFound, "invalid_request_error", "not_found", "unknown path "+string(path))
+	}
+}
+
+func methodNotAllowed(ctx *fasthttp.RequestCtx) {
+	writeError(ctx, fasthttp.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "use POST")
+}
+
+func (s *Server) ready(ctx *fasthttp.RequestCtx) {
+	ctx.SetContentType("application/json")
+	n := 0
+	for _, u := range s.ups {
+		if u.b.Healthy() {
+			n++
+		}
+	}
+	if n == 0 || s.draining.Load() {
+		ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
+		fmt.Fprintf(ctx, `{"status":"not_ready","healthy_backends":%d,"draining":%v}`, n, s.draining.Load())
+		return
+	}
+	fmt.Fprintf(ctx, `{"status":"ready","healthy_backends":%d}`, n)
+}
+
+// handleServerError answers errors fasthttp meets before the handler runs
+// (body too large, malformed HTTP, read timeouts) in OpenAI's shape.
+func (s *Server) handleServerError(ctx *fasthttp.RequestCtx, err error) {
+	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+		s.m.badRequest("too_large")
+		writeError(ctx, fasthttp.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large",
+			fmt.Sprintf("request body exceeds %d bytes", s.cfg.MaxBodyBytes))
+		ctx.SetConnectionClose()
+		return
+	}
+	if isTimeout(err) {
+		writeError(ctx, fasthttp.StatusRequestTimeout, "invalid_request_error", "request_timeout", "request was not received in time")
+		ctx.SetConnectionClose()
+		return
+	}
+	s.m.badRequest("other")
+	writeError(ctx, fasthttp.StatusBadRequest, "invalid_request_error", "bad_http", "malformed HTTP request")
+	ctx.SetConnectionClose()
+}
+
+// quietLogger routes fasthttp's own messages to slog at debug level.
+type quietLogger struct{ l *slog.Logger }
+
+func (q quietLogger) Printf(format string, args ...any) {
+	q.l.Debug(fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,239 @@
+package sched
+
+import (
+	"fmt"
+	"math/bits"
+	"math/rand/v2"
+	"sort"
+
+	"github.com/kvca/kvca/chain"
+)
+
+var policies = map[string]Policy{
+	"kvca":         kvcaPolicy{},
+	"cost":         costPolicy{},
+	"round-robin":  roundRobin{},
+	"least-loaded": leastLoaded{},
+	"random":       randomPolicy{},
+	"session-hash": sessionHash{},
+}
+
+// DefaultPolicy is what serve uses when --policy is not given; the bench
+// chose it (see README).
+const DefaultPolicy = "kvca"
+
+// Policies lists the policy names, sorted.
+func Policies() []string {
+	names := make([]string, 0, len(policies))
+	for n := range policies {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// PolicyByName returns the named policy.
+func PolicyByName(name string) (Policy, error) {
+	if p, ok := policies[name]; ok {
+		return p, nil
+	}
+	return nil, fmt.Errorf("unknown policy %q (want one of %v)", name, Policies())
+}
+
+func trailingZeros(w uint64) int { return bits.TrailingZeros64(w) }
+
+// kvcaPolicy is the seed's two dispatch phases.
+type kvcaPolicy struct{}
+
+func (kvcaPolicy) Name() string { return "kvca" }
+
+func (kvcaPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
+	elig := s.Eligible(r)
+	n := len(r.Chain)
+	if r.Followup && n > 0 {
+		// Phase 2: walk to the divergence point; the holders of the block
+		// before it are the replicas of the longest known prefix.
+		var prev chain.Set
+		div := 0
+		for _, h := range r.Chain {
+			locs := s.Table.Lookup(h, r.Now)
+			if locs.Empty() {
+				break
+			}
+			prev = locs
+			div++
+		}
+		if div > 0 {
+			prev.And(&elig)
+			if !prev.Empty() {
+				var match [chain.MaxBackends]int32
+				prev.Each(func(b int) { match[b] = int32(div) })
+				d.Phase = PhaseFollowup
+				return s.reserveMin(&prev, n, &match, false, d)
+			}
+		}
+		d.Phase = PhaseFallback
+	}
+	// Phase 1 (and fallback): every eligible backend, all blocks novel.
+	return s.reserveMin(&elig, n, nil, false, d)
+}
+
+// costPolicy weighs load against the prefill a cached prefix saves:
+// cost(b) = load(b) + blocks b would have to compute.
+type costPolicy struct{}
+
+func (costPolicy) Name() string { return "cost" }
+
+func (costPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
+	elig := s.Eligible(r)
+	var match [chain.MaxBackends]int32
+	best := prefixMatch(s, r, elig, &match)
+	switch {
+	case !r.Followup:
+		d.Phase = PhaseBootstrap
+	case best > 0:
+		d.Phase = PhaseFollowup
+	default:
+		d.Phase = PhaseFallback
+	}
+	return s.reserveMin(&elig, len(r.Chain), &match, true, d)
+}
+
+// prefixMatch sets match[b] to the number of leading blocks of the chain
+// that b holds, for b in elig, and returns the longest.
+func prefixMatch(s *Scheduler, r *Request, elig chain.Set, match *[chain.MaxBackends]int32) int {
+	cur := elig
+	best := 0
+	for i, h := range r.Chain {
+		locs := s.Table.Lookup(h, r.Now)
+		cur.And(&locs)
+		if cur.Empty() {
+			break
+		}
+		cur.Each(func(b int) { match[b] = int32(i + 1) })
+		best = i + 1
+	}
+	return best
+}
+
+// matchOf is the cached prefix of one chosen backend, so baselines report
+// truthful cached/novel counts and reserve the right prefill.
+func matchOf(s *Scheduler, r *Request, b int) int {
+	n := 0
+	for _, h := range r.Chain {
+		locs := s.Table.Lookup(h, r.Now)
+		if !locs.Has(b) {
+			break
+		}
+		n++
+	}
+	return n
+}
+
+func phaseOf(r *Request, cached int) Phase {
+	switch {
+	case !r.Followup:
+		return PhaseBootstrap
+	case cached > 0:
+		return PhaseFollowup
+	}
+	return PhaseFallback
+}
+
+// pickFixed finishes a baseline's choice of backend index i.
+func pickFixed(s *Scheduler, r *Request, i int, d *Decision) bool {
+	m := matchOf(s, r, i)
+	reserveOn(s.Backends[i], len(r.Chain)-m, d)
+	d.Cached = m
+	d.Phase = phaseOf(r, m)
+	return true
+}
+
+// nth returns the k-th member (0-based) of a set.
+func nth(e *chain.Set, k int) int {
+	for wi, word := range e {
+		c := bits.OnesCount64(word)
+		if k >= c {
+			k -= c
+			continue
+		}
+		for ; k > 0; k-- {
+			word &= word - 1
+		}
+		return wi<<6 | bits.TrailingZeros64(word)
+	}
+	return -1
+}
+
+type roundRobin struct{}
+
+func (roundRobin) Name() string { return "round-robin" }
+
+func (roundRobin) Pick(s *Scheduler, r *Request, d *Decision) bool {
+	elig := s.Eligible(r)
+	n := elig.Len()
+	if n == 0 {
+		return false
+	}
+	k := int((s.rr.Add(1) - 1) % uint64(n))
+	return pickFixed(s, r, nth(&elig, k), d)
+}
+
+type leastLoaded struct{}
+
+func (leastLoaded) Name() string { return "least-loaded" }
+
+func (leastLoaded) Pick(s *Scheduler, r *Request, d *Decision) bool {
+	elig := s.Eligible(r)
+	if !s.reserveMin(&elig, len(r.Chain), nil, false, d) {
+		return false
+	}
+	// Reserved with every block novel; correct the report only.
+	d.Cached = matchOf(s, r, d.Backend.Index)
+	d.Phase = phaseOf(r, d.Cached)
+	return true
+}
+
+type randomPolicy struct{}
+
+func (randomPolicy) Name() string { return "random" }
+
+func (randomPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
+	elig := s.Eligible(r)
+	n := elig.Len()
+	if n == 0 {
+		return false
+	}
+	return pickFixed(s, r, nth(&elig, rand.IntN(n)), d)
+}
+
+// sessionHash sends a conversation (identified by its first user message)
+// to the same backend with rendezvous hashing, so only the conversations of
+// a backend that leaves move.
+type sessionHash struct{}
+
+func (sessionHash) Name() string { return "session-hash" }
+
+func (sessionHash) Pick(s *Scheduler, r *Request, d *Decision) bool {
+	elig := s.Eligible(r)
+	best, bestScore := -1, uint64(0)
+	elig.Each(func(i int) {
+		if sc := mix64(r.Session ^ s.Backends[i].seed); best < 0 || sc > bestScore {
+			best, bestScore = i, sc
+		}
+	})
+	if best < 0 {
+		return false
+	}
+	return pickFixed(s, r, best, d)
+}
+
+// mix64 is SplitMix64's finaliser: a fast, well-spread 64-bit mix.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}

@@ -1,0 +1,240 @@
+// Package sched picks the backend for a request and reserves its load on it
+// in one indivisible step. Load lives in one atomic word per backend, so
+// selection needs no mutex anywhere.
+package sched
+
+import (
+	"fmt"
+	"sync/atomic"
+
+	"github.com/kvca/kvca/chain"
+)
+
+// Backend is one upstream inference server as the scheduler sees it.
+type Backend struct {
+	Index int
+	URL   string // as configured, e.g. http://10.0.0.5:8000
+	Name  string // host:port, the metrics label
+
+	// state packs active requests (high 32 bits) and reserved prefill
+	// blocks (low 32 bits) so one compare-and-swap reserves both.
+	state   atomic.Uint64
+	healthy atomic.Bool
+	// seed decorrelates backends in rendezvous hashing.
+	seed uint64
+}
+
+const activeUnit = 1 << 32
+
+// NewBackend returns a healthy backend with no load.
+func NewBackend(index int, url, name string) *Backend {
+	b := &Backend{Index: index, URL: url, Name: name, seed: mix64(uint64(index)*0x9e3779b97f4a7c15 + 1)}
+	b.healthy.Store(true)
+	return b
+}
+
+// Active returns the requests in flight on b.
+func (b *Backend) Active() int64 { return int64(b.state.Load() >> 32) }
+
+// Prefill returns the novel blocks reserved on b and not yet answered.
+func (b *Backend) Prefill() int64 { return int64(uint32(b.state.Load())) }
+
+// Healthy reports whether b may receive new requests.
+func (b *Backend) Healthy() bool { return b.healthy.Load() }
+
+// SetHealthy changes b's eligibility and reports whether it changed.
+func (b *Backend) SetHealthy(v bool) bool { return b.healthy.Swap(v) != v }
+
+func loadOf(st, weight uint64) uint64 { return (st>>32)*weight + uint64(uint32(st)) }
+
+// Phase says how a request was routed, as the seed names the dispatch phases.
+type Phase uint8
+
+const (
+	PhaseBootstrap Phase = iota // Dispatch Phase 1
+	PhaseFollowup               // Dispatch Phase 2, a known prefix was found
+	PhaseFallback               // a follow-up with no known prefix (Fallback Routing)
+)
+
+func (p Phase) String() string {
+	switch p {
+	case PhaseFollowup:
+		return "followup"
+	case PhaseFallback:
+		return "fallback"
+	}
+	return "bootstrap"
+}
+
+// Request is what a policy may use to decide.
+type Request struct {
+	Chain    []uint64
+	Followup bool
+	Session  uint64
+	Now      int64 // table time
+	// Allowed limits the choice (backends serving the request's model);
+	// nil allows all.
+	Allowed *chain.Set
+	// Exclude holds backends already tried for this request.
+	Exclude chain.Set
+}
+
+// Decision is a policy's answer.
+type Decision struct {
+	Backend *Backend
+	Phase   Phase
+	Cached  int // leading blocks the backend is believed to hold
+	Novel   int // blocks it must compute, reserved as prefill load
+}
+
+// Policy selects a backend and reserves the request's load on it.
+type Policy interface {
+	Name() string
+	// Pick fills d and reserves on d.Backend; false means no eligible
+	// backend (all unhealthy, excluded or not serving the model).
+	Pick(s *Scheduler, r *Request, d *Decision) bool
+}
+
+// Scheduler holds the backends, the block table and the policy.
+type Scheduler struct {
+	Backends     []*Backend
+	Table        *chain.Table
+	ActiveWeight uint64
+	Policy       Policy
+	rr           atomic.Uint64
+}
+
+// New builds a scheduler; policy is one of Policies().
+func New(backends []*Backend, table *chain.Table, activeWeight int, policy string) (*Scheduler, error) {
+	if len(backends) == 0 {
+		return nil, fmt.Errorf("no backends")
+	}
+	if len(backends) > chain.MaxBackends {
+		return nil, fmt.Errorf("at most %d backends are supported, got %d", chain.MaxBackends, len(backends))
+	}
+	if activeWeight < 0 {
+		return nil, fmt.Errorf("active weight must not be negative")
+	}
+	p, err := PolicyByName(policy)
+	if err != nil {
+		return nil, err
+	}
+	return &Scheduler{Backends: backends, Table: table, ActiveWeight: uint64(activeWeight), Policy: p}, nil
+}
+
+// Route picks and reserves a backend for r. On success res must be
+// released by the caller (ReleasePrefill at headers, ReleaseActive at end).
+func (s *Scheduler) Route(r *Request, d *Decision, res *Reservation) bool {
+	*d = Decision{}
+	if !s.Policy.Pick(s, r, d) {
+		return false
+	}
+	res.arm(d.Backend, uint64(d.Novel))
+	return true
+}
+
+// Eligible returns the healthy, allowed, not excluded backends.
+func (s *Scheduler) Eligible(r *Request) chain.Set {
+	var e chain.Set
+	for _, b := range s.Backends {
+		if b.Healthy() && !r.Exclude.Has(b.Index) && (r.Allowed == nil || r.Allowed.Has(b.Index)) {
+			e.Add(b.Index)
+		}
+	}
+	return e
+}
+
+// reserveMin is least-loaded selection: among elig it picks the backend
+// with the smallest load (plus, when addNovel, the blocks it would have to
+// compute) and reserves one active unit and its novel blocks with a
+// compare-and-swap on the state it compared; if another request moved that
+// backend first, it chooses again. Ties go to the first candidate after a
+// start that rotates with every request, so no index is favoured and equal
+// backends take turns (an idle fleet sees its first turns spread evenly).
+func (s *Scheduler) reserveMin(elig *chain.Set, n int, match *[chain.MaxBackends]int32, addNovel bool, d *Decision) bool {
+	w := s.ActiveWeight
+	nb := len(s.Backends)
+	start := int(s.rr.Add(1) % uint64(nb))
+	for attempt := 0; ; attempt++ {
+		var best *Backend
+		var bestSt, bestCost uint64
+		for k := range nb {
+			i := start + k
+			if i >= nb {
+				i -= nb
+			}
+			if !elig.Has(i) {
+				continue
+			}
+			b := s.Backends[i]
+			st := b.state.Load()
+			cost := loadOf(st, w)
+			if addNovel {
+				cost += uint64(n - int(match[i]))
+			}
+			if best == nil || cost < bestCost {
+				best, bestSt, bestCost = b, st, cost
+			}
+		}
+		if best == nil {
+			return false
+		}
+		novel := n
+		if match != nil {
+			novel = n - int(match[best.Index])
+		}
+		if best.state.CompareAndSwap(bestSt, bestSt+activeUnit+uint64(novel)) || attempt >= 8 {
+			if attempt >= 8 {
+				// Under extreme contention settle for the last choice.
+				best.state.Add(activeUnit + uint64(novel))
+			}
+			d.Backend = best
+			d.Novel = novel
+			d.Cached = n - novel
+			return true
+		}
+	}
+}
+
+// reserveOn reserves on a backend chosen without regard to load (baselines).
+func reserveOn(b *Backend, novel int, d *Decision) {
+	b.state.Add(activeUnit + uint64(novel))
+	d.Backend = b
+	d.Novel = novel
+}
+
+// Reservation tracks one request's load so each part is released exactly
+// once, whichever of completion, error or disconnect comes first.
+type Reservation struct {
+	b     *Backend
+	novel uint64
+	done  atomic.Uint32 // bit 0: prefill released, bit 1: active released
+}
+
+func (r *Reservation) arm(b *Backend, novel uint64) {
+	r.b = b
+	r.novel = novel
+	r.done.Store(0)
+}
+
+// Backend returns the reserved backend.
+func (r *Reservation) Backend() *Backend { return r.b }
+
+// ReleasePrefill releases the novel-block load (the backend answered).
+func (r *Reservation) ReleasePrefill() {
+	if r.b != nil && r.done.Or(1)&1 == 0 {
+		r.b.state.Add(-r.novel)
+	}
+}
+
+// ReleaseActive releases the active-request unit, and the prefill load if
+// headers never came.
+func (r *Reservation) ReleaseActive() {
+	r.ReleasePrefill()
+	if r.b != nil && r.done.Or(2)&2 == 0 {
+		r.b.state.Add(^uint64(activeUnit - 1))
+	}
+}
+
+// Released reports whether both parts have been released.
+func (r *Reservation) Released() bool { return r.b == nil || r.done.Load() == 3 }
