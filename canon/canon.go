@@ -237,7 +237,7 @@ func (c *Canonicalizer) run(st *state, api API, body []byte, sink Sink, info *In
 		if _, ok := c.exclude[string(k)]; ok {
 			// Left out of the CBR, but still checked: fastjson accepts
 			// number forms ("+1", "NaN") that no backend would.
-			if !numbersValid(top[i].val) {
+			if !st.numbersValid(top[i].val) {
 				return ErrBadNumberText
 			}
 			continue
@@ -359,22 +359,21 @@ func sortMembers(ms []member) []member {
 }
 
 // numbersValid checks every number under v against the JSON grammar.
-func numbersValid(v *fastjson.Value) bool {
+func (st *state) numbersValid(v *fastjson.Value) bool {
 	switch v.Type() {
 	case fastjson.TypeNumber:
-		var buf [64]byte
-		b := v.MarshalTo(buf[:0])
-		return validNumber(b)
+		st.num = v.MarshalTo(st.num[:0])
+		return validNumber(st.num)
 	case fastjson.TypeArray:
 		for _, e := range v.GetArray() {
-			if !numbersValid(e) {
+			if !st.numbersValid(e) {
 				return false
 			}
 		}
 	case fastjson.TypeObject:
 		ok := true
 		v.GetObject().Visit(func(_ []byte, e *fastjson.Value) {
-			ok = ok && numbersValid(e)
+			ok = ok && st.numbersValid(e)
 		})
 		return ok
 	}

@@ -13,12 +13,12 @@ const MaxBackends = 256
 // Set is a set of backend indexes.
 type Set [MaxBackends / 64]uint64
 
-func (s *Set) Add(b int)      { s[b>>6] |= 1 << (b & 63) }
-func (s *Set) Remove(b int)   { s[b>>6] &^= 1 << (b & 63) }
-func (s *Set) Has(b int) bool { return s[b>>6]&(1<<(b&63)) != 0 }
-func (s *Set) Empty() bool    { return s[0]|s[1]|s[2]|s[3] == 0 }
-func (s *Set) And(o *Set)     { s[0] &= o[0]; s[1] &= o[1]; s[2] &= o[2]; s[3] &= o[3] }
-func (s *Set) Len() int {
+func (s *Set) Add(b int)     { s[b>>6] |= 1 << (b & 63) }
+func (s *Set) Remove(b int)  { s[b>>6] &^= 1 << (b & 63) }
+func (s Set) Has(b int) bool { return s[b>>6]&(1<<(b&63)) != 0 }
+func (s Set) Empty() bool    { return s[0]|s[1]|s[2]|s[3] == 0 }
+func (s *Set) And(o *Set)    { s[0] &= o[0]; s[1] &= o[1]; s[2] &= o[2]; s[3] &= o[3] }
+func (s Set) Len() int {
 	return bits.OnesCount64(s[0]) + bits.OnesCount64(s[1]) + bits.OnesCount64(s[2]) + bits.OnesCount64(s[3])
 }
 func (s *Set) Each(f func(b int)) { eachBit(s, f) }
@@ -100,14 +100,13 @@ func NewTable(cfg Config) *Table {
 	if n <= 0 {
 		n = 256
 	}
-	n = 1 << bits.Len(uint(n-1))
-	if cfg.MaxBlocks < n {
-		// Tiny tables (tests, demos) get few shards so the bound stays exact.
-		n = 1 << (bits.Len(uint(cfg.MaxBlocks)) - 1)
-		if n < 1 {
-			n = 1
-		}
+	// Each shard keeps its own LRU order and bound; shards of at least
+	// ~1024 blocks keep the per-shard LRU close to a global one, and small
+	// tables get a single exact one.
+	if m := cfg.MaxBlocks / 1024; n > m {
+		n = max(m, 1)
 	}
+	n = 1 << (bits.Len(uint(n)) - 1)
 	now := cfg.Now
 	if now == nil {
 		now = time.Now

@@ -1,0 +1,47 @@
+# kvca — the two commands a new machine needs are `make demo` and `make test`.
+GO       ?= go
+PKGS     := ./...
+BIN      := bin/kvca
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS  := -s -w -X main.version=$(VERSION)
+
+.PHONY: all build test vet fmt-check unit fuzz-short bench-go demo bench soak clean
+
+all: build
+
+build:
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/kvca
+
+# make test: what CI runs. Race detector on, short fuzz runs, no timing asserts.
+test: fmt-check vet unit fuzz-short
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet $(PKGS)
+
+unit:
+	$(GO) test -race -count=1 -timeout 12m $(PKGS)
+
+# Each fuzz target runs briefly; long runs: make fuzz FUZZTIME=10m
+FUZZTIME ?= 10s
+fuzz-short:
+	@scripts/fuzz.sh $(FUZZTIME)
+
+fuzz:
+	@scripts/fuzz.sh $(or $(FUZZTIME),5m)
+
+# Micro-benchmarks of the hot path (canon, chain, table, scheduler).
+bench-go:
+	$(GO) test -run '^$$' -bench . -benchmem ./canon ./chain ./sched ./edge
+
+demo: build
+	./$(BIN) demo
+
+bench: build
+	./$(BIN) bench --json bench/results/bench.json --charts bench/results
+
+clean:
+	rm -rf bin

@@ -1,0 +1,205 @@
+package canon_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/kvca/kvca/canon"
+)
+
+type buf struct{ b []byte }
+
+func (s *buf) Write(p []byte) { s.b = append(s.b, p...) }
+
+func cbr(t testing.TB, c *canon.Canonicalizer, api canon.API, body string) (string, canon.Info, error) {
+	var s buf
+	var info canon.Info
+	err := c.Canonicalize(api, []byte(body), &s, &info)
+	return string(s.b), info, err
+}
+
+func TestExcludedAndExtraExcluded(t *testing.T) {
+	body := `{"model":"m","messages":[{"role":"user","content":"x"}],"temperature":1,"stream":true,"x_trace":"abc","tools":[]}`
+	got, _, err := cbr(t, canon.New(nil), canon.Chat, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "chat\n{\"model\":\"m\",\"tools\":[],\"x_trace\":\"abc\"}\n{\"content\":\"x\",\"role\":\"user\"}\n"; got != want {
+		t.Fatalf("got %q want %q", got, want)
+	}
+	got, _, _ = cbr(t, canon.New([]string{"x_trace"}), canon.Chat, body)
+	if strings.Contains(got, "x_trace") {
+		t.Fatalf("--cbr-exclude ignored: %q", got)
+	}
+}
+
+func TestExclusionIsTopLevelOnly(t *testing.T) {
+	got, _, err := cbr(t, canon.New(nil), canon.Chat, `{"messages":[{"role":"user","content":"x","stream":true}],"tools":[{"temperature":1}]}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(got, `"stream":true`) || !strings.Contains(got, `"temperature":1`) {
+		t.Fatalf("nested controls dropped: %q", got)
+	}
+}
+
+func TestClassification(t *testing.T) {
+	c := canon.New(nil)
+	for body, want := range map[string]bool{
+		`{"messages":[{"role":"system","content":"s"},{"role":"user","content":"u"}]}`:                                  false,
+		`{"messages":[{"role":"user","content":"u"},{"role":"assistant","content":"a"},{"role":"user","content":"v"}]}`: true,
+		`{"messages":[{"role":"user","content":"u"},{"role":"tool","content":"t","tool_call_id":"1"}]}`:                 true,
+		`{"messages":[{"role":"user","content":"u"},{"role":"function","name":"f","content":"t"}]}`:                     true,
+		`{"messages":[{"role":"developer","content":"d"},{"role":"user","content":"u"}]}`:                               false,
+	} {
+		_, info, err := cbr(t, c, canon.Chat, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Followup != want {
+			t.Fatalf("%s: followup=%v", body, info.Followup)
+		}
+	}
+	_, info, _ := cbr(t, c, canon.Completions, `{"prompt":"x"}`)
+	if !info.Followup {
+		t.Fatal("completions must route as follow-ups")
+	}
+}
+
+func TestSessionIsFirstUserMessage(t *testing.T) {
+	c := canon.New(nil)
+	_, a, _ := cbr(t, c, canon.Chat, `{"messages":[{"role":"system","content":"s1"},{"role":"user","content":"hello"}]}`)
+	_, b, _ := cbr(t, c, canon.Chat, `{"messages":[{"role":"system","content":"s2"},{"role":"user","content":"hello"},{"role":"assistant","content":"x"},{"role":"user","content":"more"}]}`)
+	_, d, _ := cbr(t, c, canon.Chat, `{"messages":[{"role":"user","content":"other"}]}`)
+	if a.Session != b.Session || a.Session == d.Session || a.Session == 0 {
+		t.Fatalf("sessions %x %x %x", a.Session, b.Session, d.Session)
+	}
+}
+
+func TestErrors(t *testing.T) {
+	c := canon.New(nil)
+	for body, want := range map[string]error{
+		`{`:                                     canon.ErrMalformed,
+		`"x"`:                                   canon.ErrNotObject,
+		`{"messages":{}}`:                       canon.ErrNoMessages,
+		`{"messages":[{"role":1}]}`:             canon.ErrBadMessage,
+		`{"messages":[{"role":"user"}],"n":01}`: canon.ErrBadNumberText,
+	} {
+		if _, _, err := cbr(t, c, canon.Chat, body); !errors.Is(err, want) {
+			t.Fatalf("%s: %v, want %v", body, err, want)
+		}
+	}
+	if _, _, err := cbr(t, c, canon.Completions, `{"prompt":3}`); err != canon.ErrNoPrompt {
+		t.Fatal(err)
+	}
+}
+
+func TestLongStringsAndEscapes(t *testing.T) {
+	long := strings.Repeat("abcdefgh", 2000)
+	body := `{"messages":[{"role":"user","content":"` + long + `\n\u0007` + long + `"}]}`
+	got, info, err := cbr(t, canon.New(nil), canon.Chat, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "chat\n{}\n{\"content\":\"" + long + `\n\u0007` + long + "\",\"role\":\"user\"}\n"
+	if got != want || info.CBRLen != len(want) {
+		t.Fatal("long string CBR mismatch")
+	}
+}
+
+func TestAppendOnlyAcrossTurns(t *testing.T) {
+	c := canon.New(nil)
+	msgs := []map[string]any{{"role": "system", "content": "sys"}}
+	prev := ""
+	for i := 0; i < 10; i++ {
+		msgs = append(msgs, map[string]any{"role": "user", "content": strings.Repeat("q", i*37)})
+		body, _ := json.Marshal(map[string]any{"model": "m", "messages": msgs, "max_tokens": i})
+		got, _, err := cbr(t, c, canon.Chat, string(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(got, prev) {
+			t.Fatalf("turn %d CBR does not extend turn %d", i, i-1)
+		}
+		prev = got
+		msgs = append(msgs, map[string]any{"role": "assistant", "content": "a"})
+	}
+}
+
+func TestNoAllocsSteadyState(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts need a build without -race")
+	}
+	c := canon.New(nil)
+	body := []byte(`{"model":"m","messages":[{"role":"system","content":"You are helpful."},{"role":"user","content":"caf\u00e9 \"quoted\" and a long tail ` + strings.Repeat("x", 3000) + `"},{"role":"assistant","content":null,"tool_calls":[{"id":"1","type":"function","function":{"name":"f","arguments":"{}"}}]}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"a":{"type":"number","minimum":0.5}}}}}],"temperature":0.2}`)
+	var sink discard
+	var info canon.Info
+	if err := c.Canonicalize(canon.Chat, body, &sink, &info); err != nil {
+		t.Fatal(err)
+	}
+	if n := testing.AllocsPerRun(200, func() { _ = c.Canonicalize(canon.Chat, body, &sink, &info) }); n != 0 {
+		t.Fatalf("%v allocs per request", n)
+	}
+}
+
+type discard struct{ n int }
+
+func (d *discard) Write(p []byte) { d.n += len(p) }
+
+// FuzzCanonicalize: no panic on any body; for accepted bodies the CBR is
+// deterministic, independent of key order and escaping (checked by a
+// re-encoding through encoding/json), and append-only across turns.
+func FuzzCanonicalize(f *testing.F) {
+	for _, v := range loadVectors(f) {
+		f.Add([]byte(v.Request))
+	}
+	f.Add([]byte(`{"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"}],"model":"m","model":"n"}`))
+	f.Add([]byte(`{"messages":[{"role":"user","content":[{"type":"text","text":"\u00e9\ud83d\ude00"}]}]}`))
+	f.Add([]byte(`{"prompt":[1,2,3],"n":1e400}`))
+	c := canon.New(nil)
+	f.Fuzz(func(t *testing.T, body []byte) {
+		for _, api := range []canon.API{canon.Chat, canon.Completions} {
+			a, infoA, err := cbr(t, c, api, string(body))
+			if err != nil {
+				continue
+			}
+			b, infoB, _ := cbr(t, c, api, string(body))
+			if a != b || infoA.Followup != infoB.Followup || infoA.Session != infoB.Session {
+				t.Fatal("not deterministic")
+			}
+			if !utf8.Valid(body) || bytes.Contains(body, []byte(`\u`)) || bytes.Contains(body, []byte(`\U`)) {
+				continue // encoding/json would rewrite invalid text differently
+			}
+			var m map[string]any
+			dec := json.NewDecoder(bytes.NewReader(body))
+			dec.UseNumber()
+			if dec.Decode(&m) != nil || dec.More() {
+				continue
+			}
+			re, err := json.Marshal(m)
+			if err != nil {
+				continue
+			}
+			r, _, err := cbr(t, c, api, string(re))
+			if err != nil || r != a {
+				t.Fatalf("re-encoded body changes the CBR:\n%q\n%q (%v)", a, r, err)
+			}
+			if api != canon.Chat {
+				continue
+			}
+			msgs, _ := m["messages"].([]any)
+			for k := 1; k < len(msgs); k++ {
+				m["messages"] = msgs[:k]
+				sub, _ := json.Marshal(m)
+				p, _, err := cbr(t, c, api, string(sub))
+				if err != nil || !strings.HasPrefix(a, p) {
+					t.Fatalf("CBR of the first %d messages is not a prefix", k)
+				}
+			}
+		}
+	})
+}

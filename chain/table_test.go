@@ -1,0 +1,282 @@
+package chain
+
+import (
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+)
+
+// clock is a hand-moved clock for TTL tests.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func newTestTable(ttl time.Duration, max int) (*Table, *clock) {
+	c := &clock{t: time.Unix(1000, 0)}
+	return NewTable(Config{TTL: ttl, MaxBlocks: max, Now: c.now}), c
+}
+
+func set(bs ...int) (s Set) {
+	for _, b := range bs {
+		s.Add(b)
+	}
+	return s
+}
+
+func TestTouchLookupAndTTL(t *testing.T) {
+	tb, clk := newTestTable(time.Minute, 1000)
+	chain := []uint64{1, 2, 3}
+	tb.Touch(chain, 0, tb.Now())
+	clk.add(30 * time.Second)
+	tb.Touch(chain[:2], 2, tb.Now())
+	if got := tb.Lookup(1, tb.Now()); got != set(0, 2) {
+		t.Fatalf("lookup %v", got)
+	}
+	clk.add(31 * time.Second) // backend 0 idle 61 s: expired
+	if got := tb.Lookup(1, tb.Now()); got != set(2) {
+		t.Fatalf("after TTL %v", got)
+	}
+	if got := tb.Lookup(3, tb.Now()); !got.Empty() {
+		t.Fatalf("expired block still has %v", got)
+	}
+	st := tb.Stats()
+	if st.Blocks != 2 || st.Locations != 3 || st.EvictedExpired != 2 { // block 2 still lists backend 0 until looked up
+		t.Fatalf("stats %+v", st)
+	}
+	// A refresh keeps a location alive.
+	clk.add(50 * time.Second)
+	tb.Touch(chain[:1], 2, tb.Now())
+	clk.add(50 * time.Second)
+	if got := tb.Lookup(1, tb.Now()); got != set(2) {
+		t.Fatalf("refreshed location lost: %v", got)
+	}
+	if got := tb.Lookup(2, tb.Now()); !got.Empty() {
+		t.Fatalf("unrefreshed block kept: %v", got)
+	}
+}
+
+func TestTouchAtNeverMovesBack(t *testing.T) {
+	tb, clk := newTestTable(time.Minute, 100)
+	tb.Touch([]uint64{7}, 1, tb.Now())
+	old := tb.Now()
+	clk.add(40 * time.Second)
+	tb.Touch([]uint64{7}, 1, tb.Now())
+	tb.TouchAt([]uint64{7}, 1, old) // late message from a peer
+	clk.add(40 * time.Second)
+	if got := tb.Lookup(7, tb.Now()); got != set(1) {
+		t.Fatalf("late update rolled the time back: %v", got)
+	}
+}
+
+func TestVacuumIsDeadlineDriven(t *testing.T) {
+	tb, clk := newTestTable(time.Minute, 1000)
+	tb.Touch([]uint64{1, 2, 3}, 0, tb.Now())
+	clk.add(20 * time.Second)
+	tb.Touch([]uint64{4}, 1, tb.Now())
+	next := tb.VacuumOnce()
+	if want := int64(60_000); next != want {
+		t.Fatalf("next deadline %d, want %d (first block's expiry)", next, want)
+	}
+	clk.add(41 * time.Second) // first three expired, block 4 has 19 s left
+	next = tb.VacuumOnce()
+	if st := tb.Stats(); st.Blocks != 1 || st.EvictedExpired != 3 {
+		t.Fatalf("after vacuum %+v", st)
+	}
+	if want := int64(80_000); next != want {
+		t.Fatalf("next deadline %d, want %d", next, want)
+	}
+	clk.add(20 * time.Second)
+	tb.VacuumOnce()
+	if st := tb.Stats(); st.Blocks != 0 || st.Locations != 0 {
+		t.Fatalf("vacuum left %+v", st)
+	}
+}
+
+func TestMaxBlocksEvictsLRU(t *testing.T) {
+	tb, clk := newTestTable(time.Hour, 64)
+	for h := uint64(1); h <= 64; h++ {
+		tb.Touch([]uint64{h}, 0, tb.Now())
+		clk.add(time.Millisecond)
+	}
+	// Refresh the 16 oldest: they become the most recent.
+	for h := uint64(1); h <= 16; h++ {
+		tb.Touch([]uint64{h}, 0, tb.Now())
+	}
+	for h := uint64(100); h < 132; h++ {
+		tb.Touch([]uint64{h}, 1, tb.Now())
+	}
+	st := tb.Stats()
+	if st.Blocks > tb.Capacity() || st.EvictedCapacity == 0 {
+		t.Fatalf("bound not held: %+v cap %d", st, tb.Capacity())
+	}
+	for h := uint64(1); h <= 16; h++ {
+		if tb.Lookup(h, tb.Now()).Empty() {
+			t.Fatalf("recently used block %d evicted", h)
+		}
+	}
+	for h := uint64(100); h < 132; h++ {
+		if tb.Lookup(h, tb.Now()).Empty() {
+			t.Fatalf("new block %d evicted", h)
+		}
+	}
+}
+
+func TestEvictingExpiredFirstCountsExpired(t *testing.T) {
+	tb, clk := newTestTable(time.Second, 8)
+	for h := uint64(1); h <= 8; h++ {
+		tb.Touch([]uint64{h}, 0, tb.Now())
+	}
+	clk.add(2 * time.Second)
+	for h := uint64(11); h <= 18; h++ {
+		tb.Touch([]uint64{h}, 0, tb.Now())
+	}
+	if st := tb.Stats(); st.EvictedExpired != 8 || st.EvictedCapacity != 0 {
+		t.Fatalf("%+v", st)
+	}
+}
+
+func TestResetDropsBackendAndBumpsGeneration(t *testing.T) {
+	tb, _ := newTestTable(time.Hour, 1000)
+	tb.Touch([]uint64{1, 2}, 0, tb.Now())
+	tb.Touch([]uint64{1, 2}, 1, tb.Now())
+	if g := tb.Generation(0); g != 1 {
+		t.Fatalf("generation %d", g)
+	}
+	if g := tb.Reset(0); g != 2 {
+		t.Fatalf("reset generation %d", g)
+	}
+	if got := tb.Lookup(1, tb.Now()); got != set(1) {
+		t.Fatalf("after reset %v", got)
+	}
+	if st := tb.Stats(); st.Locations != 2 || st.EvictedReset != 2 {
+		t.Fatalf("%+v", st)
+	}
+	tb.Touch([]uint64{1}, 0, tb.Now())
+	if got := tb.Lookup(1, tb.Now()); got != set(0, 1) {
+		t.Fatalf("relearn after reset %v", got)
+	}
+}
+
+func TestPinSurvivesTTL(t *testing.T) {
+	tb, clk := newTestTable(time.Minute, 1000)
+	tb.Pin([]uint64{1, 2}, 3, tb.Now())
+	tb.Touch([]uint64{1}, 4, tb.Now())
+	clk.add(time.Hour)
+	tb.VacuumOnce()
+	if got := tb.Lookup(1, tb.Now()); got != set(3) {
+		t.Fatalf("pinned %v", got)
+	}
+	if n := tb.Unpin([]uint64{1, 2}, 3); n != 2 {
+		t.Fatalf("unpinned %d", n)
+	}
+	clk.add(time.Hour)
+	tb.VacuumOnce()
+	if st := tb.Stats(); st.Blocks != 0 {
+		t.Fatalf("unpinned blocks kept: %+v", st)
+	}
+}
+
+func TestConcurrentUse(t *testing.T) {
+	tb := NewTable(Config{TTL: time.Second, MaxBlocks: 5000})
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			chain := make([]uint64, 16)
+			for i := 0; i < 2000; i++ {
+				for j := range chain {
+					chain[j] = uint64(i*31+j) * 0x9e3779b97f4a7c15
+				}
+				tb.Touch(chain, (g+i)%4, tb.Now())
+				for _, h := range chain {
+					tb.Lookup(h, tb.Now())
+				}
+				if i%500 == 0 {
+					tb.VacuumOnce()
+					tb.Reset(g % 4)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if st := tb.Stats(); st.Blocks > tb.Capacity() {
+		t.Fatalf("over capacity %+v", st)
+	}
+}
+
+func BenchmarkTouch(b *testing.B) {
+	tb := NewTable(Config{TTL: time.Minute, MaxBlocks: 1 << 20})
+	chain := make([]uint64, 64)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		for j := range chain {
+			chain[j] = uint64(i&1023*64+j) * 0x9e3779b97f4a7c15
+		}
+		tb.Touch(chain, i&7, tb.Now())
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(chain)), "ns/block")
+}
+
+func BenchmarkLookupParallel(b *testing.B) {
+	tb := NewTable(Config{TTL: time.Minute, MaxBlocks: 1 << 20})
+	hs := make([]uint64, 1<<16)
+	for i := range hs {
+		hs[i] = uint64(i+1) * 0x9e3779b97f4a7c15
+	}
+	tb.Touch(hs, 1, tb.Now())
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		now := tb.Now()
+		for pb.Next() {
+			tb.Lookup(hs[i&(len(hs)-1)], now)
+			i++
+		}
+	})
+}
+
+func BenchmarkTouchParallel(b *testing.B) {
+	tb := NewTable(Config{TTL: time.Minute, MaxBlocks: 1 << 20})
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		var c [1]uint64
+		i := uint64(0)
+		for pb.Next() {
+			c[0] = (i & 0xffff) * 0x9e3779b97f4a7c15
+			tb.Touch(c[:], int(i&7), tb.Now())
+			i++
+		}
+	})
+}
+
+// BenchmarkMemoryPerBlock reports heap bytes per tracked block with one
+// location each (target: at most 64).
+func BenchmarkMemoryPerBlock(b *testing.B) {
+	const n = 1 << 20
+	for b.Loop() {
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		tb := NewTable(Config{TTL: time.Minute, MaxBlocks: n})
+		var c [1]uint64
+		now := tb.Now()
+		for i := uint64(1); i <= n; i++ {
+			c[0] = i * 0x9e3779b97f4a7c15
+			tb.Touch(c[:], int(i&7), now)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "bytes/block")
+		runtime.KeepAlive(tb)
+	}
+}
