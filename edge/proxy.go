@@ -57,18 +57,26 @@ func (s *Server) proxyRouted(ctx *fasthttp.RequestCtx, api canon.API, route int)
 	c.start = time.Now()
 	c.route = route
 	c.routed = true
-	if err := s.canon.Canonicalize(api, ctx.PostBody(), c.h, &c.info); err != nil {
+	if err := s.plan(c, api, ctx.PostBody()); err != nil {
 		s.m.badRequest(canon.Reason(err))
 		s.m.requests[route][numPhases].Inc()
 		badRequest(ctx, canon.Reason(err), err.Error())
 		s.putCall(c)
 		return
 	}
+	s.forward(ctx, c)
+}
+
+// plan is body → canon → chain: it fills the scheduler's request.
+func (s *Server) plan(c *call, api canon.API, body []byte) error {
+	if err := s.canon.Canonicalize(api, body, c.h, &c.info); err != nil {
+		return err
+	}
 	c.req.Chain = c.h.Sum()
 	c.req.Followup = c.info.Followup
 	c.req.Session = c.info.Session
 	c.req.Now = s.table.Now()
-	s.forward(ctx, c)
+	return nil
 }
 
 // proxyPassthrough sends any other /v1/* request to the least-loaded
@@ -223,6 +231,14 @@ func (s *Server) try(ctx *fasthttp.RequestCtx, c *call, u *upstream, mayRetry bo
 	}
 }
 
+// hasAlternative reports whether another eligible backend could take the
+// request if u's answer is refused; otherwise u's answer is the one to give.
+func (s *Server) hasAlternative(c *call, u *upstream) bool {
+	r := c.req
+	r.Exclude.Add(u.b.Index)
+	return !s.sched.Eligible(&r).Empty()
+}
+
 func (s *Server) connFailure(u *upstream, err error) int {
 	u.m.errors[errConnect].Inc()
 	u.failed(s.cfg.FailThreshold, s)
@@ -251,7 +267,7 @@ func (s *Server) respond(ctx *fasthttp.RequestCtx, c *call, u *upstream, cc any,
 	status := c.hdr.StatusCode()
 	if status >= 500 || status == fasthttp.StatusTooManyRequests {
 		u.m.errors[errStatus].Inc()
-		if mayRetry && (status == fasthttp.StatusTooManyRequests || status == fasthttp.StatusServiceUnavailable) {
+		if mayRetry && (status == fasthttp.StatusTooManyRequests || status == fasthttp.StatusServiceUnavailable) && s.hasAlternative(c, u) {
 			// Nothing has reached the client yet: another backend may take it.
 			u.hc.ReleaseReader(br)
 			u.ops.close(cc)

@@ -288,6 +288,11 @@ func (r *relay) finish(werr error) {
 	c, u := r.c, r.u
 	if r.upErr != nil {
 		u.m.errors[errStream].Inc()
+		if !isTimeout(r.upErr) {
+			// A backend that dies mid-stream counts toward ejection like a
+			// refused connection.
+			u.failed(c.s.cfg.FailThreshold, c.s)
+		}
 	} else if werr != nil {
 		c.s.m.disconnects.Inc()
 	}

@@ -1,0 +1,90 @@
+package edge
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/kvca/kvca/canon"
+	"github.com/kvca/kvca/internal/bodies"
+)
+
+// newOfflineServer builds a server that is never started: the in-process
+// hot path (body → canon → chain → sched → learn) without the network.
+func newOfflineServer(t testing.TB, policy string) *Server {
+	cfg := DefaultConfig()
+	cfg.Backends = []string{"http://127.0.0.1:1", "http://127.0.0.1:2", "http://127.0.0.1:3", "http://127.0.0.1:4"}
+	cfg.Policy = policy
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// routeOnce is one request's in-process path: plan, pick and reserve,
+// release prefill at "headers", learn, release active at "end".
+func routeOnce(s *Server, body []byte) error {
+	c := s.getCall()
+	if err := s.plan(c, canon.Chat, body); err != nil {
+		s.putCall(c)
+		return err
+	}
+	if !s.sched.Route(&c.req, &c.dec, &c.res) {
+		s.putCall(c)
+		return fmt.Errorf("no backend")
+	}
+	c.res.ReleasePrefill()
+	s.table.Touch(c.req.Chain, c.dec.Backend.Index, c.req.Now)
+	c.res.ReleaseActive()
+	s.putCall(c)
+	return nil
+}
+
+func pathBodies() (names []string, bs [][]byte) {
+	for _, n := range []int{1 << 10, 4 << 10, 16 << 10, 128 << 10} {
+		names = append(names, fmt.Sprintf("%dKB", n>>10))
+		bs = append(bs, bodies.Chat(n))
+	}
+	conv := bodies.Conversation(40, 300)
+	names = append(names, "turn40")
+	bs = append(bs, conv[len(conv)-1])
+	return names, bs
+}
+
+func BenchmarkRoutePath(b *testing.B) {
+	names, bs := pathBodies()
+	for _, policy := range []string{"kvca", "cost"} {
+		s := newOfflineServer(b, policy)
+		for i, body := range bs {
+			b.Run(policy+"/"+names[i], func(b *testing.B) {
+				b.SetBytes(int64(len(body)))
+				b.ReportAllocs()
+				for b.Loop() {
+					if err := routeOnce(s, body); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestRoutePathNoAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts need a build without -race")
+	}
+	names, bs := pathBodies()
+	for _, policy := range []string{"kvca", "cost", "round-robin", "least-loaded", "random", "session-hash"} {
+		s := newOfflineServer(t, policy)
+		for i, body := range bs {
+			// Warm the pools, and the table: baselines spread a chain over
+			// every backend before its locations reach their steady size.
+			for range 200 {
+				_ = routeOnce(s, body)
+			}
+			if n := testing.AllocsPerRun(50, func() { _ = routeOnce(s, body) }); n != 0 {
+				t.Errorf("%s/%s: %v allocs per request", policy, names[i], n)
+			}
+		}
+	}
+}
