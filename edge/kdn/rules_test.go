@@ -164,7 +164,7 @@ func TestDomainRules(t *testing.T) {
 		{"observation legacy source", "CacheReplicaObservation", `{"artifact_id":"` + testArtifact + `","state":"available","source":"legacy_projection","endpoint_id":"` + testEndpoint + `","endpoint_generation":1,"gateway_profile":"mock","compatibility_profile_id":"c","source_observed_at":"2025-06-01T11:00:00Z","projected_at":"2025-06-01T11:59:30Z","expires_at":"2025-06-01T12:09:00Z"}`, false, CodeRule},
 		{"observation expires without source", "CacheReplicaObservation", `{"artifact_id":"` + testArtifact + `","state":"unknown","source":"legacy_projection","endpoint_id":"` + testEndpoint + `","endpoint_generation":0,"runtime_profile":"old","gateway_profile":"legacy_gateway","compatibility_profile_id":"c","projected_at":"2025-06-01T11:59:30Z","expires_at":"2025-06-01T12:09:00Z","legacy_projection":true,"compatibility_uncertain":true}`, true, `"runtime_profile":"legacy"`},
 		{"task defaults", "CacheOperationTask", task(``), true, `"endpoint_id":null,"endpoint_generation":null,"state":"pending","attempt":0`},
-		{"task generation zero", "CacheOperationTask", task(`,"endpoint_id":"`+testEndpoint+`","endpoint_generation":0`), false, CodeOutOfRange},
+		{"task generation zero", "CacheOperationTask", task(`,"endpoint_id":"` + testEndpoint + `","endpoint_generation":0`), false, CodeOutOfRange},
 		{"task updated before created", "CacheOperationTask", strings.Replace(task(``), `"updated_at":"2025-06-01T12:00:00Z"`, `"updated_at":"2025-06-01T11:00:00Z"`, 1), false, CodeRule},
 		{"task blank key", "CacheOperationTask", strings.Replace(task(``), `"idempotency_key":"k"`, `"idempotency_key":" "`, 1), false, CodeBlank},
 		{"task v1 lookup on legacy gateway", "CacheOperationTask", strings.Replace(strings.Replace(task(``), `"prefetch"`, `"lookup"`, 1), `"mp_http_api"`, `"legacy_gateway"`, 1), true, `"operation":"lookup"`},
@@ -177,7 +177,7 @@ func TestDomainRules(t *testing.T) {
 		{"capacity unsupported measured", "CapacityUsageObservation", sum(`,"support":"unsupported","tier_name":"cpu","tier_level":"l1","used_bytes":2`), false, CodeRule},
 		{"adapter unsupported listed", "AdapterSummary", sum(`,"support":"unknown","loaded_adapters":["a"]`), false, CodeRule},
 		{"tier same name both levels", "TierSummary", sum(`,"support":"supported","l1_tiers":["x"],"l2_tiers":["x"]`), true, `"l1_tiers":["x"],"l2_tiers":["x"],"capacity":[]`},
-		{"tier capacity provenance", "TierSummary", sum(`,"support":"supported","l1_tiers":["cpu"],"capacity":[`+strings.Replace(sum(`,"support":"unknown","tier_name":"cpu","tier_level":"l1"`), `"endpoint_generation":1`, `"endpoint_generation":2`, 1)+`]`), false, CodeRule},
+		{"tier capacity provenance", "TierSummary", sum(`,"support":"supported","l1_tiers":["cpu"],"capacity":[` + strings.Replace(sum(`,"support":"unknown","tier_name":"cpu","tier_level":"l1"`), `"endpoint_generation":1`, `"endpoint_generation":2`, 1) + `]`), false, CodeRule},
 		{"compat chunk zero", "LMCacheCompatibilityProfile", `{"compatibility_profile_id":"c","chunk_size":0}`, false, CodeOutOfRange},
 		{"binding empty id", "GatewayAdapterBinding", `{"transport_kind":"mock","binding_id":""}`, false, CodeTooShort},
 	})

@@ -46,7 +46,10 @@ func TestNegotiationOrder(t *testing.T) {
 		want kdn.OutcomeCode
 	}{
 		{"runtime beats generation", func(e *kdn.Envelope, t *kdn.Target) { e.RuntimeProfile = kdn.ProfileV1; t.EndpointGeneration = 9 }, kdn.OutcomeIncompatible},
-		{"endpoint beats generation", func(_ *kdn.Envelope, t *kdn.Target) { t.EndpointID = kdn.EndpointIDForName("x"); t.EndpointGeneration = 9 }, kdn.OutcomeIncompatible},
+		{"endpoint beats generation", func(_ *kdn.Envelope, t *kdn.Target) {
+			t.EndpointID = kdn.EndpointIDForName("x")
+			t.EndpointGeneration = 9
+		}, kdn.OutcomeIncompatible},
 		{"newer generation is stale", func(_ *kdn.Envelope, t *kdn.Target) { t.EndpointGeneration = 2 }, kdn.OutcomeStale},
 		{"unknown flag is unsupported", func(*kdn.Envelope, *kdn.Target) {}, kdn.OutcomeUnsupported},
 	}
@@ -244,7 +247,6 @@ func TestLegacyIgnoresFlags(t *testing.T) {
 		t.Errorf("lookup is gated: %q", r.Error.Value().Message)
 	}
 }
-
 
 // TestCallRoutesEveryOperation decodes a minimal request for every
 // operation and checks the answer's model is the route's response model.
