@@ -1,0 +1,178 @@
+package run
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/kvca/kvca/bench/mock"
+	"github.com/kvca/kvca/bench/workload"
+)
+
+// Spec is everything `kvca bench` needs besides the proxy.
+type Spec struct {
+	Run Options
+
+	// Trace is a Mooncake-format file to replay; empty: Synth.
+	Trace     string
+	TraceOpts workload.TraceOptions
+	Synth     workload.Synthetic
+	// TimeScale multiplies arrival times (and, through Run.Engine.TimeScale,
+	// every simulated duration) so that long workloads replay quickly with
+	// the same load shape. ArrivalScale multiplies arrivals only: below 1 it
+	// raises the load.
+	TimeScale    float64
+	ArrivalScale float64
+
+	JSON   string // write the JSON report here
+	Charts string // write PNG charts into this directory
+}
+
+func env(name string) []string {
+	return []string{"KVCA_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))}
+}
+
+// Flags are `kvca bench`'s flags; read them back with SpecFromCLI.
+func Flags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "trace", Usage: "Mooncake-format JSONL trace `FILE` to replay (default: synthetic chat)", EnvVars: env("trace")},
+		&cli.IntFlag{Name: "max-requests", Usage: "replay only the first N requests of the trace (0: all)", EnvVars: env("max-requests")},
+		&cli.BoolFlag{Name: "plain", Usage: "send each trace request as one user message (no conversation reconstruction)", EnvVars: env("plain")},
+		&cli.IntFlag{Name: "max-output-tokens", Usage: "cap each request's output tokens (0: as the workload says)", EnvVars: env("max-output-tokens")},
+		&cli.Float64Flag{Name: "time-scale", Value: 0.05, Usage: "multiply arrival times and every simulated engine duration (0.05: 20× faster)", EnvVars: env("time-scale")},
+		&cli.Float64Flag{Name: "arrival-scale", Value: 1, Usage: "further multiply arrival times only (<1 raises the load)", EnvVars: env("arrival-scale")},
+
+		&cli.IntFlag{Name: "sessions", Value: 200, Usage: "synthetic: conversations", EnvVars: env("sessions")},
+		&cli.Float64Flag{Name: "rate", Value: 5, Usage: "synthetic: conversation arrivals per second (Poisson)", EnvVars: env("rate")},
+		&cli.IntFlag{Name: "min-turns", Value: 2, Usage: "synthetic: fewest user turns per conversation", EnvVars: env("min-turns")},
+		&cli.IntFlag{Name: "max-turns", Value: 8, Usage: "synthetic: most user turns per conversation", EnvVars: env("max-turns")},
+		&cli.DurationFlag{Name: "think-time", Value: 5 * time.Second, Usage: "synthetic: mean gap between a conversation's requests", EnvVars: env("think-time")},
+		&cli.IntFlag{Name: "system-prompts", Value: 4, Usage: "synthetic: distinct shared system prompts", EnvVars: env("system-prompts")},
+		&cli.IntFlag{Name: "system-tokens", Value: 2048, Usage: "synthetic: tokens per system prompt", EnvVars: env("system-tokens")},
+		&cli.IntFlag{Name: "user-tokens", Value: 256, Usage: "synthetic: mean tokens per user message", EnvVars: env("user-tokens")},
+		&cli.IntFlag{Name: "output-tokens", Value: 128, Usage: "synthetic: output tokens per request", EnvVars: env("output-tokens")},
+		&cli.Float64Flag{Name: "tool-rate", Value: 0.2, Usage: "synthetic: probability that a turn calls a tool", EnvVars: env("tool-rate")},
+		&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "synthetic: random seed", EnvVars: env("seed")},
+
+		&cli.IntFlag{Name: "engines", Value: 8, Usage: "mock engines behind the proxy", EnvVars: env("engines")},
+		&cli.IntFlag{Name: "cache-tokens", Value: 2_000_000, Usage: "KV cache capacity of each engine, in tokens", EnvVars: env("cache-tokens")},
+		&cli.IntFlag{Name: "block-tokens", Value: 16, Usage: "engine KV block size in tokens", EnvVars: env("block-tokens")},
+		&cli.IntFlag{Name: "max-seqs", Value: 64, Usage: "sequences an engine runs at once; the rest queue", EnvVars: env("max-seqs")},
+		&cli.DurationFlag{Name: "prefill-overhead", Value: 5 * time.Millisecond, Usage: "engine prefill cost per request (before time-scale)", EnvVars: env("prefill-overhead")},
+		&cli.DurationFlag{Name: "prefill-per-token", Value: 50 * time.Microsecond, Usage: "engine prefill cost per uncached token (before time-scale)", EnvVars: env("prefill-per-token")},
+		&cli.DurationFlag{Name: "decode-per-token", Value: 10 * time.Millisecond, Usage: "engine decode time per output token (before time-scale)", EnvVars: env("decode-per-token")},
+
+		&cli.StringFlag{Name: "policies", Value: strings.Join(DefaultPolicies, ","), Usage: "comma-separated routing policies to compare", EnvVars: env("policies")},
+		&cli.IntFlag{Name: "max-in-flight", Value: 2048, Usage: "bound on concurrent requests (later arrivals wait)", EnvVars: env("max-in-flight")},
+		&cli.DurationFlag{Name: "timeout", Value: 10 * time.Minute, Usage: "per-request timeout", EnvVars: env("timeout")},
+		&cli.StringFlag{Name: "json", Usage: "write the JSON report to `FILE`", EnvVars: env("json")},
+		&cli.StringFlag{Name: "charts", Usage: "write PNG charts into `DIR`", EnvVars: env("charts")},
+		&cli.BoolFlag{Name: "quiet", Usage: "no progress lines on stderr", EnvVars: env("quiet")},
+	}
+}
+
+// SpecFromCLI reads the flags of Flags.
+func SpecFromCLI(c *cli.Context) (Spec, error) {
+	var s Spec
+	s.TimeScale = c.Float64("time-scale")
+	s.ArrivalScale = c.Float64("arrival-scale")
+	if s.TimeScale <= 0 || s.ArrivalScale <= 0 {
+		return s, fmt.Errorf("--time-scale and --arrival-scale must be positive")
+	}
+	s.Trace = c.String("trace")
+	s.TraceOpts = workload.TraceOptions{
+		MaxRequests:     c.Int("max-requests"),
+		Plain:           c.Bool("plain"),
+		MaxOutputTokens: c.Int("max-output-tokens"),
+	}
+	s.Synth = workload.Synthetic{
+		Seed: c.Uint64("seed"), Sessions: c.Int("sessions"), Rate: c.Float64("rate"),
+		MinTurns: c.Int("min-turns"), MaxTurns: c.Int("max-turns"), ThinkTime: c.Duration("think-time"),
+		SystemPrompts: c.Int("system-prompts"), SystemPromptTokens: c.Int("system-tokens"),
+		UserTokens: c.Int("user-tokens"), OutputTokens: c.Int("output-tokens"), ToolRate: c.Float64("tool-rate"),
+	}
+	var policies []string
+	for _, p := range strings.Split(c.String("policies"), ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			policies = append(policies, p)
+		}
+	}
+	s.Run = Options{
+		Engines: c.Int("engines"),
+		Engine: mock.Config{
+			CacheTokens: c.Int("cache-tokens"), BlockTokens: c.Int("block-tokens"), MaxSeqs: c.Int("max-seqs"),
+			PrefillOverhead: c.Duration("prefill-overhead"), PrefillPerToken: c.Duration("prefill-per-token"),
+			DecodePerToken: c.Duration("decode-per-token"), TimeScale: s.TimeScale,
+		},
+		Policies:    policies,
+		MaxInFlight: c.Int("max-in-flight"),
+		Timeout:     c.Duration("timeout"),
+	}
+	if !c.Bool("quiet") {
+		s.Run.Progress = os.Stderr
+	}
+	s.JSON, s.Charts = c.String("json"), c.String("charts")
+	return s, nil
+}
+
+// Workload builds the spec's workload with its arrival times scaled.
+func (s Spec) Workload() (*workload.Workload, error) {
+	var w *workload.Workload
+	if s.Trace != "" {
+		var err error
+		if w, err = workload.LoadTrace(s.Trace, s.TraceOpts); err != nil {
+			return nil, err
+		}
+	} else {
+		w = s.Synth.Generate()
+	}
+	scale := s.TimeScale * s.ArrivalScale
+	if scale <= 0 {
+		scale = 1
+	}
+	for i := range w.Requests {
+		w.Requests[i].At = time.Duration(float64(w.Requests[i].At) * scale)
+	}
+	return w, nil
+}
+
+// Main runs the bench described by spec against proxies from factory and
+// writes the table to stdout, and the JSON report and charts if asked.
+func Main(ctx context.Context, spec Spec, factory ProxyFactory, stdout io.Writer) error {
+	w, err := spec.Workload()
+	if err != nil {
+		return err
+	}
+	if spec.Run.Progress != nil {
+		fmt.Fprintf(spec.Run.Progress, "bench: workload %s, %d requests over %s; policies %s\n",
+			w.Name, len(w.Requests), w.Duration().Round(time.Second), strings.Join(spec.Run.Policies, ","))
+	}
+	rep, err := Run(ctx, w, spec.Run, factory)
+	if rep != nil && len(rep.Results) > 0 {
+		rep.WriteTable(stdout)
+		if spec.JSON != "" {
+			f, ferr := os.Create(spec.JSON)
+			if ferr != nil {
+				return ferr
+			}
+			ferr = rep.WriteJSON(f)
+			if cerr := f.Close(); ferr == nil {
+				ferr = cerr
+			}
+			if ferr != nil {
+				return ferr
+			}
+		}
+		if spec.Charts != "" {
+			if cerr := rep.WriteCharts(spec.Charts); cerr != nil {
+				return cerr
+			}
+		}
+	}
+	return err
+}

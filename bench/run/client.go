@@ -1,0 +1,101 @@
+package run
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/kvca/kvca/bench/workload"
+)
+
+// outcome is what the client saw of one request. Latencies count from the
+// request's scheduled time, so a late send (driver or guard) is not hidden.
+type outcome struct {
+	sent time.Time
+	ttft time.Duration
+	e2e  time.Duration
+	err  error
+}
+
+var (
+	dataPrefix  = []byte("data: ")
+	donePayload = []byte("[DONE]")
+	errorPrefix = []byte(`{"error"`)
+	errorObject = []byte(`"object":"error"`)
+)
+
+func send(ctx context.Context, client *http.Client, base string, r *workload.Request, due time.Time, timeout time.Duration) outcome {
+	o := outcome{sent: due}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+r.Path, bytes.NewReader(r.Body))
+	if err != nil {
+		o.err = err
+		return o
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if r.Stream {
+		req.Header.Set("Accept", "text/event-stream")
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		o.err = err
+		return o
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
+		o.err = fmt.Errorf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(b))
+		return o
+	}
+	if !r.Stream {
+		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+			o.err = err
+			return o
+		}
+		o.e2e = time.Since(due)
+		o.ttft = o.e2e
+		return o
+	}
+	br := bufio.NewReaderSize(resp.Body, 16<<10)
+	first := true
+	for {
+		line, err := br.ReadSlice('\n')
+		long := err == bufio.ErrBufferFull
+		if err != nil && !long {
+			if err == io.EOF {
+				err = errNoDone
+			}
+			o.err = err
+			return o
+		}
+		if payload, ok := bytes.CutPrefix(line, dataPrefix); ok {
+			if first {
+				o.ttft = time.Since(due)
+				first = false
+			}
+			payload = bytes.TrimSpace(payload)
+			if bytes.Equal(payload, donePayload) {
+				o.e2e = time.Since(due)
+				return o
+			}
+			if bytes.HasPrefix(payload, errorPrefix) || bytes.Contains(payload, errorObject) {
+				o.err = fmt.Errorf("error event: %.200s", payload)
+				return o
+			}
+		}
+		// The rest of an event longer than the buffer does not matter.
+		for long {
+			_, err = br.ReadSlice('\n')
+			long = err == bufio.ErrBufferFull
+			if err != nil && !long {
+				o.err = err
+				return o
+			}
+		}
+	}
+}

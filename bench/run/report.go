@@ -1,0 +1,160 @@
+package run
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"text/tabwriter"
+	"time"
+
+	"github.com/kvca/kvca/bench/mock"
+)
+
+// Report is a bench run's outcome.
+type Report struct {
+	Workload WorkloadInfo
+	Results  []Result
+}
+
+// WorkloadInfo describes the replayed workload.
+type WorkloadInfo struct {
+	Name     string
+	Requests int
+	// IdealHitRate is the workload's ideal in the engines' own units
+	// (infinite cache, one engine, BlockTokens-token blocks).
+	IdealHitRate float64
+	// TraceIdealHitRate is the same bound in the trace's own blocks (nil
+	// for synthetic workloads).
+	TraceIdealHitRate *float64
+	BlockTokens       int
+	Engines           int
+}
+
+// Result is one policy's outcome.
+type Result struct {
+	Policy                    string
+	Requests                  int
+	Errors                    int      // failed or never sent
+	ErrorSamples              []string // the first few errors
+	Delayed                   int      // arrivals held back by MaxInFlight
+	HitRate                   float64  // token-weighted, from the engines
+	TTFTp50, TTFTp90, TTFTp99 time.Duration
+	E2Ep50, E2Ep99            time.Duration
+	Throughput                float64       // successful requests per second
+	Imbalance                 float64       // max/mean engine busy time
+	Wall                      time.Duration // first arrival to last completion or failure
+
+	// ProxyCPUPerRequest is CPU time per request, measured as CPUMeasure says
+	// (empty when unknown).
+	ProxyCPUPerRequest time.Duration
+	CPUMeasure         string
+
+	TTFT        []time.Duration // successful requests, sorted
+	EngineStats []mock.Stats
+	Load        []LoadSeries
+}
+
+// jsonReport is the --json schema, exactly.
+type jsonReport struct {
+	Workload struct {
+		Name         string  `json:"name"`
+		Requests     int     `json:"requests"`
+		IdealHitRate float64 `json:"ideal_hit_rate"`
+	} `json:"workload"`
+	Results []jsonResult `json:"results"`
+}
+
+type jsonResult struct {
+	Policy        string  `json:"policy"`
+	HitRate       float64 `json:"hit_rate"`
+	TTFTp50       float64 `json:"ttft_p50_ms"`
+	TTFTp90       float64 `json:"ttft_p90_ms"`
+	TTFTp99       float64 `json:"ttft_p99_ms"`
+	E2Ep50        float64 `json:"e2e_p50_ms"`
+	E2Ep99        float64 `json:"e2e_p99_ms"`
+	ThroughputRPS float64 `json:"throughput_rps"`
+	Imbalance     float64 `json:"imbalance"`
+	Errors        int     `json:"errors"`
+}
+
+func ms(d time.Duration) float64 { return round(float64(d)/float64(time.Millisecond), 3) }
+
+func round(x float64, digits int) float64 {
+	p := math.Pow(10, float64(digits))
+	return math.Round(x*p) / p
+}
+
+// WriteJSON writes the report in the bench's JSON schema.
+func (r *Report) WriteJSON(w io.Writer) error {
+	var j jsonReport
+	j.Workload.Name = r.Workload.Name
+	j.Workload.Requests = r.Workload.Requests
+	j.Workload.IdealHitRate = round(r.Workload.IdealHitRate, 6)
+	j.Results = []jsonResult{}
+	for _, res := range r.Results {
+		j.Results = append(j.Results, jsonResult{
+			Policy: res.Policy, HitRate: round(res.HitRate, 6),
+			TTFTp50: ms(res.TTFTp50), TTFTp90: ms(res.TTFTp90), TTFTp99: ms(res.TTFTp99),
+			E2Ep50: ms(res.E2Ep50), E2Ep99: ms(res.E2Ep99),
+			ThroughputRPS: round(res.Throughput, 3), Imbalance: round(res.Imbalance, 4), Errors: res.Errors,
+		})
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(j)
+}
+
+// WriteTable writes a human-readable table.
+func (r *Report) WriteTable(w io.Writer) {
+	wl := r.Workload
+	fmt.Fprintf(w, "workload %s: %d requests, %d engines; ideal hit rate %.1f%% (%d-token blocks)",
+		wl.Name, wl.Requests, wl.Engines, 100*wl.IdealHitRate, wl.BlockTokens)
+	if wl.TraceIdealHitRate != nil {
+		fmt.Fprintf(w, ", %.1f%% in the trace's own blocks", 100**wl.TraceIdealHitRate)
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "policy\thit rate\tof ideal\tTTFT p50\tp90\tp99\te2e p50\tp99\treq/s\timbalance\terrors\tCPU/req\t")
+	for _, res := range r.Results {
+		ofIdeal := "-"
+		if wl.IdealHitRate > 0 {
+			ofIdeal = fmt.Sprintf("%.0f%%", 100*res.HitRate/wl.IdealHitRate)
+		}
+		cpu := "-"
+		if res.CPUMeasure != "" {
+			cpu = fmtDur(res.ProxyCPUPerRequest)
+		}
+		fmt.Fprintf(tw, "%s\t%.1f%%\t%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t%d\t%s\t\n",
+			res.Policy, 100*res.HitRate, ofIdeal, fmtDur(res.TTFTp50), fmtDur(res.TTFTp90), fmtDur(res.TTFTp99),
+			fmtDur(res.E2Ep50), fmtDur(res.E2Ep99), res.Throughput, res.Imbalance, res.Errors, cpu)
+	}
+	tw.Flush()
+	for _, res := range r.Results {
+		if res.CPUMeasure != "" {
+			fmt.Fprintf(w, "CPU/req: %s\n", res.CPUMeasure)
+			break
+		}
+	}
+	for _, res := range r.Results {
+		if res.Delayed > 0 {
+			fmt.Fprintf(w, "%s: %d arrivals waited for the in-flight limit\n", res.Policy, res.Delayed)
+		}
+		for _, e := range res.ErrorSamples {
+			fmt.Fprintf(w, "%s: error: %s\n", res.Policy, e)
+		}
+	}
+}
+
+func fmtDur(d time.Duration) string {
+	switch {
+	case d >= 10*time.Second:
+		return fmt.Sprintf("%.1fs", d.Seconds())
+	case d >= time.Second:
+		return fmt.Sprintf("%.2fs", d.Seconds())
+	case d >= time.Millisecond:
+		return fmt.Sprintf("%.1fms", float64(d)/1e6)
+	default:
+		return fmt.Sprintf("%.0fµs", float64(d)/1e3)
+	}
+}

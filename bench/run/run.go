@@ -1,0 +1,310 @@
+// Package run is the bench's load driver: it starts mock engines and, per
+// routing policy, a proxy in front of them, replays one workload open-loop
+// at its recorded times, and reports what each policy achieved. The proxy
+// comes from a ProxyFactory, so the driver knows nothing of kvca's edge.
+package run
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvca/kvca/bench/mock"
+	"github.com/kvca/kvca/bench/workload"
+)
+
+// Proxy is a running proxy under test.
+type Proxy interface {
+	URL() string // base URL, e.g. "http://127.0.0.1:8080"
+	Close() error
+}
+
+// CPUReporter is implemented by proxies that run in a process of their own
+// and can tell their CPU time (user + system) so far.
+type CPUReporter interface {
+	CPUTime() (time.Duration, error)
+}
+
+// ProxyFactory starts a proxy with a routing policy in front of backends
+// ("http://127.0.0.1:port").
+type ProxyFactory func(policy string, backends []string) (Proxy, error)
+
+// DefaultPolicies are the policies the bench compares.
+var DefaultPolicies = []string{"kvca", "cost", "round-robin", "least-loaded", "random", "session-hash"}
+
+// Options configure a bench run.
+type Options struct {
+	Engines  int         // default 8
+	Engine   mock.Config // template for every engine; Name is set per engine
+	Policies []string    // default DefaultPolicies
+
+	// MaxInFlight bounds concurrent requests; arrivals beyond it wait (and
+	// are counted as Delayed). Default 2048.
+	MaxInFlight int
+	Timeout     time.Duration // per request; default 10m
+	SampleEvery time.Duration // engine load sampling period; default 200ms
+	Progress    io.Writer     // a line per second while running; nil: quiet
+}
+
+func (o *Options) defaults() {
+	if o.Engines <= 0 {
+		o.Engines = 8
+	}
+	if len(o.Policies) == 0 {
+		o.Policies = DefaultPolicies
+	}
+	if o.MaxInFlight <= 0 {
+		o.MaxInFlight = 2048
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 10 * time.Minute
+	}
+	if o.SampleEvery <= 0 {
+		o.SampleEvery = 200 * time.Millisecond
+	}
+}
+
+// Run replays w once per policy, each time on fresh engines with empty
+// caches, and reports the results in policy order.
+func Run(ctx context.Context, w *workload.Workload, opt Options, factory ProxyFactory) (*Report, error) {
+	opt.defaults()
+	bt := mock.New(opt.Engine).Config().BlockTokens
+	ideal, err := workload.Ideal(w.Requests, bt)
+	if err != nil {
+		return nil, fmt.Errorf("workload: %w", err)
+	}
+	rep := &Report{Workload: WorkloadInfo{
+		Name: w.Name, Requests: len(w.Requests), IdealHitRate: ideal.Rate(),
+		BlockTokens: bt, Engines: opt.Engines,
+	}}
+	if w.HasTraceIdeal {
+		r := w.TraceIdeal.Rate()
+		rep.Workload.TraceIdealHitRate = &r
+	}
+	for _, policy := range opt.Policies {
+		res, err := runPolicy(ctx, w, opt, policy, factory)
+		if err != nil {
+			return rep, fmt.Errorf("policy %s: %w", policy, err)
+		}
+		rep.Results = append(rep.Results, *res)
+		if err := ctx.Err(); err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
+}
+
+func runPolicy(ctx context.Context, w *workload.Workload, opt Options, policy string, factory ProxyFactory) (*Result, error) {
+	engines := make([]*mock.Engine, opt.Engines)
+	backends := make([]string, opt.Engines)
+	defer func() {
+		for _, e := range engines {
+			if e != nil {
+				e.Close()
+			}
+		}
+	}()
+	for i := range engines {
+		cfg := opt.Engine
+		cfg.Name = fmt.Sprintf("e%d", i)
+		engines[i] = mock.New(cfg)
+		if err := engines[i].Start("127.0.0.1:0"); err != nil {
+			return nil, err
+		}
+		backends[i] = engines[i].URL()
+	}
+	proxy, err := factory(policy, backends)
+	if err != nil {
+		return nil, fmt.Errorf("starting proxy: %w", err)
+	}
+	defer proxy.Close()
+	cpuBefore, cpuHow := cpuTime(proxy)
+
+	transport := &http.Transport{
+		MaxIdleConns:        opt.MaxInFlight,
+		MaxIdleConnsPerHost: opt.MaxInFlight,
+		DisableCompression:  true,
+		IdleConnTimeout:     time.Minute,
+	}
+	defer transport.CloseIdleConnections()
+	client := &http.Client{Transport: transport}
+	base := proxy.URL()
+
+	n := len(w.Requests)
+	outcomes := make([]outcome, n)
+	var sent, done, failed, delayed atomic.Int64
+	sem := make(chan struct{}, opt.MaxInFlight)
+	var wg sync.WaitGroup
+
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	start := time.Now()
+	sampler := newSampler(engines, start, opt.SampleEvery)
+	stopProgress := progress(opt.Progress, func() string {
+		var q, h uint64
+		for _, e := range engines {
+			st := e.Stats()
+			q += st.QueryTokens
+			h += st.HitTokens
+		}
+		rate := 0.0
+		if q > 0 {
+			rate = float64(h) / float64(q)
+		}
+		d := done.Load()
+		return fmt.Sprintf("bench %-12s %6.0fs  sent %d/%d  done %d  in flight %d  errors %d  hit %.1f%%",
+			policy, time.Since(start).Seconds(), sent.Load(), n, d, sent.Load()-d, failed.Load(), 100*rate)
+	})
+
+	timer := time.NewTimer(0)
+	<-timer.C
+loop:
+	for i := range w.Requests {
+		r := &w.Requests[i]
+		due := start.Add(r.At)
+		if d := time.Until(due); d > 0 {
+			timer.Reset(d)
+			select {
+			case <-timer.C:
+			case <-runCtx.Done():
+				break loop
+			}
+		}
+		select {
+		case sem <- struct{}{}:
+		default:
+			delayed.Add(1)
+			select {
+			case sem <- struct{}{}:
+			case <-runCtx.Done():
+				break loop
+			}
+		}
+		sent.Add(1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			o := send(runCtx, client, base, r, due, opt.Timeout)
+			outcomes[i] = o
+			if o.err != nil {
+				failed.Add(1)
+			}
+			done.Add(1)
+			<-sem
+		}()
+	}
+	wg.Wait()
+	end := time.Now()
+	stopProgress()
+	load := sampler.stop()
+	cpuAfter, _ := cpuTime(proxy)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+
+	res := &Result{Policy: policy, Requests: n, Delayed: int(delayed.Load()), Wall: end.Sub(start), Load: load}
+	var hit, query uint64
+	var busy []time.Duration
+	for _, e := range engines {
+		st := e.Stats()
+		res.EngineStats = append(res.EngineStats, st)
+		hit += st.HitTokens
+		query += st.QueryTokens
+		busy = append(busy, st.BusyTime)
+	}
+	if query > 0 {
+		res.HitRate = float64(hit) / float64(query)
+	}
+	res.Imbalance = imbalance(busy)
+	var ttft, e2e []time.Duration
+	var firstSend, lastDone time.Time
+	ok := 0
+	for _, o := range outcomes {
+		if o.err != nil {
+			res.Errors++
+			if len(res.ErrorSamples) < 5 {
+				res.ErrorSamples = append(res.ErrorSamples, o.err.Error())
+			}
+			continue
+		}
+		ok++
+		ttft = append(ttft, o.ttft)
+		e2e = append(e2e, o.e2e)
+		if firstSend.IsZero() || o.sent.Before(firstSend) {
+			firstSend = o.sent
+		}
+		if t := o.sent.Add(o.e2e); t.After(lastDone) {
+			lastDone = t
+		}
+	}
+	res.Errors += n - int(sent.Load())
+	sortDurations(ttft)
+	sortDurations(e2e)
+	res.TTFT = ttft
+	res.TTFTp50, res.TTFTp90, res.TTFTp99 = pct(ttft, 0.50), pct(ttft, 0.90), pct(ttft, 0.99)
+	res.E2Ep50, res.E2Ep99 = pct(e2e, 0.50), pct(e2e, 0.99)
+	if span := lastDone.Sub(firstSend); ok > 0 && span > 0 {
+		res.Throughput = float64(ok) / span.Seconds()
+	}
+	if cpuHow != "" && ok > 0 {
+		res.ProxyCPUPerRequest = (cpuAfter - cpuBefore) / time.Duration(n)
+		res.CPUMeasure = cpuHow
+	}
+	return res, nil
+}
+
+// imbalance is max/mean engine busy time; 1 is perfectly even.
+func imbalance(busy []time.Duration) float64 {
+	var sum, mx time.Duration
+	for _, b := range busy {
+		sum += b
+		mx = max(mx, b)
+	}
+	if sum == 0 {
+		return 1
+	}
+	return float64(mx) / (float64(sum) / float64(len(busy)))
+}
+
+func sortDurations(d []time.Duration) { sort.Slice(d, func(i, j int) bool { return d[i] < d[j] }) }
+
+// pct is the q-quantile of sorted d (nearest rank).
+func pct(d []time.Duration, q float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	i := int(q*float64(len(d))+0.999999) - 1
+	return d[min(max(i, 0), len(d)-1)]
+}
+
+// progress calls line every second and writes it to w until stopped.
+func progress(w io.Writer, line func() string) (stop func()) {
+	if w == nil {
+		return func() {}
+	}
+	quit := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				fmt.Fprintln(w, line())
+			case <-quit:
+				fmt.Fprintln(w, line())
+				return
+			}
+		}
+	}()
+	return func() { close(quit); <-stopped }
+}
+
+var errNoDone = errors.New("stream ended without data: [DONE]")
