@@ -33,7 +33,8 @@ type Options struct {
 	// Clock stamps responses and tasks; defaults to time.Now.
 	Clock func() time.Time
 	// NewTaskID returns fresh task ids; the default counts up
-	// (cacheop_000…001, …) so that runs are reproducible.
+	// (cacheop_000…001, …) so that runs are reproducible. The Mock calls it
+	// with its task-table lock held, so it need not be goroutine-safe.
 	NewTaskID func() string
 }
 

@@ -87,7 +87,14 @@ func describe(r kdn.CacheServiceResponse) string {
 		fmt.Fprintf(&b, " endpoints=%d", len(eps))
 	}
 	if c, ok := r.TokenCoverage.Get(); ok {
-		fmt.Fprintf(&b, " hit=%t ranges=%v total=%d", c.WholeRequestHit, c.CoveredRanges, c.TotalTokens)
+		fmt.Fprintf(&b, " hit=%t ranges=[", c.WholeRequestHit)
+		for i, rg := range c.CoveredRanges {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, "[%d,%d]", rg.Start, rg.End)
+		}
+		fmt.Fprintf(&b, "] total=%d", c.TotalTokens)
 	}
 	if r.AdapterSummary.IsSet() {
 		b.WriteString(" adapter_summary")
