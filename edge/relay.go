@@ -115,6 +115,7 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 				// Never let a broken stream look like a clean end: SSE
 				// clients get an error event, then the connection closes
 				// without the terminating chunk.
+				r.clientDeadline()
 				_, _ = w.Write(sseBrokenEvent)
 			}
 			return total, err
@@ -180,9 +181,7 @@ func (r *relay) piece(w io.Writer, n int, eofOK bool) (int, error) {
 	}
 	n = min(n, r.br.Buffered())
 	p, _ := r.br.Peek(n)
-	if r.client != nil && r.u != nil {
-		_ = r.client.SetWriteDeadline(time.Now().Add(r.c.s.cfg.StreamIdleTimeout))
-	}
+	r.clientDeadline()
 	wn, err := w.Write(p)
 	_, _ = r.br.Discard(wn)
 	if r.mode != bodyUntilClose {
@@ -192,6 +191,14 @@ func (r *relay) piece(w io.Writer, n int, eofOK bool) (int, error) {
 		return wn, err // the client went away
 	}
 	return wn, nil
+}
+
+// clientDeadline bounds the next write to the client: a client that stops
+// reading is cut like a stalled backend.
+func (r *relay) clientDeadline() {
+	if r.client != nil {
+		_ = r.client.SetWriteDeadline(time.Now().Add(r.c.s.cfg.StreamIdleTimeout))
+	}
 }
 
 // idle arms the upstream read deadline before a read that may block.

@@ -1,6 +1,7 @@
 package kdn
 
 import (
+	"errors"
 	"fmt"
 	"io"
 )
@@ -37,7 +38,11 @@ func ValidateCLI(model string, in io.Reader, out, errOut io.Writer) int {
 	}
 	canonical, err := Canonical(model, data)
 	if err != nil {
-		fmt.Fprintf(errOut, "kdn validate: %s: %s\n", model, err.(*ValidationError).Line())
+		var ve *ValidationError
+		if !errors.As(err, &ve) { // Canonical only returns *ValidationError; never print a raw error
+			ve = verr(CodeRule, "", "internal", "message could not be validated")
+		}
+		fmt.Fprintf(errOut, "kdn validate: %s: %s\n", model, ve.Line())
 		return ExitInvalid
 	}
 	if _, err := out.Write(canonical); err != nil {

@@ -1,0 +1,330 @@
+package edge
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvca/kvca/bench/mock"
+	"github.com/kvca/kvca/canon"
+)
+
+func startEngine(t *testing.T, cfg mock.Config) *mock.Engine {
+	t.Helper()
+	if cfg.DecodePerToken == 0 {
+		cfg.DecodePerToken = time.Millisecond
+	}
+	if cfg.PrefillPerToken == 0 {
+		cfg.PrefillPerToken = time.Microsecond
+	}
+	e := mock.New(cfg)
+	if err := e.Start("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+func mockChat(id, turn int, stream bool, maxTokens int) string {
+	b := conversation(id, turn, stream)
+	return strings.Replace(b, `"model":"m"`, fmt.Sprintf(`"model":"mock","max_tokens":%d`, maxTokens), 1)
+}
+
+// readAllEvents reads an SSE body to its end and returns the data lines
+// and the error that ended it (nil for a clean end).
+func readAllEvents(body io.Reader) (events []string, err error) {
+	r := bufio.NewReader(body)
+	for {
+		line, e := r.ReadString('\n')
+		if line = strings.TrimSpace(line); line != "" {
+			events = append(events, line)
+		}
+		if e != nil {
+			if e == io.EOF {
+				return events, nil
+			}
+			return events, e
+		}
+	}
+}
+
+func TestBackendKilledMidStream(t *testing.T) {
+	bad := startEngine(t, mock.Config{Name: "bad", Faults: mock.Faults{KillAfterChunks: 2}})
+	good := startEngine(t, mock.Config{Name: "good"})
+	s := startProxy(t, func(c *Config) {
+		c.Backends = []string{bad.URL()}
+		c.HealthInterval = time.Hour
+	})
+	resp, err := client.Post("http://"+s.Addr()+"/v1/chat/completions", "application/json", strings.NewReader(mockChat(1, 0, true, 8)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	events, rerr := readAllEvents(resp.Body)
+	resp.Body.Close()
+	joined := strings.Join(events, "\n")
+	if !strings.Contains(joined, "event: error") || strings.Contains(joined, "[DONE]") {
+		t.Fatalf("broken stream not signalled: %q", joined)
+	}
+	if rerr == nil {
+		t.Fatal("broken stream ended like a clean one (terminating chunk sent)")
+	}
+	waitIdle(t, s)
+	if got := s.ups[0].m.errors[errStream].Get(); got != 1 {
+		t.Fatalf("stream errors %d", got)
+	}
+	// Later requests avoid the broken backend without failures.
+	s2 := startProxy(t, func(c *Config) {
+		c.Backends = []string{bad.URL(), good.URL()}
+		c.HealthInterval = time.Hour
+		c.FailThreshold = 1
+	})
+	for i := 0; i < 6; i++ {
+		resp, err := client.Post("http://"+s2.Addr()+"/v1/chat/completions", "application/json", strings.NewReader(mockChat(i, 0, true, 4)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		events, _ := readAllEvents(resp.Body)
+		resp.Body.Close()
+		if i >= 2 && strings.Contains(strings.Join(events, "\n"), "event: error") {
+			t.Fatalf("request %d still reached the broken backend", i)
+		}
+	}
+	if s2.sched.Backends[0].Healthy() {
+		t.Fatal("backend that broke a stream was not ejected")
+	}
+	waitIdle(t, s2)
+}
+
+func TestBackendDiesAndComesBack(t *testing.T) {
+	a := startEngine(t, mock.Config{Name: "a"})
+	b := startEngine(t, mock.Config{Name: "b"})
+	s := startProxy(t, func(c *Config) {
+		c.Backends = []string{a.URL(), b.URL()}
+		c.HealthInterval = 50 * time.Millisecond
+	})
+	for i := 0; i < 8; i++ {
+		if resp, out := post(t, s, "/v1/chat/completions", mockChat(i, 1, false, 2)); resp.StatusCode != 200 {
+			t.Fatalf("%d %s", resp.StatusCode, out)
+		}
+	}
+	if err := a.Down(); err != nil {
+		t.Fatal(err)
+	}
+	// Requests keep succeeding while a is down: retries, then ejection.
+	for i := 0; i < 20; i++ {
+		if resp, out := post(t, s, "/v1/chat/completions", mockChat(i, 2, i%2 == 0, 2)); resp.StatusCode != 200 {
+			t.Fatalf("request %d while a is down: %d %s", i, resp.StatusCode, out)
+		}
+	}
+	waitFor(t, "a ejected", func() bool { return !s.sched.Backends[0].Healthy() })
+	gen := s.table.Generation(0)
+	a.Restart() // its cache is gone
+	if err := a.Up(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a re-admitted", func() bool { return s.sched.Backends[0].Healthy() })
+	if s.table.Generation(0) <= gen {
+		t.Fatalf("generation not bumped: %d", s.table.Generation(0))
+	}
+	// None of a's old locations survive.
+	held0 := 0
+	st := s.State()
+	if st.Backends[0].Generation != s.table.Generation(0) {
+		t.Fatal("state does not show the new generation")
+	}
+	for i := 0; i < 8; i++ {
+		c := s.getCall()
+		if err := s.plan(c, canon.Chat, []byte(mockChat(i, 1, false, 2))); err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range c.req.Chain {
+			if s.table.Lookup(h, s.table.Now()).Has(0) {
+				held0++
+			}
+		}
+		s.putCall(c)
+	}
+	if held0 != 0 {
+		t.Fatalf("%d stale locations of the restarted backend remain", held0)
+	}
+	waitIdle(t, s)
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestRetryOn503And429BeforeAnyByte(t *testing.T) {
+	for _, status := range []int32{503, 429} {
+		a, b := newTestBackend(t, "a"), newTestBackend(t, "b")
+		a.status.Store(status)
+		b.status.Store(status)
+		s := startProxy(t, func(c *Config) { c.Retries = 1; c.HealthInterval = time.Hour }, a, b)
+		// Both refuse: the last answer is passed through unchanged.
+		resp, out := post(t, s, "/v1/chat/completions", conversation(1, 0, false))
+		if resp.StatusCode != int(status) || !strings.Contains(out, "backend says no") {
+			t.Fatalf("%d: got %d %s", status, resp.StatusCode, out)
+		}
+		// One refuses: the client never sees it.
+		b.status.Store(0)
+		for i := 0; i < 6; i++ {
+			resp, out := post(t, s, "/v1/chat/completions", conversation(i, 0, false))
+			if resp.StatusCode != 200 || backendOf(resp) != "b" {
+				t.Fatalf("%d: got %d from %q: %s", status, resp.StatusCode, backendOf(resp), out)
+			}
+		}
+		if s.table.Stats().Blocks == 0 {
+			t.Fatal("successful retries not learned")
+		}
+		waitIdle(t, s)
+		// With retries off the refusal reaches the client.
+		s2 := startProxy(t, func(c *Config) { c.Retries = 0; c.Backends = []string{a.url()} })
+		if resp, _ := post(t, s2, "/v1/chat/completions", conversation(1, 0, false)); resp.StatusCode != int(status) {
+			t.Fatalf("retries=0: %d", resp.StatusCode)
+		}
+		if s2.table.Stats().Blocks != 0 {
+			t.Fatal("an error answer was learned")
+		}
+	}
+}
+
+func TestStreamIdleTimeout(t *testing.T) {
+	b := newTestBackend(t, "stall")
+	b.gate = make(chan struct{}) // never released: the stream stalls after one event
+	b.events = 3
+	s := startProxy(t, func(c *Config) { c.StreamIdleTimeout = 200 * time.Millisecond }, b)
+	resp, err := client.Post("http://"+s.Addr()+"/v1/chat/completions", "application/json", strings.NewReader(conversation(1, 0, true)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	events, rerr := readAllEvents(resp.Body)
+	resp.Body.Close()
+	if rerr == nil || !strings.Contains(strings.Join(events, "\n"), "event: error") {
+		t.Fatalf("stalled stream not ended with an error: %q %v", events, rerr)
+	}
+	waitIdle(t, s)
+}
+
+func TestAllDownThenOneReturns(t *testing.T) {
+	e := startEngine(t, mock.Config{Name: "only"})
+	s := startProxy(t, func(c *Config) {
+		c.Backends = []string{e.URL()}
+		c.HealthInterval = 50 * time.Millisecond
+	})
+	if err := e.Down(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "backend unhealthy", func() bool { return !s.sched.Backends[0].Healthy() })
+	start := time.Now()
+	resp, out := post(t, s, "/v1/chat/completions", mockChat(1, 0, false, 2))
+	if resp.StatusCode != 503 {
+		t.Fatalf("%d %s", resp.StatusCode, out)
+	}
+	if time.Since(start) > 5*time.Second {
+		t.Fatal("503 was not immediate")
+	}
+	if err := e.Up(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "backend back", func() bool { return s.sched.Backends[0].Healthy() })
+	if resp, out := post(t, s, "/v1/chat/completions", mockChat(1, 0, false, 2)); resp.StatusCode != 200 {
+		t.Fatalf("after return: %d %s", resp.StatusCode, out)
+	}
+	r, err := client.Get("http://" + s.Addr() + "/ready")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Body.Close()
+	if r.StatusCode != 200 {
+		t.Fatalf("/ready %d", r.StatusCode)
+	}
+}
+
+func TestGracefulDrain(t *testing.T) {
+	b := newTestBackend(t, "a")
+	b.gate = make(chan struct{})
+	b.events = 3
+	cfg := DefaultConfig()
+	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", ""
+	cfg.Backends = []string{b.url()}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	const n = 4
+	var wg sync.WaitGroup
+	results := make(chan string, n)
+	started := make(chan struct{}, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := http.Post("http://"+s.Addr()+"/v1/chat/completions", "application/json", strings.NewReader(conversation(i, 0, true)))
+			if err != nil {
+				results <- err.Error()
+				return
+			}
+			r := bufio.NewReader(resp.Body)
+			readEvent(r)
+			started <- struct{}{}
+			events, err := readAllEvents(r)
+			resp.Body.Close()
+			if err != nil || len(events) == 0 || events[len(events)-1] != "data: [DONE]" {
+				results <- fmt.Sprintf("cut: %v %q", err, events)
+				return
+			}
+			results <- "ok"
+		}()
+	}
+	for i := 0; i < n; i++ {
+		<-started
+	}
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		done <- s.Shutdown(ctx)
+	}()
+	// New connections are refused while the streams drain.
+	waitFor(t, "listener closed", func() bool {
+		c, err := net.DialTimeout("tcp", s.Addr(), 200*time.Millisecond)
+		if err != nil {
+			return true
+		}
+		c.Close()
+		return false
+	})
+	for i := 0; i < 2*n; i++ {
+		select {
+		case b.gate <- struct{}{}:
+		case <-time.After(time.Second):
+		}
+	}
+	wg.Wait()
+	close(results)
+	for r := range results {
+		if r != "ok" {
+			t.Fatalf("in-flight stream: %s", r)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+}
