@@ -28,7 +28,7 @@ unit:
 # Zero-allocation checks (testing.AllocsPerRun); sync.Pool drops items at
 # random under -race, so these run without it.
 allocs:
-	$(GO) test -count=1 -run 'NoAllocs' $(PKGS)
+	$(GO) test -count=1 -run 'NoAllocs|MaxBlocksHolds' $(PKGS)
 
 # Each fuzz target runs briefly; long runs: make fuzz FUZZTIME=10m
 FUZZTIME ?= 10s

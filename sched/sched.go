@@ -238,3 +238,14 @@ func (r *Reservation) ReleaseActive() {
 
 // Released reports whether both parts have been released.
 func (r *Reservation) Released() bool { return r.b == nil || r.done.Load() == 3 }
+
+// ReserveOn reserves a request's load on a backend chosen by the caller
+// (a prefetch aimed at one endpoint); false if it is not healthy.
+func (s *Scheduler) ReserveOn(b *Backend, novel int, res *Reservation) bool {
+	if !b.Healthy() {
+		return false
+	}
+	b.state.Add(activeUnit + uint64(novel))
+	res.arm(b, uint64(novel))
+	return true
+}

@@ -37,7 +37,6 @@ func serveFlags() []cli.Flag {
 		&cli.StringFlag{Name: "health-path", Value: d.HealthPath, Usage: "backend path for active health checks", EnvVars: env("health-path")},
 		&cli.DurationFlag{Name: "health-interval", Value: d.HealthInterval, Usage: "active health check interval (0 disables)", EnvVars: env("health-interval")},
 		&cli.StringSliceFlag{Name: "cbr-exclude", Usage: "extra top-level field to leave out of the CBR (repeatable)", EnvVars: env("cbr-exclude")},
-		&cli.StringFlag{Name: "runtime-profile", Value: "auto", Usage: "KDN runtime profile: auto, v1, legacy, test/mock", EnvVars: env("runtime-profile")},
 		&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: env("log-level")},
 		&cli.DurationFlag{Name: "upstream-header-timeout", Value: d.UpstreamHeaderTimeout, Usage: "504 when a backend sends no response headers within this", EnvVars: env("upstream-header-timeout")},
 		&cli.DurationFlag{Name: "stream-idle-timeout", Value: d.StreamIdleTimeout, Usage: "end a response whose body stalls longer than this", EnvVars: env("stream-idle-timeout")},
@@ -52,7 +51,7 @@ func serveCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "serve",
 		Usage: "run the proxy in front of OpenAI-compatible backends",
-		Flags: serveFlags(),
+		Flags: append(serveFlags(), kdnServeFlags()...),
 		Action: func(c *cli.Context) error {
 			log, err := newLogger(c.String("log-level"))
 			if err != nil {
@@ -62,6 +61,9 @@ func serveCommand() *cli.Command {
 			cfg.Logger = log
 			srv, err := edge.New(cfg)
 			if err != nil {
+				return err
+			}
+			if err := mountKDN(c, srv); err != nil {
 				return err
 			}
 			if err := srv.Start(); err != nil {
