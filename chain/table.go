@@ -145,6 +145,16 @@ func (t *Table) Now() int64 {
 // TimeOf converts a table instant back to wall-clock time.
 func (t *Table) TimeOf(ms int64) time.Time { return t.epoch.Add(time.Duration(ms) * time.Millisecond) }
 
+// At converts wall-clock time to table time (for locations learned by
+// other replicas, whose table epochs differ).
+func (t *Table) At(w time.Time) int64 {
+	ms := w.Sub(t.epoch).Milliseconds()
+	if ms < 0 {
+		ms = 0
+	}
+	return ms
+}
+
 // TTL returns the location TTL.
 func (t *Table) TTL() time.Duration { return time.Duration(t.ttl) * time.Millisecond }
 

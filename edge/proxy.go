@@ -275,7 +275,7 @@ func (s *Server) respond(ctx *fasthttp.RequestCtx, c *call, u *upstream, cc any,
 		}
 	}
 	if status >= 200 && status < 300 && c.routed && len(c.req.Chain) > 0 {
-		s.table.Touch(c.req.Chain, u.b.Index, c.req.Now)
+		s.learned(c.req.Chain, u.b.Index, c.req.Now)
 	}
 
 	resp := &ctx.Response

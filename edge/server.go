@@ -43,6 +43,38 @@ type Server struct {
 	draining atomic.Bool
 	// adminRoutes lets other packages (the KDN API) mount admin handlers.
 	adminRoutes map[string]fasthttp.RequestHandler
+	peer        Peer
+}
+
+// Peer shares what this replica learns with other replicas. Its methods
+// are called on the request path after a response began: they must not
+// block, and must copy chain if they keep it.
+type Peer interface {
+	// Learned: backend holds chain as of at (table time; see Table.TimeOf).
+	Learned(chain []uint64, backend int, at int64)
+	// Reset: backend lost its cache; its generation is now gen.
+	Reset(backend int, gen uint32)
+}
+
+// SetPeer installs clustering; call before Start.
+func (s *Server) SetPeer(p Peer) { s.peer = p }
+
+// learned records a successful answer: in the table, and with the peers.
+func (s *Server) learned(chain []uint64, backend int, at int64) {
+	s.table.Touch(chain, backend, at)
+	if s.peer != nil {
+		s.peer.Learned(chain, backend, at)
+	}
+}
+
+// resetBackend drops a backend's locations (its cache is gone) and tells
+// the peers.
+func (s *Server) resetBackend(i int) uint32 {
+	gen := s.table.Reset(i)
+	if s.peer != nil {
+		s.peer.Reset(i, gen)
+	}
+	return gen
 }
 
 // New validates cfg and builds a server; nothing listens until Start.
@@ -131,7 +163,7 @@ func (s *Server) HandleAdmin(path string, h fasthttp.RequestHandler) { s.adminRo
 
 // ResetBackend drops backend i's locations and bumps its generation, as
 // when it recovers; it returns the new generation.
-func (s *Server) ResetBackend(i int) uint32 { return s.table.Reset(i) }
+func (s *Server) ResetBackend(i int) uint32 { return s.resetBackend(i) }
 
 // Start listens on cfg.Listen and cfg.AdminListen (empty: no admin
 // listener) and serves in the background.

@@ -152,7 +152,7 @@ func (s *Server) setHealth(u *upstream, healthy bool, why string) {
 		return
 	}
 	if healthy {
-		gen := s.table.Reset(u.b.Index)
+		gen := s.resetBackend(u.b.Index)
 		s.log.Info("backend healthy", "backend", u.b.Name, "reason", why, "generation", gen)
 		return
 	}

@@ -73,6 +73,6 @@ func (s *Server) Warm(ctx context.Context, i int, api canon.API, path string, bo
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	s.table.Touch(chain, i, now)
+	s.learned(chain, i, now)
 	return chain, nil
 }

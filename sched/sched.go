@@ -18,7 +18,10 @@ type Backend struct {
 
 	// state packs active requests (high 32 bits) and reserved prefill
 	// blocks (low 32 bits) so one compare-and-swap reserves both.
-	state   atomic.Uint64
+	state atomic.Uint64
+	// remote is the other replicas' load on b, packed like state and set
+	// by clustering; it weighs in selection but is never reserved here.
+	remote  atomic.Uint64
 	healthy atomic.Bool
 	// seed decorrelates backends in rendezvous hashing.
 	seed uint64
@@ -38,6 +41,17 @@ func (b *Backend) Active() int64 { return int64(b.state.Load() >> 32) }
 
 // Prefill returns the novel blocks reserved on b and not yet answered.
 func (b *Backend) Prefill() int64 { return int64(uint32(b.state.Load())) }
+
+// SetRemoteLoad records the other replicas' latest in-flight counts on b.
+func (b *Backend) SetRemoteLoad(active, prefill uint32) {
+	b.remote.Store(uint64(active)<<32 | uint64(prefill))
+}
+
+// RemoteLoad returns what SetRemoteLoad stored.
+func (b *Backend) RemoteLoad() (active, prefill uint32) {
+	r := b.remote.Load()
+	return uint32(r >> 32), uint32(r)
+}
 
 // Healthy reports whether b may receive new requests.
 func (b *Backend) Healthy() bool { return b.healthy.Load() }
@@ -168,7 +182,7 @@ func (s *Scheduler) reserveMin(elig *chain.Set, n int, match *[chain.MaxBackends
 			}
 			b := s.Backends[i]
 			st := b.state.Load()
-			cost := loadOf(st, w)
+			cost := loadOf(st, w) + loadOf(b.remote.Load(), w)
 			if addNovel {
 				cost += uint64(n - int(match[i]))
 			}
