@@ -51,7 +51,7 @@ func serveCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "serve",
 		Usage: "run the proxy in front of OpenAI-compatible backends",
-		Flags: append(serveFlags(), kdnServeFlags()...),
+		Flags: append(append(serveFlags(), kdnServeFlags()...), clusterFlags()...),
 		Action: func(c *cli.Context) error {
 			log, err := newLogger(c.String("log-level"))
 			if err != nil {
@@ -66,6 +66,11 @@ func serveCommand() *cli.Command {
 			if err := mountKDN(c, srv); err != nil {
 				return err
 			}
+			stopCluster, err := startCluster(c, srv, cfg)
+			if err != nil {
+				return err
+			}
+			defer stopCluster()
 			if err := srv.Start(); err != nil {
 				return err
 			}
