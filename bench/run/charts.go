@@ -55,7 +55,7 @@ func (r *Report) hitRateChart(path string) error {
 	if err != nil {
 		return err
 	}
-	bars.Color = plotutil.Color(0)
+	bars.Color = palette[0]
 	bars.LineStyle.Width = 0
 	p.Add(bars)
 	ideal := 100 * r.Workload.IdealHitRate
@@ -92,8 +92,8 @@ func (r *Report) ttftChart(path string) error {
 		if err != nil {
 			return err
 		}
-		l.Color = plotutil.Color(i)
-		l.Dashes = plotutil.Dashes(i / len(plotutil.DefaultColors))
+		l.Color = palette[i%len(palette)]
+		l.Dashes = plotutil.Dashes(i / len(palette))
 		l.Width = vg.Points(1.5)
 		p.Add(l)
 		p.Legend.Add(fmt.Sprintf("%s (p99 %s)", res.Policy, fmtDur(res.TTFTp99)), l)
@@ -126,14 +126,11 @@ func (r *Report) loadChart(path string) error {
 	tiles := draw.Tiles{Rows: rows, Cols: 1, PadY: vg.Points(6), PadTop: vg.Points(4), PadBottom: vg.Points(4)}
 	for i, res := range r.Results {
 		p := plot.New()
-		p.Title.Text = fmt.Sprintf("%s — engine load (running + waiting), imbalance %.2f", res.Policy, res.Imbalance)
+		p.Title.Text = fmt.Sprintf("%s — engine load (running + waiting, moving average), imbalance %.2f", res.Policy, res.Imbalance)
 		p.X.Label.Text = "time (s)"
 		p.Y.Label.Text = "sequences"
 		for j, s := range res.Load {
-			pts := make(plotter.XYs, len(s.At))
-			for k := range s.At {
-				pts[k] = plotter.XY{X: s.At[k].Seconds(), Y: float64(s.Load[k])}
-			}
+			pts := smooth(s, max(1, len(s.At)/120))
 			if len(pts) == 0 {
 				continue
 			}
@@ -141,15 +138,17 @@ func (r *Report) loadChart(path string) error {
 			if err != nil {
 				return err
 			}
-			l.Color = plotutil.Color(j)
-			l.Width = vg.Points(1)
+			l.Color = palette[j%len(palette)]
+			l.Dashes = plotutil.Dashes(j / len(palette))
+			l.Width = vg.Points(1.2)
 			p.Add(l)
 			if i == 0 {
 				p.Legend.Add(s.Engine, l)
 			}
 		}
 		p.Legend.Top = true
-		p.Legend.Left = true
+		p.Legend.Left = false
+		p.Legend.Padding = vg.Points(1)
 		p.Y.Min = 0
 		p.Draw(tiles.At(dc, 0, i))
 	}
@@ -162,6 +161,28 @@ func (r *Report) loadChart(path string) error {
 		return err
 	}
 	return f.Close()
+}
+
+// palette holds distinguishable line colours (Okabe-Ito, then a few more).
+var palette = []color.Color{
+	color.RGBA{0, 114, 178, 255}, color.RGBA{213, 94, 0, 255}, color.RGBA{0, 158, 115, 255},
+	color.RGBA{204, 121, 167, 255}, color.RGBA{230, 159, 0, 255}, color.RGBA{86, 180, 233, 255},
+	color.RGBA{0, 0, 0, 255}, color.RGBA{240, 228, 66, 255}, color.RGBA{128, 128, 128, 255},
+}
+
+// smooth is a centred moving average of a load series over 2w+1 samples,
+// so that eight engines' lines stay readable.
+func smooth(s LoadSeries, w int) plotter.XYs {
+	pts := make(plotter.XYs, len(s.At))
+	for k := range s.At {
+		lo, hi := max(0, k-w), min(len(s.Load)-1, k+w)
+		sum := 0
+		for _, v := range s.Load[lo : hi+1] {
+			sum += v
+		}
+		pts[k] = plotter.XY{X: s.At[k].Seconds(), Y: float64(sum) / float64(hi-lo+1)}
+	}
+	return pts
 }
 
 func maxValue(v plotter.Values) float64 {
