@@ -256,13 +256,17 @@ func (j *job) run(w *bufio.Writer) bool {
 	}
 	e.mTTFT.Update(time.Since(j.arrived).Seconds())
 	events := 0
-	emit := func() bool {
+	// Events due at the same time (the role and the first token, or tokens
+	// overdue after a late wake-up) share one flush; every other event is
+	// flushed when it is due.
+	emit := func(flush bool) bool {
 		w.Write(j.out)
-		if w.Flush() != nil {
+		events++
+		kill := j.killAfter > 0 && events >= j.killAfter
+		if (flush || kill) && w.Flush() != nil {
 			return false
 		}
-		events++
-		if j.killAfter > 0 && events >= j.killAfter {
+		if kill {
 			e.killed.Add(1)
 			j.conn.Close()
 			return false
@@ -271,7 +275,7 @@ func (j *job) run(w *bufio.Writer) bool {
 	}
 	if j.chat {
 		j.out = j.appendChunk(j.out[:0], -1)
-		if !emit() {
+		if !emit(false) {
 			return false
 		}
 	}
@@ -283,7 +287,9 @@ func (j *job) run(w *bufio.Writer) bool {
 		j.out = j.appendChunk(j.out[:0], k)
 		e.outTokens.Add(1)
 		e.mGen.Inc()
-		if !emit() {
+		// The last token goes out with the end of the stream below.
+		last := k == j.maxTokens-1
+		if !emit(!last && time.Until(j.firstAt.Add(time.Duration(k+1)*dec)) > 0) {
 			return false
 		}
 	}
