@@ -24,13 +24,32 @@ type API uint8
 const (
 	Chat API = iota
 	Completions
+	Responses // POST /v1/responses
 )
 
 func (a API) String() string {
-	if a == Completions {
+	switch a {
+	case Completions:
 		return "completions"
+	case Responses:
+		return "responses"
 	}
 	return "chat"
+}
+
+// preamble starts each API's CBR, so equal bodies of different APIs never
+// share blocks.
+func (a API) preamble() string { return a.String() + "\n" }
+
+// promptKey is the member that carries the prompt items.
+func (a API) promptKey() string {
+	switch a {
+	case Completions:
+		return "prompt"
+	case Responses:
+		return "input"
+	}
+	return "messages"
 }
 
 // ParseAPI maps the names used on the command line to an API.
@@ -40,8 +59,10 @@ func ParseAPI(s string) (API, error) {
 		return Chat, nil
 	case "completions":
 		return Completions, nil
+	case "responses":
+		return Responses, nil
 	}
-	return Chat, fmt.Errorf("unknown api %q (want chat or completions)", s)
+	return Chat, fmt.Errorf("unknown api %q (want chat, completions or responses)", s)
 }
 
 // Sink receives the CBR in order, in pieces of any size. The slice is only
@@ -75,6 +96,7 @@ var (
 	ErrNoMessages    = errors.New("'messages' is required and must be a non-empty array")
 	ErrBadMessage    = errors.New("each entry of 'messages' must be an object with a string 'role'")
 	ErrNoPrompt      = errors.New("'prompt' is required and must be a string or an array")
+	ErrNoInput       = errors.New("'input' is required and must be a string or an array")
 	ErrBadNumberText = errors.New("request body contains a number that is not valid JSON")
 )
 
@@ -88,7 +110,7 @@ func Reason(err error) string {
 		return "not_object"
 	case ErrNoMessages, ErrBadMessage:
 		return "bad_messages"
-	case ErrNoPrompt:
+	case ErrNoPrompt, ErrNoInput:
 		return "bad_prompt"
 	}
 	return "other"
@@ -112,10 +134,18 @@ var GenerationOnly = []string{
 	"vllm_xargs",
 }
 
+// ResponsesGenerationOnly are the Responses API's own decoding controls,
+// excluded (at the top level) from /v1/responses requests besides
+// GenerationOnly. `text` carries the output format, like response_format.
+var ResponsesGenerationOnly = []string{
+	"max_output_tokens", "max_tool_calls", "include", "background", "text", "truncation_strategy",
+}
+
 // Canonicalizer is safe for concurrent use; per-request state is pooled.
 type Canonicalizer struct {
-	exclude map[string]struct{}
-	pool    sync.Pool // *state
+	exclude   map[string]struct{}
+	excludeRs map[string]struct{} // Responses API: exclude plus its own controls
+	pool      sync.Pool           // *state
 }
 
 // New returns a Canonicalizer that drops GenerationOnly plus extraExclude
@@ -127,6 +157,13 @@ func New(extraExclude []string) *Canonicalizer {
 	}
 	for _, k := range extraExclude {
 		c.exclude[k] = struct{}{}
+	}
+	c.excludeRs = make(map[string]struct{}, len(c.exclude)+len(ResponsesGenerationOnly))
+	for k := range c.exclude {
+		c.excludeRs[k] = struct{}{}
+	}
+	for _, k := range ResponsesGenerationOnly {
+		c.excludeRs[k] = struct{}{}
 	}
 	return c
 }
@@ -202,9 +239,10 @@ func (c *Canonicalizer) run(st *state, api API, body []byte, sink Sink, info *In
 		st.members = append(st.members, member{k, v})
 	})
 	top := sortMembers(st.members[base:])
-	promptKey := "messages"
-	if api == Completions {
-		promptKey = "prompt"
+	promptKey := api.promptKey()
+	exclude := c.exclude
+	if api == Responses {
+		exclude = c.excludeRs
 	}
 	var prompt *fastjson.Value
 	for i := range top {
@@ -215,17 +253,18 @@ func (c *Canonicalizer) run(st *state, api API, body []byte, sink Sink, info *In
 			if top[i].val.Type() == fastjson.TypeString {
 				info.Model = append(info.Model, top[i].val.GetStringBytes()...)
 			}
+		case "previous_response_id":
+			// The backend holds the earlier turns: a continuation.
+			if api == Responses && top[i].val.Type() == fastjson.TypeString {
+				info.Followup = true
+			}
 		}
 	}
 	if err := c.validatePrompt(api, prompt); err != nil {
 		return err
 	}
 
-	if api == Chat {
-		st.writeString("chat\n")
-	} else {
-		st.writeString("completions\n")
-	}
+	st.writeString(api.preamble())
 	// Header: every top-level member but the prompt and excluded controls.
 	st.writeByte('{')
 	first := true
@@ -234,7 +273,7 @@ func (c *Canonicalizer) run(st *state, api API, body []byte, sink Sink, info *In
 		if string(k) == promptKey {
 			continue
 		}
-		if _, ok := c.exclude[string(k)]; ok {
+		if _, ok := exclude[string(k)]; ok {
 			// Left out of the CBR, but still checked: fastjson accepts
 			// number forms ("+1", "NaN") that no backend would.
 			if !st.numbersValid(top[i].val) {
@@ -255,9 +294,12 @@ func (c *Canonicalizer) run(st *state, api API, body []byte, sink Sink, info *In
 	st.writeByte('}')
 	st.writeByte('\n')
 
-	if api == Chat {
+	switch {
+	case api == Chat:
 		err = st.messages(prompt, info)
-	} else {
+	case api == Responses && prompt.Type() == fastjson.TypeArray:
+		err = st.items(prompt, info)
+	default:
 		st.startSession()
 		err = st.value(prompt)
 		st.hashing = false
@@ -289,14 +331,62 @@ func (c *Canonicalizer) validatePrompt(api API, prompt *fastjson.Value) error {
 		}
 		return nil
 	}
-	if prompt == nil {
-		return ErrNoPrompt
+	if prompt != nil {
+		switch prompt.Type() {
+		case fastjson.TypeString, fastjson.TypeArray:
+			return nil
+		}
 	}
-	switch prompt.Type() {
-	case fastjson.TypeString, fastjson.TypeArray:
-		return nil
+	if api == Responses {
+		return ErrNoInput
 	}
 	return ErrNoPrompt
+}
+
+// items writes one canonical line per Responses API input item. Earlier
+// model output (assistant messages, function calls and their outputs,
+// reasoning) makes the request a follow-up, as roles do in chat.
+func (st *state) items(arr *fastjson.Value, info *Info) error {
+	sessionSet := false
+	var firstHash uint64
+	for i, it := range arr.GetArray() {
+		user := false
+		if it.Type() == fastjson.TypeObject {
+			o := it.GetObject()
+			role := lastMember(o, "role").GetStringBytes()
+			typ := lastMember(o, "type").GetStringBytes()
+			switch {
+			case string(role) == "assistant" || string(role) == "tool" || string(role) == "function":
+				info.Followup = true
+			case len(typ) > 0 && string(typ) != "message" && string(typ) != "input_text" &&
+				string(typ) != "input_image" && string(typ) != "input_file" && string(typ) != "item_reference":
+				// function_call, function_call_output, reasoning, …: output
+				// the model produced, or its answer.
+				info.Followup = true
+			}
+			user = !sessionSet && string(role) == "user"
+		}
+		if user || i == 0 {
+			st.startSession()
+		}
+		if err := st.value(it); err != nil {
+			return err
+		}
+		st.hashing = false
+		if user {
+			info.Session = st.hash
+			sessionSet = true
+		}
+		if i == 0 {
+			firstHash = st.hash
+		}
+		st.writeByte('\n')
+		info.Messages++
+	}
+	if !sessionSet {
+		info.Session = firstHash
+	}
+	return nil
 }
 
 // messages writes one canonical line per message and classifies the request.
@@ -431,4 +521,21 @@ func (st *state) value(v *fastjson.Value) error {
 		st.writeString("null")
 	}
 	return nil
+}
+
+// Model appends the body's top-level "model" string (last occurrence) to
+// dst; requests kvca only passes through are still kept to backends that
+// serve their model. Bodies that are not JSON objects have no model.
+func (c *Canonicalizer) Model(body []byte, dst []byte) []byte {
+	st, _ := c.pool.Get().(*state)
+	if st == nil {
+		st = &state{}
+	}
+	if v, err := st.p.ParseBytes(body); err == nil && v.Type() == fastjson.TypeObject {
+		if m := lastMember(v.GetObject(), "model"); m != nil && m.Type() == fastjson.TypeString {
+			dst = append(dst, m.GetStringBytes()...)
+		}
+	}
+	c.pool.Put(st)
+	return dst
 }

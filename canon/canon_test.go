@@ -203,3 +203,29 @@ func FuzzCanonicalize(f *testing.F) {
 		}
 	})
 }
+
+func TestResponsesAPI(t *testing.T) {
+	c := canon.New(nil)
+	got, info, err := cbr(t, c, canon.Responses, `{"model":"m","instructions":"Be brief.","input":"Hello there","max_output_tokens":50,"text":{"format":{"type":"text"}},"temperature":1,"store":false}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "responses\n{\"instructions\":\"Be brief.\",\"model\":\"m\"}\n\"Hello there\"\n"; got != want || info.Followup {
+		t.Fatalf("got %q followup=%v", got, info.Followup)
+	}
+	turn1 := `{"model":"m","instructions":"Be brief.","input":[{"role":"user","content":"Hi"}]}`
+	turn2 := `{"model":"m","instructions":"Be brief.","input":[{"role":"user","content":"Hi"},{"type":"message","role":"assistant","content":[{"type":"output_text","text":"Hello!"}]},{"role":"user","content":"More"}]}`
+	a, ia, _ := cbr(t, c, canon.Responses, turn1)
+	b, ib, err := cbr(t, c, canon.Responses, turn2)
+	if err != nil || ia.Followup || !ib.Followup || !strings.HasPrefix(b, a) || ia.Session != ib.Session {
+		t.Fatalf("turns: %q %q %v %v", a, b, ia.Followup, ib.Followup)
+	}
+	_, fc, _ := cbr(t, c, canon.Responses, `{"input":[{"role":"user","content":"x"},{"type":"function_call_output","call_id":"1","output":"42"}]}`)
+	_, prev, _ := cbr(t, c, canon.Responses, `{"previous_response_id":"resp_1","input":"next"}`)
+	if !fc.Followup || !prev.Followup {
+		t.Fatal("function call output / previous_response_id not a follow-up")
+	}
+	if _, _, err := cbr(t, c, canon.Responses, `{"model":"m"}`); err != canon.ErrNoInput {
+		t.Fatalf("missing input: %v", err)
+	}
+}

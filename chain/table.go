@@ -17,6 +17,7 @@ func (s *Set) Add(b int)     { s[b>>6] |= 1 << (b & 63) }
 func (s *Set) Remove(b int)  { s[b>>6] &^= 1 << (b & 63) }
 func (s Set) Has(b int) bool { return s[b>>6]&(1<<(b&63)) != 0 }
 func (s Set) Empty() bool    { return s[0]|s[1]|s[2]|s[3] == 0 }
+func (s *Set) Or(o *Set)     { s[0] |= o[0]; s[1] |= o[1]; s[2] |= o[2]; s[3] |= o[3] }
 func (s *Set) And(o *Set)    { s[0] &= o[0]; s[1] &= o[1]; s[2] &= o[2]; s[3] &= o[3] }
 func (s Set) Len() int {
 	return bits.OnesCount64(s[0]) + bits.OnesCount64(s[1]) + bits.OnesCount64(s[2]) + bits.OnesCount64(s[3])

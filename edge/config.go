@@ -37,6 +37,9 @@ type Config struct {
 	// FailThreshold is how many consecutive connection failures eject a
 	// backend (passive health).
 	FailThreshold int
+	// ModelsInterval is how often backends' /v1/models are asked (those
+	// without models fixed by a #suffix); 0 takes the default.
+	ModelsInterval time.Duration
 
 	UpstreamHeaderTimeout time.Duration
 	StreamIdleTimeout     time.Duration
@@ -67,6 +70,7 @@ func DefaultConfig() Config {
 		HealthPath:            "/health",
 		HealthInterval:        5 * time.Second,
 		FailThreshold:         3,
+		ModelsInterval:        30 * time.Second,
 		UpstreamHeaderTimeout: 5 * time.Minute,
 		StreamIdleTimeout:     2 * time.Minute,
 		ShutdownTimeout:       30 * time.Second,
@@ -82,6 +86,9 @@ type backendAddr struct {
 	host   string // host:port
 	tls    bool
 	prefix string // path prefix to prepend, usually empty
+	// models, from a "#model-a,model-b" suffix, fixes the backend's models
+	// instead of discovering them from /v1/models.
+	models []string
 }
 
 func parseBackend(raw string) (backendAddr, error) {
@@ -89,8 +96,17 @@ func parseBackend(raw string) (backendAddr, error) {
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return backendAddr{}, fmt.Errorf("backend %q must be an absolute http:// or https:// URL", raw)
 	}
-	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
-		return backendAddr{}, fmt.Errorf("backend %q must not carry a query, fragment or credentials", raw)
+	if u.RawQuery != "" || u.User != nil {
+		return backendAddr{}, fmt.Errorf("backend %q must not carry a query or credentials", raw)
+	}
+	var models []string
+	if u.Fragment != "" {
+		for _, m := range strings.Split(u.Fragment, ",") {
+			if m = strings.TrimSpace(m); m == "" {
+				return backendAddr{}, fmt.Errorf("backend %q: empty model name after #", raw)
+			}
+			models = append(models, m)
+		}
 	}
 	host := u.Host
 	if u.Port() == "" {
@@ -107,6 +123,7 @@ func parseBackend(raw string) (backendAddr, error) {
 		host:   host,
 		tls:    u.Scheme == "https",
 		prefix: prefix,
+		models: models,
 	}, nil
 }
 
@@ -176,6 +193,9 @@ func (c *Config) Validate() error {
 	}
 	if c.FailThreshold <= 0 {
 		c.FailThreshold = d.FailThreshold
+	}
+	if c.ModelsInterval <= 0 {
+		c.ModelsInterval = d.ModelsInterval
 	}
 	for name, v := range map[string]*time.Duration{
 		"--upstream-header-timeout": &c.UpstreamHeaderTimeout,

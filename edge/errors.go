@@ -55,3 +55,9 @@ func gatewayTimeout(ctx *fasthttp.RequestCtx) {
 	writeError(ctx, fasthttp.StatusGatewayTimeout, "upstream_error", "upstream_timeout",
 		"the inference backend did not answer in time")
 }
+
+// unknownModel answers as OpenAI does for a model no backend serves.
+func unknownModel(ctx *fasthttp.RequestCtx, model []byte) {
+	writeError(ctx, fasthttp.StatusNotFound, "invalid_request_error", "model_not_found",
+		"The model `"+string(model)+"` does not exist or no backend serves it.")
+}

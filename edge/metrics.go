@@ -14,12 +14,13 @@ import (
 const (
 	routeChat = iota
 	routeCompletions
+	routeResponses
 	routeModels
 	routePassthrough
 	numRoutes
 )
 
-var routeNames = [numRoutes]string{"chat", "completions", "models", "passthrough"}
+var routeNames = [numRoutes]string{"chat", "completions", "responses", "models", "passthrough"}
 
 const numPhases = 3 // sched.PhaseBootstrap, PhaseFollowup, PhaseFallback
 

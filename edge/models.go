@@ -1,55 +1,196 @@
 package edge
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/kvca/kvca/chain"
 )
 
-// models answers GET /v1/models with the union of the healthy backends'
-// models, asked in parallel; the first backend to list a model owns its
-// entry.
-func (s *Server) models(ctx *fasthttp.RequestCtx) {
+// modelIndex says which backends serve which model. It is rebuilt whole
+// on every change and swapped in atomically, so routing reads it without
+// a lock.
+type modelIndex struct {
+	byName map[string]chain.Set
+	// wild holds backends whose models are unknown (discovery has not
+	// succeeded yet): they may serve anything.
+	wild  chain.Set
+	known bool // some backend's models are known
+}
+
+// modelList is one backend's models: raw /v1/models entries and their ids.
+type modelList struct {
+	ids  []string
+	data []json.RawMessage
+}
+
+var errUnknownModel = errors.New("unknown model")
+
+// allowedFor narrows routing to the backends serving model; nil means any.
+func (s *Server) allowedFor(model []byte, dst *chain.Set) (*chain.Set, error) {
+	if len(model) == 0 {
+		return nil, nil
+	}
+	idx := s.models.Load()
+	if idx == nil || !idx.known {
+		return nil, nil
+	}
+	if set, ok := idx.byName[string(model)]; ok {
+		*dst = set
+		dst.Or(&idx.wild)
+		return dst, nil
+	}
+	if !idx.wild.Empty() {
+		*dst = idx.wild
+		return dst, nil
+	}
+	return nil, errUnknownModel
+}
+
+func (s *Server) rebuildModels() {
+	idx := &modelIndex{byName: map[string]chain.Set{}}
+	for _, u := range s.ups {
+		l := u.models.Load()
+		if l == nil {
+			idx.wild.Add(u.b.Index)
+			continue
+		}
+		idx.known = true
+		for _, id := range l.ids {
+			set := idx.byName[id]
+			set.Add(u.b.Index)
+			idx.byName[id] = set
+		}
+	}
+	s.models.Store(idx)
+}
+
+// staticModels turns a #model-a,model-b suffix into a model list.
+func staticModels(ids []string) *modelList {
+	l := &modelList{ids: ids}
+	for _, id := range ids {
+		b, _ := json.Marshal(map[string]any{"id": id, "object": "model", "owned_by": "kvca"})
+		l.data = append(l.data, b)
+	}
+	return l
+}
+
+// discoverModels asks every backend without fixed models for its
+// /v1/models at start and then every ModelsInterval.
+func (s *Server) discoverModels(ctx context.Context) {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		changed := false
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		for _, u := range s.ups {
+			if u.addr.models != nil || !u.b.Healthy() {
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				l, err := fetchModels(u, nil)
+				if err != nil {
+					return
+				}
+				if old := u.models.Load(); old == nil || !slices.Equal(old.ids, l.ids) {
+					u.models.Store(l)
+					s.log.Info("backend models", "backend", u.b.Name, "models", l.ids)
+					mu.Lock()
+					changed = true
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		if changed {
+			s.rebuildModels()
+		}
+		t.Reset(s.cfg.ModelsInterval)
+	}
+}
+
+// fetchModels asks one backend for its models, with the client's
+// credentials when answering a client.
+func fetchModels(u *upstream, creds [][2][]byte) (*modelList, error) {
+	req := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI(u.addr.url + "/v1/models")
+	for _, kv := range creds {
+		req.Header.SetBytesKV(kv[0], kv[1])
+	}
+	if err := u.hc.DoTimeout(req, resp, 5*time.Second); err != nil {
+		return nil, err
+	}
+	if resp.StatusCode() != fasthttp.StatusOK {
+		return nil, errors.New("status not 200")
+	}
+	var body struct {
+		Data []json.RawMessage `json:"data"`
+	}
+	if err := json.Unmarshal(resp.Body(), &body); err != nil {
+		return nil, err
+	}
+	l := &modelList{}
+	for _, m := range body.Data {
+		var id struct {
+			ID string `json:"id"`
+		}
+		if json.Unmarshal(m, &id) == nil && id.ID != "" {
+			l.ids = append(l.ids, id.ID)
+			l.data = append(l.data, m)
+		}
+	}
+	slices.Sort(l.ids)
+	return l, nil
+}
+
+// listModels answers GET /v1/models with the union of the healthy backends'
+// models: as discovered, or asked now (with the client's credentials) when
+// a backend's list is not known yet.
+func (s *Server) listModels(ctx *fasthttp.RequestCtx) {
 	if !ctx.IsGet() {
 		writeError(ctx, fasthttp.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "use GET")
 		return
 	}
-	type list struct {
-		Data []json.RawMessage `json:"data"`
-	}
-	// Credentials go to the backends as the client sent them; read them
-	// here, since the request header is not safe for concurrent use.
+	// Read credentials here: the request header is not safe for
+	// concurrent use by the fetches below.
 	var creds [][2][]byte
 	for _, h := range []string{"Authorization", "Api-Key", "X-Api-Key"} {
 		if v := ctx.Request.Header.Peek(h); len(v) > 0 {
 			creds = append(creds, [2][]byte{[]byte(h), append([]byte(nil), v...)})
 		}
 	}
-	lists := make([][]json.RawMessage, len(s.ups))
+	lists := make([]*modelList, len(s.ups))
 	var wg sync.WaitGroup
 	for i, u := range s.ups {
 		if !u.b.Healthy() {
 			continue
 		}
+		if l := u.models.Load(); l != nil {
+			lists[i] = l
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			req := fasthttp.AcquireRequest()
-			resp := fasthttp.AcquireResponse()
-			defer fasthttp.ReleaseRequest(req)
-			defer fasthttp.ReleaseResponse(resp)
-			req.SetRequestURI(u.addr.url + "/v1/models")
-			for _, kv := range creds {
-				req.Header.SetBytesKV(kv[0], kv[1])
-			}
-			if err := u.hc.DoTimeout(req, resp, 5*time.Second); err != nil || resp.StatusCode() != 200 {
-				return
-			}
-			var l list
-			if json.Unmarshal(resp.Body(), &l) == nil {
-				lists[i] = l.Data
+			if l, err := fetchModels(u, creds); err == nil {
+				lists[i] = l
 			}
 		}()
 	}
@@ -60,15 +201,14 @@ func (s *Server) models(ctx *fasthttp.RequestCtx) {
 		Data   []json.RawMessage `json:"data"`
 	}{Object: "list", Data: []json.RawMessage{}}
 	for _, l := range lists {
-		for _, m := range l {
-			var id struct {
-				ID string `json:"id"`
+		if l == nil {
+			continue
+		}
+		for i, id := range l.ids {
+			if !seen[id] {
+				seen[id] = true
+				out.Data = append(out.Data, l.data[i])
 			}
-			if json.Unmarshal(m, &id) != nil || id.ID == "" || seen[id.ID] {
-				continue
-			}
-			seen[id.ID] = true
-			out.Data = append(out.Data, m)
 		}
 	}
 	if len(seen) == 0 && !s.anyHealthy() {

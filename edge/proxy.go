@@ -19,18 +19,20 @@ import (
 // nothing. It lives until the response body has been relayed, which is
 // after the handler returns, so the relay returns it to the pool.
 type call struct {
-	s      *Server
-	h      *chain.Hasher
-	info   canon.Info
-	req    sched.Request
-	dec    sched.Decision
-	res    sched.Reservation
-	route  int
-	routed bool // the request carries a chain to learn
-	start  time.Time
-	hdr    fasthttp.ResponseHeader
-	xff    []byte
-	rel    relay
+	s       *Server
+	h       *chain.Hasher
+	info    canon.Info
+	req     sched.Request
+	dec     sched.Decision
+	res     sched.Reservation
+	route   int
+	routed  bool // the request carries a chain to learn
+	start   time.Time
+	hdr     fasthttp.ResponseHeader
+	xff     []byte
+	model   []byte
+	allowed chain.Set
+	rel     relay
 }
 
 func (s *Server) getCall() *call {
@@ -58,9 +60,13 @@ func (s *Server) proxyRouted(ctx *fasthttp.RequestCtx, api canon.API, route int)
 	c.route = route
 	c.routed = true
 	if err := s.plan(c, api, ctx.PostBody()); err != nil {
-		s.m.badRequest(canon.Reason(err))
 		s.m.requests[route][numPhases].Inc()
-		badRequest(ctx, canon.Reason(err), err.Error())
+		if err == errUnknownModel {
+			unknownModel(ctx, c.info.Model)
+		} else {
+			s.m.badRequest(canon.Reason(err))
+			badRequest(ctx, canon.Reason(err), err.Error())
+		}
 		s.putCall(c)
 		return
 	}
@@ -76,7 +82,9 @@ func (s *Server) plan(c *call, api canon.API, body []byte) error {
 	c.req.Followup = c.info.Followup
 	c.req.Session = c.info.Session
 	c.req.Now = s.table.Now()
-	return nil
+	allowed, err := s.allowedFor(c.info.Model, &c.allowed)
+	c.req.Allowed = allowed
+	return err
 }
 
 // proxyPassthrough sends any other /v1/* request to the least-loaded
@@ -87,6 +95,16 @@ func (s *Server) proxyPassthrough(ctx *fasthttp.RequestCtx) {
 	c.route = routePassthrough
 	c.routed = false
 	c.req.Now = s.table.Now()
+	if ctx.IsPost() {
+		c.model = s.canon.Model(ctx.PostBody(), c.model[:0])
+		allowed, err := s.allowedFor(c.model, &c.allowed)
+		if err != nil {
+			unknownModel(ctx, c.model)
+			s.putCall(c)
+			return
+		}
+		c.req.Allowed = allowed
+	}
 	s.forward(ctx, c)
 }
 

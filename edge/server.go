@@ -44,6 +44,7 @@ type Server struct {
 	// adminRoutes lets other packages (the KDN API) mount admin handlers.
 	adminRoutes map[string]fasthttp.RequestHandler
 	peer        Peer
+	models      atomic.Pointer[modelIndex]
 }
 
 // Peer shares what this replica learns with other replicas. Its methods
@@ -138,6 +139,7 @@ func New(cfg Config) (*Server, error) {
 		ReadTimeout: 30 * time.Second,
 		Logger:      quietLogger{log},
 	}
+	s.rebuildModels()
 	s.bg, s.stopBg = context.WithCancel(context.Background())
 	return s, nil
 }
@@ -189,6 +191,8 @@ func (s *Server) StartOn(ln, adln net.Listener) {
 	s.ln, s.adln = ln, adln
 	s.loops.Add(1)
 	go func() { defer s.loops.Done(); s.table.Vacuum(s.bg) }()
+	s.loops.Add(1)
+	go func() { defer s.loops.Done(); s.discoverModels(s.bg) }()
 	for _, u := range s.ups {
 		s.loops.Add(1)
 		go func() { defer s.loops.Done(); s.healthLoop(s.bg, u) }()
@@ -251,9 +255,15 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 			return
 		}
 		s.proxyRouted(ctx, canon.Completions, routeCompletions)
+	case "/v1/responses":
+		if !post {
+			methodNotAllowed(ctx)
+			return
+		}
+		s.proxyRouted(ctx, canon.Responses, routeResponses)
 	case "/v1/models":
 		start := time.Now()
-		s.models(ctx)
+		s.listModels(ctx)
 		s.m.requests[routeModels][numPhases].Inc()
 		s.m.duration[routeModels].UpdateDuration(start)
 	case "/health":

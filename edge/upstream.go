@@ -29,6 +29,8 @@ type upstream struct {
 	ejectedUntil atomic.Int64 // unix ns
 	// wake nudges the health loop when passive health ejects the backend.
 	wake chan struct{}
+	// models the backend serves; nil until known.
+	models atomic.Pointer[modelList]
 }
 
 func newUpstream(b *sched.Backend, a backendAddr, maxConns int, m *backendMetrics) *upstream {
@@ -50,6 +52,9 @@ func newUpstream(b *sched.Backend, a backendAddr, maxConns int, m *backendMetric
 	}
 	u := &upstream{b: b, addr: a, hc: hc, m: m, host: []byte(a.host), wake: make(chan struct{}, 1)}
 	u.ops = makeConnOps(hc.AcquireConn, hc.ReleaseConn, hc.CloseConn)
+	if a.models != nil {
+		u.models.Store(staticModels(a.models))
+	}
 	return u
 }
 

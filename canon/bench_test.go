@@ -1,0 +1,55 @@
+package canon_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/kvca/kvca/canon"
+	"github.com/kvca/kvca/chain"
+	"github.com/kvca/kvca/internal/bodies"
+)
+
+var sizes = []int{1 << 10, 4 << 10, 16 << 10, 128 << 10}
+
+// BenchmarkCanon measures canonicalisation alone (into a discarding sink).
+func BenchmarkCanon(b *testing.B) {
+	c := canon.New(nil)
+	for _, n := range sizes {
+		body := bodies.Chat(n)
+		b.Run(fmt.Sprintf("%dKB", n>>10), func(b *testing.B) {
+			var sink discard
+			var info canon.Info
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := c.Canonicalize(canon.Chat, body, &sink, &info); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkCanonChain measures canonicalisation plus chain hashing, the
+// whole body → chain step of the hot path.
+func BenchmarkCanonChain(b *testing.B) {
+	c := canon.New(nil)
+	h := chain.NewHasher(chain.RandomKey(), 256)
+	run := func(b *testing.B, body []byte) {
+		var info canon.Info
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		for b.Loop() {
+			h.Reset()
+			if err := c.Canonicalize(canon.Chat, body, h, &info); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	for _, n := range sizes {
+		body := bodies.Chat(n)
+		b.Run(fmt.Sprintf("%dKB", n>>10), func(b *testing.B) { run(b, body) })
+	}
+	conv := bodies.Conversation(40, 300)
+	b.Run("turn40", func(b *testing.B) { run(b, conv[len(conv)-1]) })
+}
