@@ -45,8 +45,12 @@ bench-go:
 demo: build
 	./$(BIN) demo
 
+# The full suite: the Mooncake conversation trace on 8 engines whose caches
+# are smaller than the working set, six policies, table + JSON + charts.
+BENCH_ARGS ?= --trace bench/testdata/conversation_trace.jsonl --engines 8 --cache-tokens 2000000 --time-scale 0.05
 bench: build
-	./$(BIN) bench --json bench/results/bench.json --charts bench/results
+	mkdir -p bench/results
+	./$(BIN) bench $(BENCH_ARGS) --json bench/results/bench.json --charts bench/results | tee bench/results/bench.txt
 
 clean:
 	rm -rf bin

@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 
@@ -60,7 +61,9 @@ func (s *Server) handleAdmin(ctx *fasthttp.RequestCtx) {
 	switch {
 	case path == "/metrics":
 		ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
-		s.m.set.WritePrometheus(ctx)
+		var buf bytes.Buffer
+		s.m.set.WritePrometheus(&buf)
+		writeWithHelp(ctx, buf.Bytes())
 		return
 	case path == "/admin/state":
 		writeJSON(ctx, fasthttp.StatusOK, s.State())

@@ -37,6 +37,10 @@ type Config struct {
 	// FailThreshold is how many consecutive connection failures eject a
 	// backend (passive health).
 	FailThreshold int
+	// PrefillAtFirstByte releases a streamed response's novel-block load at
+	// its first body byte instead of at its headers
+	// (--prefill-release first-byte).
+	PrefillAtFirstByte bool
 	// ModelsInterval is how often backends' /v1/models are asked (those
 	// without models fixed by a #suffix); 0 takes the default.
 	ModelsInterval time.Duration

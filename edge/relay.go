@@ -181,6 +181,7 @@ func (r *relay) piece(w io.Writer, n int, eofOK bool) (int, error) {
 	}
 	n = min(n, r.br.Buffered())
 	p, _ := r.br.Peek(n)
+	r.c.res.ReleasePrefill() // first body byte: the backend has prefilled
 	r.clientDeadline()
 	wn, err := w.Write(p)
 	_, _ = r.br.Discard(wn)

@@ -1,7 +1,102 @@
 package main
 
-import "github.com/urfave/cli/v2"
+import (
+	"context"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/kvca/kvca/bench/run"
+	"github.com/kvca/kvca/edge"
+)
+
+// proxyFlags are the proxy settings the bench varies, beside the policy.
+func proxyFlags() []cli.Flag {
+	d := edge.DefaultConfig()
+	return []cli.Flag{
+		&cli.IntFlag{Name: "block-size", Value: d.BlockSize, Usage: "proxy: CBR block size in bytes", EnvVars: env("block-size")},
+		&cli.DurationFlag{Name: "ttl", Value: d.TTL, Usage: "proxy: location TTL (before --time-scale)", EnvVars: env("ttl")},
+		&cli.IntFlag{Name: "max-blocks", Value: d.MaxBlocks, Usage: "proxy: block table bound", EnvVars: env("max-blocks")},
+		&cli.IntFlag{Name: "active-weight", Value: d.ActiveWeight, Usage: "proxy: load of one active request, in blocks", EnvVars: env("active-weight")},
+		&cli.StringFlag{Name: "prefill-release", Value: "headers", Usage: "proxy: headers or first-byte", EnvVars: env("prefill-release")},
+		&cli.BoolFlag{Name: "proxy-process", Usage: "run each proxy as a `kvca serve` child process (exact proxy CPU per request)", EnvVars: env("proxy-process")},
+	}
+}
+
+// benchProxy is an in-process kvca.
+type benchProxy struct{ s *edge.Server }
+
+func (p benchProxy) URL() string { return "http://" + p.s.Addr() }
+
+func (p benchProxy) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return p.s.Shutdown(ctx)
+}
+
+// proxyFactory builds kvca proxies as the bench's flags describe, with
+// the TTL scaled like every other duration of the replay.
+func proxyFactory(c *cli.Context, timeScale float64) run.ProxyFactory {
+	ttl := time.Duration(float64(c.Duration("ttl")) * timeScale)
+	if ttl < time.Second {
+		ttl = time.Second
+	}
+	if c.Bool("proxy-process") {
+		exe, _ := os.Executable()
+		return run.ExecFactory(func(policy string, backends []string, listen string) []string {
+			argv := []string{exe, "serve", "--listen", listen, "--admin-listen", "", "--policy", policy,
+				"--block-size", strconv.Itoa(c.Int("block-size")), "--ttl", ttl.String(),
+				"--max-blocks", strconv.Itoa(c.Int("max-blocks")), "--active-weight", strconv.Itoa(c.Int("active-weight")),
+				"--log-level", "warn", "--prefill-release", c.String("prefill-release")}
+			for _, b := range backends {
+				argv = append(argv, "--backend", b)
+			}
+			return argv
+		}, "/ready")
+	}
+	return func(policy string, backends []string) (run.Proxy, error) {
+		cfg := edge.DefaultConfig()
+		cfg.Listen, cfg.AdminListen = "127.0.0.1:0", ""
+		cfg.Backends = backends
+		cfg.Policy = policy
+		cfg.BlockSize = c.Int("block-size")
+		cfg.TTL = ttl
+		cfg.MaxBlocks = c.Int("max-blocks")
+		cfg.ActiveWeight = c.Int("active-weight")
+		cfg.PrefillAtFirstByte = c.String("prefill-release") == "first-byte"
+		s, err := edge.New(cfg)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.Start(); err != nil {
+			return nil, err
+		}
+		return benchProxy{s}, nil
+	}
+}
 
 func benchCommand() *cli.Command {
-	return &cli.Command{Name: "bench", Usage: "not built yet"}
+	return &cli.Command{
+		Name:  "bench",
+		Usage: "replay a workload through kvca in front of mock engines, once per policy, and compare",
+		Description: `Starts --engines mock inference engines and, per policy, a kvca proxy in
+front of them; replays the same arrivals (a synthetic multi-turn chat, or a
+Mooncake-format trace with --trace) and reports engine prefix-cache hit rate,
+TTFT and end-to-end latency percentiles, throughput, load imbalance, errors
+and proxy CPU per request.`,
+		Flags: append(run.Flags(), proxyFlags()...),
+		Action: func(c *cli.Context) error {
+			spec, err := run.SpecFromCLI(c)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return run.Main(ctx, spec, proxyFactory(c, spec.TimeScale), os.Stdout)
+		},
+	}
 }

@@ -43,6 +43,7 @@ func serveFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "shutdown-timeout", Value: d.ShutdownTimeout, Usage: "on SIGTERM, let in-flight requests finish for up to this", EnvVars: env("shutdown-timeout")},
 		&cli.DurationFlag{Name: "client-read-timeout", Value: d.ClientReadTimeout, Usage: "cut clients that take longer than this to send a request", EnvVars: env("client-read-timeout")},
 		&cli.IntFlag{Name: "max-conns-per-backend", Value: d.MaxConnsPerBackend, Usage: "keep-alive pool size per backend", EnvVars: env("max-conns-per-backend")},
+		&cli.StringFlag{Name: "prefill-release", Value: "headers", Usage: "when a streamed response's novel-block load is released: headers (the seed) or first-byte (after the backend's prefill)", EnvVars: env("prefill-release")},
 		&cli.BoolFlag{Name: "pprof", Usage: "serve /debug/pprof on the admin listener", EnvVars: env("pprof")},
 	}
 }
@@ -59,6 +60,9 @@ func serveCommand() *cli.Command {
 			}
 			cfg := configFrom(c)
 			cfg.Logger = log
+			if pr := c.String("prefill-release"); pr != "headers" && pr != "first-byte" {
+				return fmt.Errorf("--prefill-release must be headers or first-byte, got %q", pr)
+			}
 			srv, err := edge.New(cfg)
 			if err != nil {
 				return err
@@ -111,6 +115,7 @@ func configFrom(c *cli.Context) edge.Config {
 		ClientReadTimeout:     c.Duration("client-read-timeout"),
 		MaxConnsPerBackend:    c.Int("max-conns-per-backend"),
 		Pprof:                 c.Bool("pprof"),
+		PrefillAtFirstByte:    c.String("prefill-release") == "first-byte",
 	}
 }
 

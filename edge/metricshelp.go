@@ -1,0 +1,70 @@
+package edge
+
+import (
+	"bufio"
+	"bytes"
+	"io"
+	"strings"
+)
+
+// metricHelp documents every family kvca exports: its type and meaning.
+// The metrics library writes samples only, so /metrics adds these lines.
+var metricHelp = map[string][2]string{
+	"kvca_requests_total":              {"counter", "Requests received, by route and routing phase (bootstrap, followup, fallback; none when not routed)."},
+	"kvca_request_duration_seconds":    {"histogram", "Time from receiving a request to the end of its response, by route."},
+	"kvca_upstream_first_byte_seconds": {"histogram", "Time from receiving a request to the backend's response headers, by backend."},
+	"kvca_routed_blocks_total":         {"counter", "Blocks of routed requests, by whether the chosen backend was believed to hold them (cached) or not (novel)."},
+	"kvca_backend_active_requests":     {"gauge", "Requests in flight on a backend from this replica."},
+	"kvca_backend_prefill_blocks":      {"gauge", "Novel blocks reserved on a backend and not yet answered."},
+	"kvca_backend_healthy":             {"gauge", "1 when a backend receives traffic, 0 when it is ejected or failing its health check."},
+	"kvca_table_blocks":                {"gauge", "Blocks tracked in the block table."},
+	"kvca_table_locations":             {"gauge", "Backend locations tracked in the block table."},
+	"kvca_table_capacity_blocks":       {"gauge", "The block table's bound (--max-blocks, rounded up per shard)."},
+	"kvca_table_evictions_total":       {"counter", "Blocks or locations removed from the table, by reason (expired, capacity, reset)."},
+	"kvca_table_vacuum_runs_total":     {"counter", "Wake-ups of the deadline-driven vacuum."},
+	"kvca_upstream_errors_total":       {"counter", "Upstream failures by backend and kind (connect, timeout, stream, status)."},
+	"kvca_client_disconnects_total":    {"counter", "Responses abandoned by the client before they ended."},
+	"kvca_bad_requests_total":          {"counter", "Requests refused as invalid, by reason."},
+}
+
+// familyOf maps a sample line to its documented family ("" if none).
+func familyOf(line string) string {
+	end := strings.IndexAny(line, "{ ")
+	if end < 0 {
+		return ""
+	}
+	name := line[:end]
+	if _, ok := metricHelp[name]; ok {
+		return name
+	}
+	for _, suf := range []string{"_bucket", "_sum", "_count"} {
+		if base, ok := strings.CutSuffix(name, suf); ok {
+			if _, ok := metricHelp[base]; ok {
+				return base
+			}
+		}
+	}
+	return ""
+}
+
+// writeWithHelp copies Prometheus text from src to w, putting HELP and TYPE
+// lines before the first sample of each documented family.
+func writeWithHelp(w io.Writer, src []byte) {
+	bw := bufio.NewWriter(w)
+	done := map[string]bool{}
+	for len(src) > 0 {
+		i := bytes.IndexByte(src, '\n')
+		if i < 0 {
+			i = len(src) - 1
+		}
+		line := src[:i+1]
+		src = src[i+1:]
+		if f := familyOf(string(line)); f != "" && !done[f] {
+			done[f] = true
+			h := metricHelp[f]
+			bw.WriteString("# HELP " + f + " " + h[1] + "\n# TYPE " + f + " " + h[0] + "\n")
+		}
+		bw.Write(line)
+	}
+	bw.Flush()
+}
