@@ -53,6 +53,8 @@ type Config struct {
 	MaxConnsPerBackend    int
 
 	Pprof bool
+	// AccessLog writes one line per request to Logger (--access-log).
+	AccessLog bool
 	// Logger receives health transitions and errors; nil discards.
 	Logger *slog.Logger
 	// Now overrides the table clock in tests.

@@ -69,7 +69,7 @@ func TestSlowlorisIsCut(t *testing.T) {
 	b := newTestBackend(t, "a")
 	s := startProxy(t, func(c *Config) { c.ClientReadTimeout = 300 * time.Millisecond }, b)
 	for _, partial := range []string{
-		"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Ty",                                   // headers trickled
+		"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Ty",                                    // headers trickled
 		"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{\"model\":\"m\",", // body trickled
 	} {
 		conn, err := net.Dial("tcp", s.Addr())
@@ -101,7 +101,7 @@ func TestCredentialsPassThroughAndStayPrivate(t *testing.T) {
 	var mu sync.Mutex
 	logger := slog.New(slog.NewTextHandler(lockedWriter{&logs, &mu}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	b := newTestBackend(t, "a")
-	s := startProxy(t, func(c *Config) { c.Logger = logger }, b)
+	s := startProxy(t, func(c *Config) { c.Logger = logger; c.AccessLog = true }, b)
 	for _, path := range []string{"/v1/chat/completions", "/v1/embeddings", "/v1/models"} {
 		req, _ := http.NewRequest("POST", "http://"+s.Addr()+path, strings.NewReader(conversation(1, 1, false)))
 		if path == "/v1/models" {
@@ -138,6 +138,12 @@ func TestCredentialsPassThroughAndStayPrivate(t *testing.T) {
 	defer mu.Unlock()
 	if bytes.Contains(logs.Bytes(), []byte(secret)) {
 		t.Fatal("logs show the credential")
+	}
+	if !bytes.Contains(logs.Bytes(), []byte("route=chat")) || !bytes.Contains(logs.Bytes(), []byte("request_id=")) {
+		t.Fatalf("no access log line: %s", logs.Bytes())
+	}
+	if bytes.Contains(logs.Bytes(), []byte("number 8")) {
+		t.Fatal("logs show body content")
 	}
 }
 

@@ -31,6 +31,9 @@ type call struct {
 	hdr     fasthttp.ResponseHeader
 	xff     []byte
 	model   []byte
+	rid     []byte // request id: the client's X-Request-Id or generated
+	status  int
+	ttfb    time.Duration // to the upstream's response headers
 	allowed chain.Set
 	rel     relay
 }
@@ -46,6 +49,8 @@ func (s *Server) getCall() *call {
 
 func (s *Server) putCall(c *call) {
 	c.h.Reset()
+	c.status, c.ttfb = 0, 0
+	c.model = c.model[:0]
 	c.req = sched.Request{}
 	c.dec = sched.Decision{}
 	c.res = sched.Reservation{}
@@ -67,7 +72,7 @@ func (s *Server) proxyRouted(ctx *fasthttp.RequestCtx, api canon.API, route int)
 			s.m.badRequest(canon.Reason(err))
 			badRequest(ctx, canon.Reason(err), err.Error())
 		}
-		s.putCall(c)
+		s.done(c, ctx.Response.StatusCode())
 		return
 	}
 	s.forward(ctx, c)
@@ -100,7 +105,7 @@ func (s *Server) proxyPassthrough(ctx *fasthttp.RequestCtx) {
 		allowed, err := s.allowedFor(c.model, &c.allowed)
 		if err != nil {
 			unknownModel(ctx, c.model)
-			s.putCall(c)
+			s.done(c, fasthttp.StatusNotFound)
 			return
 		}
 		c.req.Allowed = allowed
@@ -126,7 +131,7 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, c *call) {
 			} else {
 				badGateway(ctx)
 			}
-			s.done(c)
+			s.done(c, ctx.Response.StatusCode())
 			return
 		}
 		if attempt == 0 {
@@ -143,14 +148,14 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, c *call) {
 		case timedOut:
 			c.res.ReleaseActive()
 			gatewayTimeout(ctx)
-			s.done(c)
+			s.done(c, fasthttp.StatusGatewayTimeout)
 			return
 		case connFailed, retryStatus:
 			c.res.ReleaseActive()
 			c.req.Exclude.Add(u.b.Index)
 			if attempt >= s.cfg.Retries {
 				badGateway(ctx)
-				s.done(c)
+				s.done(c, fasthttp.StatusBadGateway)
 				return
 			}
 		}
@@ -158,8 +163,11 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, c *call) {
 }
 
 // done ends a call: the response is complete or was written by kvca.
-func (s *Server) done(c *call) {
+func (s *Server) done(c *call, status int) {
 	s.m.duration[c.route].UpdateDuration(c.start)
+	if s.access != nil {
+		s.accessLog(c, status)
+	}
 	s.putCall(c)
 }
 
@@ -187,6 +195,12 @@ func (s *Server) prepareRequest(ctx *fasthttp.RequestCtx, c *call) {
 		c.xff, _ = a.IP.AppendText(c.xff)
 	}
 	h.SetBytesV("X-Forwarded-For", c.xff)
+	// One id follows the request through kvca, the backend and the logs.
+	c.rid = append(c.rid[:0], h.Peek("X-Request-Id")...)
+	if len(c.rid) == 0 || len(c.rid) > 128 {
+		c.rid = appendRequestID(c.rid[:0])
+		h.SetBytesV("X-Request-Id", c.rid)
+	}
 }
 
 // try sends the request to u and, if a response begins, hands its body to
@@ -286,8 +300,10 @@ func (s *Server) respond(ctx *fasthttp.RequestCtx, c *call, u *upstream, cc any,
 		c.res.ReleasePrefill()
 	}
 	u.m.firstByte.UpdateDuration(c.start)
+	c.ttfb = time.Since(c.start)
 	u.succeeded()
 	status := c.hdr.StatusCode()
+	c.status = status
 	if status >= 500 || status == fasthttp.StatusTooManyRequests {
 		u.m.errors[errStatus].Inc()
 		if mayRetry && (status == fasthttp.StatusTooManyRequests || status == fasthttp.StatusServiceUnavailable) && s.hasAlternative(c, u) {
@@ -307,6 +323,9 @@ func (s *Server) respond(ctx *fasthttp.RequestCtx, c *call, u *upstream, cc any,
 		resp.Header.Del(k)
 	}
 	resp.Header.ResetConnectionClose()
+	if len(resp.Header.Peek("X-Request-Id")) == 0 {
+		resp.Header.SetBytesV("X-Request-Id", c.rid)
+	}
 	c.rel.start(u, cc, br, &c.hdr, ctx.IsHead(), ctx.Conn())
 	if c.rel.mode == bodyNone {
 		c.rel.finish(nil)

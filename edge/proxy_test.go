@@ -466,3 +466,29 @@ func TestModelsAndPassthroughAndAdmin(t *testing.T) {
 	}
 	waitIdle(t, s)
 }
+
+func TestRequestID(t *testing.T) {
+	b := newTestBackend(t, "a")
+	s := startProxy(t, nil, b)
+	req, _ := http.NewRequest("POST", "http://"+s.Addr()+"/v1/chat/completions", strings.NewReader(conversation(1, 0, false)))
+	req.Header.Set("X-Request-Id", "client-chosen-42")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if got := resp.Header.Get("X-Request-Id"); got != "client-chosen-42" {
+		t.Fatalf("response id %q", got)
+	}
+	resp2, _ := post(t, s, "/v1/chat/completions", conversation(2, 0, false))
+	gen := resp2.Header.Get("X-Request-Id")
+	if len(gen) != 16 {
+		t.Fatalf("generated id %q", gen)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !strings.Contains(b.hdrs[0], "X-Request-Id: client-chosen-42") || !strings.Contains(b.hdrs[1], "X-Request-Id: "+gen) {
+		t.Fatalf("ids not forwarded: %q", b.hdrs)
+	}
+}

@@ -321,7 +321,7 @@ func (r *relay) finish(werr error) {
 	}
 	r.cc, r.br, r.conn, r.client, r.u = nil, nil, nil, nil, nil
 	c.res.ReleaseActive()
-	c.s.done(c)
+	c.s.done(c, c.status)
 }
 
 func isConnReset(err error) bool {

@@ -45,6 +45,7 @@ type Server struct {
 	adminRoutes map[string]fasthttp.RequestHandler
 	peer        Peer
 	models      atomic.Pointer[modelIndex]
+	access      *slog.Logger // nil unless --access-log
 }
 
 // Peer shares what this replica learns with other replicas. Its methods
@@ -111,6 +112,9 @@ func New(cfg Config) (*Server, error) {
 		sched:       sc,
 		log:         log,
 		adminRoutes: map[string]fasthttp.RequestHandler{},
+	}
+	if cfg.AccessLog {
+		s.access = log
 	}
 	s.m = newServerMetrics(sc, table)
 	for i, b := range backends {

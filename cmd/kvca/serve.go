@@ -38,6 +38,8 @@ func serveFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "health-interval", Value: d.HealthInterval, Usage: "active health check interval (0 disables)", EnvVars: env("health-interval")},
 		&cli.StringSliceFlag{Name: "cbr-exclude", Usage: "extra top-level field to leave out of the CBR (repeatable)", EnvVars: env("cbr-exclude")},
 		&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: env("log-level")},
+		&cli.StringFlag{Name: "log-format", Value: "text", Usage: "text or json", EnvVars: env("log-format")},
+		&cli.BoolFlag{Name: "access-log", Usage: "log one line per request (route, model, phase, backend, blocks, status, durations, request id)", EnvVars: env("access-log")},
 		&cli.DurationFlag{Name: "upstream-header-timeout", Value: d.UpstreamHeaderTimeout, Usage: "504 when a backend sends no response headers within this", EnvVars: env("upstream-header-timeout")},
 		&cli.DurationFlag{Name: "stream-idle-timeout", Value: d.StreamIdleTimeout, Usage: "end a response whose body stalls longer than this", EnvVars: env("stream-idle-timeout")},
 		&cli.DurationFlag{Name: "shutdown-timeout", Value: d.ShutdownTimeout, Usage: "on SIGTERM, let in-flight requests finish for up to this", EnvVars: env("shutdown-timeout")},
@@ -54,7 +56,7 @@ func serveCommand() *cli.Command {
 		Usage: "run the proxy in front of OpenAI-compatible backends",
 		Flags: append(append(serveFlags(), kdnServeFlags()...), clusterFlags()...),
 		Action: func(c *cli.Context) error {
-			log, err := newLogger(c.String("log-level"))
+			log, err := newLogger(c.String("log-level"), c.String("log-format"))
 			if err != nil {
 				return err
 			}
@@ -116,6 +118,7 @@ func configFrom(c *cli.Context) edge.Config {
 		MaxConnsPerBackend:    c.Int("max-conns-per-backend"),
 		Pprof:                 c.Bool("pprof"),
 		PrefillAtFirstByte:    c.String("prefill-release") == "first-byte",
+		AccessLog:             c.Bool("access-log"),
 	}
 }
 
@@ -131,10 +134,17 @@ func splitList(in []string) []string {
 	return out
 }
 
-func newLogger(level string) (*slog.Logger, error) {
+func newLogger(level, format string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("--log-level: %q is not one of debug, info, warn, error", level)
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+	opts := &slog.HandlerOptions{Level: l}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format: %q is not text or json", format)
 }
