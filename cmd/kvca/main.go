@@ -12,7 +12,14 @@ import (
 var version = "dev"
 
 func main() {
-	app := &cli.App{
+	if err := newApp().Run(os.Args); err != nil {
+		fmt.Fprintln(os.Stderr, "kvca:", err)
+		os.Exit(1)
+	}
+}
+
+func newApp() *cli.App {
+	return &cli.App{
 		Name:    "kvca",
 		Usage:   "KV-cache-aware edge proxy for OpenAI-compatible LLM inference servers",
 		Version: version,
@@ -24,9 +31,5 @@ func main() {
 			demoCommand(),
 			kdnCommand(),
 		},
-	}
-	if err := app.Run(os.Args); err != nil {
-		fmt.Fprintln(os.Stderr, "kvca:", err)
-		os.Exit(1)
 	}
 }

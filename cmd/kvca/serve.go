@@ -54,8 +54,11 @@ func serveCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "serve",
 		Usage: "run the proxy in front of OpenAI-compatible backends",
-		Flags: append(append(serveFlags(), kdnServeFlags()...), clusterFlags()...),
+		Flags: append(append(append(serveFlags(), configFlag), kdnServeFlags()...), clusterFlags()...),
 		Action: func(c *cli.Context) error {
+			if err := applyConfigFile(c); err != nil {
+				return err
+			}
 			log, err := newLogger(c.String("log-level"), c.String("log-format"))
 			if err != nil {
 				return err

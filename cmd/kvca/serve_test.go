@@ -1,0 +1,40 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestServeRefusesBadSettings: each mistake stops start-up with one
+// sentence naming it (nothing listens: validation runs before).
+func TestServeRefusesBadSettings(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "kvca.yaml")
+	os.WriteFile(cfg, []byte("blok-size: 64\n"), 0o644)
+	cfg2 := filepath.Join(dir, "kvca2.yaml")
+	os.WriteFile(cfg2, []byte("block-size: 100\nbackend: [http://127.0.0.1:1]\n"), 0o644)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"serve"}, "at least one --backend"},
+		{[]string{"serve", "--backend", "ftp://x"}, "absolute http:// or https:// URL"},
+		{[]string{"serve", "--backend", "127.0.0.1:8000"}, "absolute http"},
+		{[]string{"serve", "--backend", "http://a:1", "--block-size", "12"}, "multiple of 8"},
+		{[]string{"serve", "--backend", "http://a:1", "--hash-key", "abcd"}, "32 hex digits"},
+		{[]string{"serve", "--backend", "http://a:1", "--hash-key", strings.Repeat("zz", 16)}, "not hex"},
+		{[]string{"serve", "--backend", "http://a:1", "--ttl", "0s"}, "--ttl must be positive"},
+		{[]string{"serve", "--backend", "http://a:1", "--policy", "fastest"}, "unknown policy"},
+		{[]string{"serve", "--backend", "http://a:1", "--log-format", "xml"}, "--log-format"},
+		{[]string{"serve", "--backend", "http://a:1", "--prefill-release", "never"}, "--prefill-release"},
+		{[]string{"serve", "--config", cfg}, `unknown setting "blok-size"`},
+		{[]string{"serve", "--config", cfg2}, "--block-size"},
+	} {
+		err := newApp().Run(append([]string{"kvca"}, tc.args...))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: got %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}
