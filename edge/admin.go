@@ -2,6 +2,7 @@ package edge
 
 import (
 	"bytes"
+	"crypto/subtle"
 	"encoding/json"
 	"strings"
 
@@ -57,6 +58,11 @@ func (s *Server) State() State {
 // handleAdmin serves the admin listener, which must never be the public one:
 // it exposes cache state and, with the KDN API, cache operations.
 func (s *Server) handleAdmin(ctx *fasthttp.RequestCtx) {
+	if s.cfg.AdminToken != "" && !s.adminAuthorized(ctx) {
+		ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="kvca-admin"`)
+		writeError(ctx, fasthttp.StatusUnauthorized, "authentication_error", "unauthorized", "the admin listener requires a bearer token")
+		return
+	}
 	path := string(ctx.Path())
 	switch {
 	case path == "/metrics":
@@ -86,6 +92,12 @@ func (s *Server) handleAdmin(ctx *fasthttp.RequestCtx) {
 		}
 	}
 	writeError(ctx, fasthttp.StatusNotFound, "invalid_request_error", "not_found", "unknown admin path")
+}
+
+// adminAuthorized checks the bearer token in constant time.
+func (s *Server) adminAuthorized(ctx *fasthttp.RequestCtx) bool {
+	got, ok := bytes.CutPrefix(ctx.Request.Header.Peek("Authorization"), []byte("Bearer "))
+	return ok && subtle.ConstantTimeCompare(got, []byte(s.cfg.AdminToken)) == 1
 }
 
 func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {

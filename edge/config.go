@@ -55,6 +55,19 @@ type Config struct {
 	Pprof bool
 	// AccessLog writes one line per request to Logger (--access-log).
 	AccessLog bool
+
+	// TLS at the edge: PEM files, re-read when they change (polled every
+	// TLSReloadInterval) or on ReloadTLS (SIGHUP).
+	TLSCert, TLSKey           string
+	AdminTLSCert, AdminTLSKey string
+	TLSReloadInterval         time.Duration
+	// AdminToken, when set, is required as "Authorization: Bearer <token>"
+	// on every admin request.
+	AdminToken string
+	// TLS to https:// backends.
+	UpstreamCA                string
+	UpstreamCert, UpstreamKey string
+	UpstreamInsecure          bool
 	// Logger receives health transitions and errors; nil discards.
 	Logger *slog.Logger
 	// Now overrides the table clock in tests.
@@ -199,6 +212,15 @@ func (c *Config) Validate() error {
 	}
 	if c.FailThreshold <= 0 {
 		c.FailThreshold = d.FailThreshold
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		return fmt.Errorf("--tls-cert and --tls-key go together")
+	}
+	if (c.AdminTLSCert == "") != (c.AdminTLSKey == "") {
+		return fmt.Errorf("--admin-tls-cert and --admin-tls-key go together")
+	}
+	if c.TLSReloadInterval <= 0 {
+		c.TLSReloadInterval = 10 * time.Second
 	}
 	if c.ModelsInterval <= 0 {
 		c.ModelsInterval = d.ModelsInterval

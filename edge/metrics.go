@@ -113,3 +113,15 @@ func (m *serverMetrics) badRequest(reason string) {
 	}
 	c.Inc()
 }
+
+// tlsMetrics exports a certificate source's reloads, failures and expiry.
+func (m *serverMetrics) tlsMetrics(cs *certSource) {
+	m.set.NewGauge(fmt.Sprintf(`kvca_tls_certificate_reloads_total{listener=%q}`, cs.name), func() float64 { return float64(cs.loaded.Load()) })
+	m.set.NewGauge(fmt.Sprintf(`kvca_tls_certificate_reload_errors_total{listener=%q}`, cs.name), func() float64 { return float64(cs.failed.Load()) })
+	m.set.NewGauge(fmt.Sprintf(`kvca_tls_certificate_expiry_timestamp_seconds{listener=%q}`, cs.name), func() float64 {
+		if c := cs.cur.Load(); c != nil && c.Leaf != nil {
+			return float64(c.Leaf.NotAfter.Unix())
+		}
+		return 0
+	})
+}

@@ -2,6 +2,7 @@ package edge
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -46,6 +47,8 @@ type Server struct {
 	peer        Peer
 	models      atomic.Pointer[modelIndex]
 	access      *slog.Logger // nil unless --access-log
+	tlsPub      *certSource  // nil unless --tls-cert
+	tlsAdmin    *certSource  // nil unless --admin-tls-cert
 }
 
 // Peer shares what this replica learns with other replicas. Its methods
@@ -117,8 +120,27 @@ func New(cfg Config) (*Server, error) {
 		s.access = log
 	}
 	s.m = newServerMetrics(sc, table)
+	upTLS, err := upstreamTLS(&cfg)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.UpstreamInsecure {
+		log.Warn("--upstream-insecure: backend certificates are NOT verified; anyone on the path can impersonate a backend")
+	}
 	for i, b := range backends {
-		s.ups = append(s.ups, newUpstream(b, addrs[i], cfg.MaxConnsPerBackend, s.m.newBackend(s.m.set, b.Name)))
+		s.ups = append(s.ups, newUpstream(b, addrs[i], cfg.MaxConnsPerBackend, s.m.newBackend(s.m.set, b.Name), upTLS))
+	}
+	if cfg.TLSCert != "" {
+		if s.tlsPub, err = newCertSource("public", cfg.TLSCert, cfg.TLSKey, log); err != nil {
+			return nil, err
+		}
+		s.m.tlsMetrics(s.tlsPub)
+	}
+	if cfg.AdminTLSCert != "" {
+		if s.tlsAdmin, err = newCertSource("admin", cfg.AdminTLSCert, cfg.AdminTLSKey, log); err != nil {
+			return nil, err
+		}
+		s.m.tlsMetrics(s.tlsAdmin)
 	}
 	s.srv = &fasthttp.Server{
 		Handler:                       s.handle,
@@ -193,6 +215,18 @@ func (s *Server) Start() error {
 // StartOn serves on listeners the caller opened; adln may be nil.
 func (s *Server) StartOn(ln, adln net.Listener) {
 	s.ln, s.adln = ln, adln
+	for _, cs := range []*certSource{s.tlsPub, s.tlsAdmin} {
+		if cs != nil {
+			s.loops.Add(1)
+			go func() { defer s.loops.Done(); cs.watch(s.bg, s.cfg.TLSReloadInterval) }()
+		}
+	}
+	if s.tlsPub != nil {
+		ln = tls.NewListener(ln, serverTLS(s.tlsPub))
+	}
+	if adln != nil && s.tlsAdmin != nil {
+		adln = tls.NewListener(adln, serverTLS(s.tlsAdmin))
+	}
 	s.loops.Add(1)
 	go func() { defer s.loops.Done(); s.table.Vacuum(s.bg) }()
 	s.loops.Add(1)
@@ -217,6 +251,20 @@ func addrOf(ln net.Listener) string {
 		return ""
 	}
 	return ln.Addr().String()
+}
+
+// ReloadTLS re-reads the certificate files now (SIGHUP); a bad pair keeps
+// the one in service and is reported in the error.
+func (s *Server) ReloadTLS() error {
+	var errs []error
+	for _, cs := range []*certSource{s.tlsPub, s.tlsAdmin} {
+		if cs != nil {
+			if _, err := cs.reload(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Addr is the public listener's address.

@@ -33,7 +33,7 @@ type upstream struct {
 	models atomic.Pointer[modelList]
 }
 
-func newUpstream(b *sched.Backend, a backendAddr, maxConns int, m *backendMetrics) *upstream {
+func newUpstream(b *sched.Backend, a backendAddr, maxConns int, m *backendMetrics, tc *tls.Config) *upstream {
 	hc := &fasthttp.HostClient{
 		Addr:                          a.host,
 		IsTLS:                         a.tls,
@@ -48,7 +48,8 @@ func newUpstream(b *sched.Backend, a backendAddr, maxConns int, m *backendMetric
 		WriteBufferSize:           16 << 10,
 	}
 	if a.tls {
-		hc.TLSConfig = &tls.Config{ServerName: hostOnly(a.host), MinVersion: tls.VersionTLS12}
+		hc.TLSConfig = tc.Clone()
+		hc.TLSConfig.ServerName = hostOnly(a.host) // SNI and verification name
 	}
 	u := &upstream{b: b, addr: a, hc: hc, m: m, host: []byte(a.host), wake: make(chan struct{}, 1)}
 	u.ops = makeConnOps(hc.AcquireConn, hc.ReleaseConn, hc.CloseConn)

@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -46,6 +47,16 @@ func serveFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "client-read-timeout", Value: d.ClientReadTimeout, Usage: "cut clients that take longer than this to send a request", EnvVars: env("client-read-timeout")},
 		&cli.IntFlag{Name: "max-conns-per-backend", Value: d.MaxConnsPerBackend, Usage: "keep-alive pool size per backend", EnvVars: env("max-conns-per-backend")},
 		&cli.StringFlag{Name: "prefill-release", Value: "headers", Usage: "when a streamed response's novel-block load is released: headers (the seed) or first-byte (after the backend's prefill)", EnvVars: env("prefill-release")},
+		&cli.StringFlag{Name: "tls-cert", Usage: "serve the public listener over TLS with this PEM certificate `FILE` (re-read when it changes or on SIGHUP)", EnvVars: env("tls-cert")},
+		&cli.StringFlag{Name: "tls-key", Usage: "PEM private key `FILE` for --tls-cert", EnvVars: env("tls-key")},
+		&cli.StringFlag{Name: "admin-tls-cert", Usage: "serve the admin listener over TLS with this PEM certificate `FILE`", EnvVars: env("admin-tls-cert")},
+		&cli.StringFlag{Name: "admin-tls-key", Usage: "PEM private key `FILE` for --admin-tls-cert", EnvVars: env("admin-tls-key")},
+		&cli.StringFlag{Name: "admin-token", Usage: "require Authorization: Bearer `TOKEN` on the admin listener", EnvVars: env("admin-token")},
+		&cli.DurationFlag{Name: "tls-reload-interval", Value: 10 * time.Second, Usage: "how often certificate files are checked for changes", EnvVars: env("tls-reload-interval")},
+		&cli.StringFlag{Name: "upstream-ca", Usage: "PEM `FILE` of the CA that signs https:// backends' certificates (default: system roots)", EnvVars: env("upstream-ca")},
+		&cli.StringFlag{Name: "upstream-cert", Usage: "client certificate `FILE` for mutual TLS to backends", EnvVars: env("upstream-cert")},
+		&cli.StringFlag{Name: "upstream-key", Usage: "client key `FILE` for --upstream-cert", EnvVars: env("upstream-key")},
+		&cli.BoolFlag{Name: "upstream-insecure", Usage: "do NOT verify backends' certificates (logged loudly; for tests only)", EnvVars: env("upstream-insecure")},
 		&cli.BoolFlag{Name: "pprof", Usage: "serve /debug/pprof on the admin listener", EnvVars: env("pprof")},
 	}
 }
@@ -84,8 +95,16 @@ func serveCommand() *cli.Command {
 				return err
 			}
 			sig := make(chan os.Signal, 1)
-			signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+			signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 			got := <-sig
+			for got == syscall.SIGHUP {
+				if err := srv.ReloadTLS(); err != nil {
+					log.Error("SIGHUP: certificate reload failed; the previous certificates stay in service", "err", err)
+				} else {
+					log.Info("SIGHUP: certificates reloaded")
+				}
+				got = <-sig
+			}
 			log.Info("draining", "signal", got.String(), "timeout", cfg.ShutdownTimeout)
 			ctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 			defer cancel()
@@ -122,6 +141,16 @@ func configFrom(c *cli.Context) edge.Config {
 		Pprof:                 c.Bool("pprof"),
 		PrefillAtFirstByte:    c.String("prefill-release") == "first-byte",
 		AccessLog:             c.Bool("access-log"),
+		TLSCert:               c.String("tls-cert"),
+		TLSKey:                c.String("tls-key"),
+		AdminTLSCert:          c.String("admin-tls-cert"),
+		AdminTLSKey:           c.String("admin-tls-key"),
+		AdminToken:            c.String("admin-token"),
+		TLSReloadInterval:     c.Duration("tls-reload-interval"),
+		UpstreamCA:            c.String("upstream-ca"),
+		UpstreamCert:          c.String("upstream-cert"),
+		UpstreamKey:           c.String("upstream-key"),
+		UpstreamInsecure:      c.Bool("upstream-insecure"),
 	}
 }
 

@@ -114,34 +114,59 @@ func (c *catalog) update(id, rev string, ref kdn.Opt[string], now time.Time) (*r
 }
 
 // putPrefix stores the prefix of one revision ("" = current) and indexes
-// its artifact.
+// its artifact. The body is canonicalised and hashed outside the lock, so
+// a large upload does not hold up lookups.
 func (c *catalog) putPrefix(id, rev, api string, body []byte, now time.Time) (*prefixInfo, error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	r, ok := c.recs[id]
+	if ok && rev == "" {
+		rev = r.Current
+	}
+	c.mu.Unlock()
 	if !ok {
 		return nil, errUnknownKnowledge
 	}
-	if rev == "" {
-		rev = r.Current
+	px := &prefix{API: api, Body: append([]byte(nil), body...), UploadedAt: now.UTC().Truncate(time.Microsecond)}
+	p, err := c.der.derive(id, rev, px)
+	if err != nil {
+		if _, e := c.revisionOf(id, rev); e != nil {
+			return nil, e // an unknown revision explains more than a bad body
+		}
+		return nil, err
+	}
+	px.API = p.api.String()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, ok = c.recs[id]
+	if !ok {
+		return nil, errUnknownKnowledge
 	}
 	n := r.clone()
 	v := n.rev(rev)
 	if v == nil {
 		return nil, errUnknownRevision
 	}
-	v.Prefix = &prefix{API: api, Body: append([]byte(nil), body...), UploadedAt: now.UTC().Truncate(time.Microsecond)}
-	p, err := c.der.derive(id, rev, v.Prefix)
-	if err != nil {
-		return nil, err
-	}
-	v.Prefix.API = p.api.String()
+	v.Prefix = px
 	if err := c.save(n); err != nil {
 		return nil, err
 	}
 	c.recs[id] = n
 	c.index(p)
 	return p, nil
+}
+
+func (c *catalog) revisionOf(id, rev string) (*revision, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, ok := c.recs[id]
+	if !ok {
+		return nil, errUnknownKnowledge
+	}
+	v := r.rev(rev)
+	if v == nil {
+		return nil, errUnknownRevision
+	}
+	return v, nil
 }
 
 func (c *catalog) save(r *record) error {

@@ -95,6 +95,15 @@ func TestLiveFlow(t *testing.T) {
 		t.Fatalf("pinned copy did not survive the TTL: %s", st)
 	}
 	mustOutcome(t, h.call("lookup_artifact", req(b, map[string]any{"artifact_id": art})), "stale")
+	// The pin is not just reported: a client continuing the prefix is still
+	// routed to a, the only endpoint that kvca knows holds it.
+	before := len(h.engines[0].Bodies())
+	for i := 0; i < 3; i++ {
+		h.chat(followUp(i))
+	}
+	if got := len(h.engines[0].Bodies()) - before; got != 3 {
+		t.Fatalf("%d of 3 follow-ups went to the pinned endpoint", got)
+	}
 
 	// Unpin: a's locations were last used more than a TTL ago.
 	un := h.call("create_unpin_intent", req(a, map[string]any{"artifact_id": art, "idempotency_key": "unpin-a"}))

@@ -253,3 +253,32 @@ func (h *harness) observe(tg target, artifact string) (string, map[string]any) {
 	o := r["observation"].(map[string]any)
 	return o["state"].(string), o
 }
+
+// followUp is a client request that continues longPrefix: a follow-up
+// turn, which kvca's policy routes by prefix (a first turn would go to the
+// least-loaded backend).
+func followUp(i int) []byte {
+	var m map[string]any
+	json.Unmarshal(longPrefix(), &m)
+	m["messages"] = append(m["messages"].([]any),
+		map[string]any{"role": "user", "content": fmt.Sprintf("question %d", i)},
+		map[string]any{"role": "assistant", "content": "see section 4"},
+		map[string]any{"role": "user", "content": "and then?"})
+	m["stream"] = false
+	b, _ := json.Marshal(m)
+	return b
+}
+
+// chat sends a chat request through kvca's public listener.
+func (h *harness) chat(body []byte) {
+	h.t.Helper()
+	resp, err := h.client.Post("http://"+h.srv.Addr()+"/v1/chat/completions", "application/json", bytes.NewReader(body))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		h.t.Fatalf("chat: HTTP %d", resp.StatusCode)
+	}
+}
