@@ -1,0 +1,254 @@
+package cluster
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dchest/siphash"
+	"github.com/nats-io/nats.go"
+	"github.com/valyala/fasthttp"
+
+	"github.com/kvca/kvca/chain"
+	"github.com/kvca/kvca/edge"
+	"github.com/kvca/kvca/sched"
+)
+
+// ErrNoHashKey is why a replica without --hash-key may not join: each
+// would draw its own random key, and no block hash would mean the same
+// thing on two replicas.
+var ErrNoHashKey = errors.New("clustering needs an explicit --hash-key (32 hex digits) shared by every replica; without one each replica draws a random key and their block hashes never agree")
+
+// Node is one replica's membership in the cluster; it implements
+// edge.Peer.
+type Node struct {
+	o     Options
+	log   *slog.Logger
+	table *chain.Table
+	backs []*sched.Backend
+	keys  []uint64       // local backend index → wire key
+	index map[uint64]int // wire key → local backend index
+	id    uint64
+	fp    uint32
+
+	nc      *nats.Conn
+	sub     *nats.Subscription
+	subjLoc string
+	subjLd  string
+	subjRst string
+
+	buf    *learnBuf
+	dd     *dedup
+	floors []atomic.Int64 // wall ms of each backend's latest known reset
+	peers  *peerLoads
+	resets chan resetReq
+	kick   chan struct{}
+	urgent chan struct{}
+	m      *nodeMetrics
+
+	livePeers atomic.Int32
+	aggMu     sync.Mutex // orders SetRemoteLoad calls from receive and tick
+	aggAct    []uint32
+	aggPre    []uint32
+
+	// Receive-side scratch: the subscription delivers on one goroutine.
+	scratch  []uint64
+	loadEnts []loadEntry
+	warned   atomic.Bool
+	lagMu    sync.Mutex // the histogram has no mean; Stats reports one
+	lagSum   float64
+	lagN     uint64
+
+	closed    atomic.Bool
+	stop      chan struct{}
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+}
+
+type resetReq struct {
+	backend int
+	at      int64 // wall ms
+}
+
+// Join connects srv to the cluster described by o: it installs the node as
+// srv's peer and mounts its metrics at /metrics/cluster on the admin
+// listener, so it must be called after edge.New and before srv.Start. NATS
+// need not be reachable yet: the node connects in the background. Close
+// it after srv has shut down.
+func Join(srv *edge.Server, o Options) (*Node, error) {
+	cfg := srv.Config()
+	if cfg.HashKey == "" {
+		return nil, ErrNoHashKey
+	}
+	if err := o.defaults(srv.Table().TTL()); err != nil {
+		return nil, err
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	backs := srv.Scheduler().Backends
+	n := &Node{
+		o:      o,
+		log:    log,
+		table:  srv.Table(),
+		backs:  backs,
+		keys:   make([]uint64, len(backs)),
+		index:  make(map[uint64]int, len(backs)),
+		id:     randomID(),
+		fp:     fingerprint(srv.Key(), cfg),
+		buf:    newLearnBuf(o.MaxPendingBlocks),
+		dd:     newDedup(o.DedupEntries),
+		floors: make([]atomic.Int64, len(backs)),
+		peers:  newPeerLoads(len(backs)),
+		resets: make(chan resetReq, 256),
+		kick:   make(chan struct{}, 1),
+		urgent: make(chan struct{}, 1),
+		aggAct: make([]uint32, len(backs)),
+		aggPre: make([]uint32, len(backs)),
+		stop:   make(chan struct{}),
+	}
+	for i, b := range backs {
+		k := backendKey(edge.EndpointID(b.URL))
+		n.keys[i] = k
+		if _, dup := n.index[k]; !dup {
+			n.index[k] = i
+		}
+	}
+	base := o.subjectBase()
+	n.subjLoc, n.subjLd, n.subjRst = base+".loc", base+".load", base+".reset"
+	n.m = newNodeMetrics(n)
+
+	nc, err := n.connect()
+	if err != nil {
+		return nil, fmt.Errorf("cluster: NATS %s: %w", o.URL, err)
+	}
+	n.nc = nc
+	sub, err := nc.Subscribe(base+".*", n.receive)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("cluster: subscribe %s.*: %w", base, err)
+	}
+	// Bound what waits for this replica to apply it; beyond, NATS drops
+	// and we count (slow_consumer).
+	_ = sub.SetPendingLimits(65536, 64<<20)
+	n.sub = sub
+
+	srv.SetPeer(n)
+	srv.HandleAdmin("/metrics/cluster", func(ctx *fasthttp.RequestCtx) {
+		ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
+		n.m.set.WritePrometheus(ctx)
+	})
+	n.wg.Add(2)
+	go func() { defer n.wg.Done(); n.flushLoop() }()
+	go func() { defer n.wg.Done(); n.loadLoop() }()
+	log.Info("cluster: joined", "nats", o.URL, "subject", base, "node", n.idString(), "backends", len(backs))
+	return n, nil
+}
+
+// Close publishes what is pending, leaves the cluster and forgets the
+// others' load. Call it after the server stopped serving.
+func (n *Node) Close() {
+	n.closeOnce.Do(func() {
+		n.closed.Store(true)
+		close(n.stop)
+		n.wg.Wait()
+		if n.nc.IsConnected() {
+			_ = n.nc.FlushTimeout(time.Second)
+		}
+		n.nc.Close()
+		for _, b := range n.backs {
+			b.SetRemoteLoad(0, 0)
+		}
+	})
+}
+
+// Learned implements edge.Peer: on the request path, so it only copies the
+// chain into the bounded buffer and maybe wakes the publisher.
+func (n *Node) Learned(chain []uint64, backend int, at int64) {
+	if len(chain) == 0 || n.closed.Load() {
+		return
+	}
+	ok, pending := n.buf.add(chain, backend, at)
+	if !ok {
+		n.m.dropped[dropBufferFull].Inc()
+		return
+	}
+	if pending == len(chain) {
+		wake(n.kick) // first since the last flush: publish at once
+	} else if half := n.o.MaxPendingBlocks / 2; pending >= half && pending-len(chain) < half {
+		wake(n.urgent)
+	}
+}
+
+// Reset implements edge.Peer: backend lost its cache.
+func (n *Node) Reset(backend int, gen uint32) {
+	at := time.Now().UnixMilli()
+	raiseFloor(&n.floors[backend], at)
+	select {
+	case n.resets <- resetReq{backend: backend, at: at}:
+		wake(n.kick)
+	default:
+		n.m.dropped[dropPublish].Inc()
+	}
+}
+
+func wake(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// raiseFloor moves f up to at; it reports false when f was already there.
+func raiseFloor(f *atomic.Int64, at int64) bool {
+	for {
+		cur := f.Load()
+		if at <= cur {
+			return false
+		}
+		if f.CompareAndSwap(cur, at) {
+			return true
+		}
+	}
+}
+
+func (n *Node) idString() string { return strconv.FormatUint(n.id, 16) }
+
+func randomID() uint64 {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("cluster: no system randomness: " + err.Error())
+	}
+	return binary.LittleEndian.Uint64(b[:]) | 1
+}
+
+// fingerprint digests what must agree for block hashes to be shared. It is
+// a MAC under the hash key, so it reveals nothing about the key.
+func fingerprint(k chain.Key, cfg edge.Config) uint32 {
+	ex := append([]string(nil), cfg.CBRExclude...)
+	sort.Strings(ex)
+	b := []byte("kvca-cluster-v1\x00" + strconv.Itoa(cfg.BlockSize))
+	for _, e := range ex {
+		b = append(b, 0)
+		b = append(b, e...)
+	}
+	return uint32(siphash.Hash(k.K0, k.K1, b))
+}
+
+// ID is this node's sender id on the wire.
+func (n *Node) ID() uint64 { return n.id }
+
+// Connected reports whether the NATS connection is up.
+func (n *Node) Connected() bool { return n.nc.IsConnected() }
+
+// LivePeers is how many other replicas published load recently.
+func (n *Node) LivePeers() int { return int(n.livePeers.Load()) }

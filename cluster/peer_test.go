@@ -1,0 +1,263 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/kvca/kvca/bench/mock"
+	"github.com/kvca/kvca/canon"
+	"github.com/kvca/kvca/chain"
+	"github.com/kvca/kvca/edge"
+)
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// indexOf is the local index of the backend with url on srv.
+func indexOf(srv *edge.Server, url string) int {
+	for _, b := range srv.Scheduler().Backends {
+		if b.URL == url {
+			return b.Index
+		}
+	}
+	return -1
+}
+
+func holds(srv *edge.Server, h uint64, backend int) bool {
+	tb := srv.Table()
+	for _, l := range tb.Locations(h, tb.Now(), nil) {
+		if l.Backend == backend {
+			return true
+		}
+	}
+	return false
+}
+
+func chatBody(user string) []byte {
+	return []byte(`{"model":"mock","max_tokens":2,"messages":[{"role":"system","content":"` +
+		strings.Repeat("You are a careful assistant. ", 40) + `"},{"role":"user","content":"` +
+		strings.Repeat(user+" ", 200) + `"}]}`)
+}
+
+func TestJoinRefusesWithoutHashKey(t *testing.T) {
+	cfg := edge.DefaultConfig()
+	cfg.Backends = []string{"http://127.0.0.1:1"}
+	srv, err := edge.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Join(srv, Options{URL: "nats://127.0.0.1:1"}); err != ErrNoHashKey {
+		t.Fatalf("Join without a hash key: %v", err)
+	}
+}
+
+// TestLocationsAndResetsPropagate: a replica learns what another learned,
+// with its backends in another order; a reset drops what was learned
+// before it everywhere, and a late duplicate of it spares what was
+// learned since.
+func TestLocationsAndResetsPropagate(t *testing.T) {
+	f := newFleet(t, 3, 2, true)
+	a, b := f.replicas[0].srv, f.replicas[1].srv
+	url := f.engines[1].URL()
+	ia, ib := indexOf(a, url), indexOf(b, url)
+	if ia == ib {
+		t.Fatal("test wants the replicas to list the backend at different indexes")
+	}
+	ctx := context.Background()
+	old, err := a.Warm(ctx, ia, canon.Chat, mock.PathChat, chatBody("first"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := old[len(old)-1]
+	eventually(t, "the peer to learn the location", func() bool { return holds(b, last, ib) })
+
+	a.ResetBackend(ia)
+	eventually(t, "the reset to reach the peer", func() bool { return !holds(b, last, ib) })
+
+	// Learned after the reset (by the peer itself this time).
+	time.Sleep(5 * time.Millisecond)
+	fresh, err := b.Warm(ctx, ib, canon.Chat, mock.PathChat, chatBody("second"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the replica to learn the fresh location", func() bool { return holds(a, fresh[len(fresh)-1], ia) })
+
+	// A late copy of the reset, as another replica's health check would
+	// send it, must not drop the fresh location anywhere.
+	nc, err := nats.Connect(f.natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	nb := f.replicas[1].node
+	lateAt := nb.floors[ib].Load() - 1
+	msg := appendReset(nil, header{fingerprint: nb.fp, sender: 12345}, backendKey(edge.EndpointID(url)), lateAt)
+	if err := nc.Publish("kvca.default.reset", msg); err != nil {
+		t.Fatal(err)
+	}
+	// A location from before the reset, delivered late, is refused too.
+	lb := newLocBatch(1)
+	lb.add(0, backendKey(edge.EndpointID(url)), lateAt-10, old)
+	if err := nc.Publish("kvca.default.loc", lb.encode(nil, header{fingerprint: nb.fp, sender: 12345})); err != nil {
+		t.Fatal(err)
+	}
+	// Messages from a replica with another hash key are ignored.
+	if err := nc.Publish("kvca.default.loc", lb.encode(nil, header{fingerprint: nb.fp + 1, sender: 12345})); err != nil {
+		t.Fatal(err)
+	}
+	nc.Flush()
+	for _, r := range []*replica{f.replicas[0], f.replicas[1]} {
+		eventually(t, "the crafted messages to be seen", func() bool {
+			m := r.node.m
+			return m.dropped[dropStale].Get() >= 2 && m.dropped[dropMismatch].Get() >= 1
+		})
+	}
+	if !holds(a, fresh[len(fresh)-1], ia) || !holds(b, fresh[len(fresh)-1], ib) {
+		t.Fatal("a late reset dropped a location learned after it")
+	}
+	if holds(a, last, ia) || holds(b, last, ib) {
+		t.Fatal("a late pre-reset location was applied")
+	}
+}
+
+// TestLoadIsShared: in-flight requests on one replica weigh in the
+// other's selection, per backend whatever the order, and vanish when the
+// replica goes silent.
+func TestLoadIsShared(t *testing.T) {
+	engines := []*mock.Engine{}
+	for i := range 2 {
+		e := mock.New(mock.Config{Name: fmt.Sprint("slow", i), DecodePerToken: 5 * time.Millisecond})
+		if err := e.Start("127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close() })
+		engines = append(engines, e)
+	}
+	f := &fleet{t: t, engines: engines}
+	url, stop, err := StartEmbeddedNATS("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	f.natsURL = url
+	for i := range 2 {
+		f.replicas = append(f.replicas, f.startReplica(i, url, Options{LoadInterval: 50 * time.Millisecond}))
+	}
+	f.waitPeers(1)
+	a, b := f.replicas[0], f.replicas[1]
+
+	// 6 long requests through a (400 output tokens × 5 ms = 2 s each).
+	const k = 6
+	var wg sync.WaitGroup
+	for i := range k {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body := strings.Replace(string(chatBody(fmt.Sprint("long ", i))), `"max_tokens":2`, `"max_tokens":400`, 1)
+			resp, err := http.Post("http://"+a.srv.Addr()+mock.PathChat, "application/json", strings.NewReader(body))
+			if err == nil {
+				resp.Body.Close()
+			}
+		}()
+	}
+	eventually(t, "b to see a's in-flight requests per backend", func() bool {
+		total := 0
+		for _, bb := range b.srv.Scheduler().Backends {
+			act, _ := bb.RemoteLoad()
+			ba := a.srv.Scheduler().Backends[indexOf(a.srv, bb.URL)]
+			if int64(act) != ba.Active() {
+				return false
+			}
+			total += int(act)
+		}
+		return total == k
+	})
+	wg.Wait()
+	eventually(t, "remote load to drop when a's requests end", func() bool {
+		for _, bb := range b.srv.Scheduler().Backends {
+			if act, pf := bb.RemoteLoad(); act+pf != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	// a goes silent without leaving (its node closed: no more load
+	// messages): b ages it out.
+	a.stop()
+	eventually(t, "b to age out the silent replica", func() bool { return b.node.LivePeers() == 0 })
+}
+
+// TestKillReplicaAndNATS: requests keep succeeding when a replica is taken
+// out of rotation and drained, and while the NATS server is down; the
+// survivors notice the dead replica, and everyone reconnects to NATS by
+// itself when it returns.
+func TestKillReplicaAndNATS(t *testing.T) {
+	f := newFleet(t, 3, 3, true)
+	lb := f.balancer()
+	w := chatWorkload(2, 80)
+	hostport := strings.TrimPrefix(f.natsURL, "nats://")
+
+	var events sync.WaitGroup
+	events.Add(1)
+	var receivedBefore uint64
+	var restartStop func()
+	go func() {
+		defer events.Done()
+		time.Sleep(time.Second)
+		// Replica 2 leaves: out of rotation first, then drained.
+		dead := f.replicas[2]
+		lb.remove(dead.srv.Addr())
+		time.Sleep(100 * time.Millisecond)
+		dead.stop()
+
+		time.Sleep(500 * time.Millisecond)
+		// NATS goes away for a second, then comes back at the same address.
+		f.stopNATS()
+		time.Sleep(time.Second)
+		receivedBefore = f.replicas[0].node.Stats().Received
+		_, stop, err := StartEmbeddedNATS(hostport)
+		if err != nil {
+			t.Errorf("restart NATS: %v", err)
+			return
+		}
+		restartStop = stop
+	}()
+	sent, failures := run(t, w, lb)
+	events.Wait()
+	if restartStop != nil {
+		t.Cleanup(restartStop)
+	}
+	if len(failures) > 0 {
+		t.Fatalf("%d of %d requests failed, first: %s", len(failures), sent, failures[0])
+	}
+	hit, reqs := f.hits()
+	t.Logf("%d requests, none failed; hit rate %.3f, requests per engine %v", sent, hit, reqs)
+	for _, r := range f.replicas[:2] {
+		eventually(t, "reconnection to NATS", func() bool { return r.node.Connected() })
+	}
+	f.replicas = f.replicas[:2]
+	f.waitPeers(1)
+	eventually(t, "messages after the restart", func() bool { return f.replicas[0].node.Stats().Received > receivedBefore })
+	for _, r := range f.replicas {
+		for _, bk := range r.srv.Scheduler().Backends {
+			if act, _ := bk.RemoteLoad(); act > uint32(chain.MaxBackends) {
+				t.Fatalf("absurd remote load %d", act)
+			}
+		}
+	}
+}
