@@ -99,6 +99,7 @@ func (o *Options) defaults(ttl time.Duration) error {
 	seti(&o.MaxPendingBlocks, 1<<18)
 	seti(&o.DedupEntries, 1<<18)
 	seti(&o.MaxMessageBytes, 256<<10)
+	o.MaxMessageBytes = max(o.MaxMessageBytes, 128) // room for a header and a block
 	seti(&o.ReconnectBuffer, 4<<20)
 	if (o.TLSCert == "") != (o.TLSKey == "") {
 		return errors.New("--cluster-nats-tls-cert and --cluster-nats-tls-key go together")
