@@ -5,7 +5,7 @@ BIN      := bin/kvca
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -s -w -X main.version=$(VERSION)
 
-.PHONY: all build test vet fmt-check unit allocs fuzz-short fuzz bench-go demo bench soak clean
+.PHONY: all build test vet fmt-check unit allocs fuzz-short fuzz soak bench-go demo bench soak clean
 
 all: build
 
@@ -41,6 +41,12 @@ fuzz:
 # Micro-benchmarks of the hot path (canon, chain, table, scheduler).
 bench-go:
 	$(GO) test -run '^$$' -bench . -benchmem ./canon ./chain ./sched ./edge
+
+# Soak: mixed streaming traffic at high concurrency while backends are
+# killed and restarted (make test runs a 4-second version).
+SOAK ?= 3m
+soak:
+	KVCA_SOAK=$(SOAK) $(GO) test -race -count=1 -v -run '^TestSoak$$' -timeout 30m ./edge
 
 demo: build
 	./$(BIN) demo

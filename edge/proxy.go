@@ -125,6 +125,7 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, c *call) {
 	s.prepareRequest(ctx, c)
 	for attempt := 0; ; attempt++ {
 		if !s.sched.Route(&c.req, &c.dec, &c.res) {
+			s.log.Debug("no eligible backend", "attempt", attempt)
 			if attempt == 0 {
 				s.m.requests[c.route][numPhases].Inc()
 				noBackend(ctx)
@@ -151,6 +152,7 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, c *call) {
 			s.done(c, fasthttp.StatusGatewayTimeout)
 			return
 		case connFailed, retryStatus:
+			s.log.Debug("attempt failed", "attempt", attempt, "backend", u.b.Name)
 			c.res.ReleaseActive()
 			c.req.Exclude.Add(u.b.Index)
 			if attempt >= s.cfg.Retries {
@@ -272,6 +274,7 @@ func (s *Server) hasAlternative(c *call, u *upstream) bool {
 }
 
 func (s *Server) connFailure(u *upstream, err error) int {
+	s.log.Debug("upstream connection failed", "backend", u.b.Name, "err", err)
 	u.m.errors[errConnect].Inc()
 	u.failed(s.cfg.FailThreshold, s)
 	return connFailed

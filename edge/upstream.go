@@ -83,16 +83,22 @@ func (u *upstream) succeeded() {
 }
 
 // failed counts a connection failure and ejects the backend after
-// threshold in a row, for a cool-down that doubles with each ejection.
+// threshold in a row, for a cool-down that doubles with each ejection that
+// follows a re-admission without an intervening success.
 func (u *upstream) failed(threshold int, s *Server) {
-	if int(u.fails.Add(1)) < threshold {
+	if int(u.fails.Add(1)) < threshold || !u.b.Healthy() {
 		return
 	}
 	u.fails.Store(0)
+	// Cool-down first, so the health loop never sees an ejected backend
+	// without one.
 	n := u.ejections.Add(1)
 	cool := time.Second << min(n-1, 6) // 1 s … 64 s
 	u.ejectedUntil.Store(time.Now().Add(cool).UnixNano())
-	s.setHealth(u, false, "passive: consecutive connection failures")
+	if !s.setHealth(u, false, "passive: consecutive connection failures") {
+		u.ejections.Add(-1) // another request ejected it first
+		return
+	}
 	select {
 	case u.wake <- struct{}{}:
 	default:
@@ -107,6 +113,9 @@ func (u *upstream) probe(path string, timeout time.Duration) bool {
 	defer fasthttp.ReleaseResponse(resp)
 	req.SetRequestURI(u.addr.url + path)
 	req.Header.SetMethod(fasthttp.MethodGet)
+	// A fresh connection each time: a probe must not fail on a pooled
+	// connection the backend closed when it restarted, nor leave one behind.
+	req.SetConnectionClose()
 	if err := u.hc.DoTimeout(req, resp, timeout); err != nil {
 		return false
 	}
@@ -117,10 +126,10 @@ func (u *upstream) probe(path string, timeout time.Duration) bool {
 // it only re-admits an ejected backend when its cool-down ends.
 func (s *Server) healthLoop(ctx context.Context, u *upstream) {
 	interval := s.cfg.HealthInterval
-	timeout := min(interval, 5*time.Second)
-	if timeout <= 0 {
-		timeout = 5 * time.Second
-	}
+	// A busy backend answers its health path late; a probe that gives up
+	// after a fraction of a second would eject healthy backends under load.
+	timeout := min(max(interval, time.Second), 5*time.Second)
+	probeFails := 0
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -135,7 +144,14 @@ func (s *Server) healthLoop(ctx context.Context, u *upstream) {
 		case cooling > 0:
 			// Stay out until the cool-down ends, then check again.
 		case interval > 0:
-			s.setHealth(u, u.probe(s.cfg.HealthPath, timeout), "active: "+s.cfg.HealthPath)
+			// Two failed probes in a row take a backend out; one passing
+			// probe brings it back.
+			if u.probe(s.cfg.HealthPath, timeout) {
+				probeFails = 0
+				s.setHealth(u, true, "active: "+s.cfg.HealthPath+" passed")
+			} else if probeFails++; probeFails >= 2 || !u.b.Healthy() {
+				s.setHealth(u, false, "active: "+s.cfg.HealthPath+" failed")
+			}
 		default:
 			s.setHealth(u, true, "passive: cool-down over")
 		}
@@ -153,16 +169,19 @@ func (s *Server) healthLoop(ctx context.Context, u *upstream) {
 // setHealth records a health decision. A backend that comes back is
 // presumed to have lost its KV cache: its locations are dropped and its
 // generation bumped (seed: Staleness).
-func (s *Server) setHealth(u *upstream, healthy bool, why string) {
+func (s *Server) setHealth(u *upstream, healthy bool, why string) bool {
 	if !u.b.SetHealthy(healthy) {
-		return
+		return false
 	}
 	if healthy {
 		gen := s.resetBackend(u.b.Index)
 		s.log.Info("backend healthy", "backend", u.b.Name, "reason", why, "generation", gen)
-		return
+		return true
 	}
 	s.log.Warn("backend unhealthy", "backend", u.b.Name, "reason", why)
+	// Its pooled connections are likely dead (a restart closes them all).
+	u.hc.CloseIdleConnections()
+	return true
 }
 
 // pooledConn is what fasthttp's HostClient hands out from its pool. Its
