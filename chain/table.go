@@ -321,6 +321,26 @@ func (t *Table) evictTail(sh *shard, now int64) {
 	// pin; --max-pinned-blocks keeps this bounded.
 }
 
+// Forget drops backend b's locations of the blocks of chain (an operator
+// cleared that prefix there), counted as reset evictions; blocks left with
+// no location go. It returns how many locations it dropped.
+func (t *Table) Forget(chain []uint64, b int) int {
+	n := 0
+	for _, h := range chain {
+		sh := t.shardOf(h)
+		sh.mu.Lock()
+		if i, ok := sh.m[h]; ok {
+			n += sh.dropBackend(i, b)
+			if sh.ents[i].loc == 0 {
+				sh.remove(i)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	t.evictReset.Add(uint64(n))
+	return n
+}
+
 // Reset drops every location of backend b and bumps its generation: its
 // cache is presumed gone. It returns the new generation.
 func (t *Table) Reset(b int) uint32 {

@@ -280,3 +280,20 @@ func BenchmarkMemoryPerBlock(b *testing.B) {
 		runtime.KeepAlive(tb)
 	}
 }
+
+func TestForget(t *testing.T) {
+	tb, _ := newTestTable(time.Hour, 1000)
+	tb.Touch([]uint64{1, 2, 3}, 0, tb.Now())
+	tb.Pin([]uint64{1, 2, 3}, 1, tb.Now())
+	if n := tb.Forget([]uint64{1, 2}, 1); n != 2 {
+		t.Fatalf("forgot %d", n)
+	}
+	if got := tb.Lookup(1, tb.Now()); got != set(0) {
+		t.Fatalf("after forget %v", got)
+	}
+	tb.Forget([]uint64{3}, 0)
+	tb.Forget([]uint64{3}, 1)
+	if st := tb.Stats(); st.Blocks != 2 || st.EvictedReset != 4 || tb.Generation(1) != 1 {
+		t.Fatalf("%+v gen %d", st, tb.Generation(1))
+	}
+}

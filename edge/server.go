@@ -47,6 +47,7 @@ type Server struct {
 	peer        Peer
 	models      atomic.Pointer[modelIndex]
 	access      *slog.Logger // nil unless --access-log
+	onShutdown  []func()
 	tlsPub      *certSource  // nil unless --tls-cert
 	tlsAdmin    *certSource  // nil unless --admin-tls-cert
 }
@@ -60,6 +61,10 @@ type Peer interface {
 	// Reset: backend lost its cache; its generation is now gen.
 	Reset(backend int, gen uint32)
 }
+
+// OnShutdown registers f to run when Shutdown has drained the listeners
+// (for example to cancel KDN operations); call before Start.
+func (s *Server) OnShutdown(f func()) { s.onShutdown = append(s.onShutdown, f) }
 
 // SetPeer installs clustering; call before Start.
 func (s *Server) SetPeer(p Peer) { s.peer = p }
@@ -282,6 +287,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.log.Warn("shutdown timeout: closing remaining connections")
 	}
 	_ = s.admin.ShutdownWithContext(ctx)
+	for _, f := range s.onShutdown {
+		f()
+	}
 	s.stopBg()
 	s.loops.Wait()
 	for _, u := range s.ups {

@@ -221,7 +221,12 @@ func TestHTTPSBackends(t *testing.T) {
 	pool.AppendCertsFromPEM(ca.pem)
 	mb := tlsBackend(t, "mtls", cp, kp, pool)
 	murl := "https://" + mb.ln.Addr().String()
-	s = startProxy(t, func(c *Config) { c.Backends = []string{murl}; c.UpstreamCA = caFile; c.HealthInterval = time.Hour; c.Retries = 0 })
+	s = startProxy(t, func(c *Config) {
+		c.Backends = []string{murl}
+		c.UpstreamCA = caFile
+		c.HealthInterval = time.Hour
+		c.Retries = 0
+	})
 	if resp, _ := post(t, s, "/v1/chat/completions", conversation(4, 0, false)); resp.StatusCode != 502 {
 		t.Fatalf("mTLS without client cert: %d", resp.StatusCode)
 	}

@@ -70,5 +70,6 @@ func mountKDN(c *cli.Context, srv *edge.Server) error {
 		return err
 	}
 	g.Mount()
+	srv.OnShutdown(g.Close)
 	return nil
 }

@@ -23,7 +23,7 @@
 //     through edge.Server.Warm, which learns its chain on a 2xx; tasks run
 //     in the background (pending → running → retry_wait → succeeded/failed,
 //     cancellable). Pin/unpin: table pins, bounded by --max-pinned-blocks.
-//     Clear: releases the pins and waits for the locations to expire.
+//     Clear: releases the pins and forgets the locations at once.
 //
 // Every capability kvca cannot honour (tokens, ranges, listing, metrics
 // events, batching, leases, adapters) is unsupported in the snapshot and

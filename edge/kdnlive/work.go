@@ -126,17 +126,17 @@ func (g *Gateway) warmWork(p *prefixInfo, b int, gen int64, rebuild bool) func(c
 	}
 }
 
-// clearWork forgets backend b's locations of the prefix. The table can
-// drop locations only for a whole backend (Reset), which would wipe every
-// other prefix and bump the generation, so clear releases the pins and
-// then waits for the locations to expire: the task succeeds once the table
-// no longer routes the prefix to b, and fails if traffic keeps refreshing
-// them past one TTL. A reset of b in the meantime forgets them at once.
+// clearWork forgets backend b's locations of the prefix: it releases the
+// pins and drops the locations at once. Traffic may relearn the prefix
+// right after (the backend really holds it); the task still succeeds once
+// the table has forgotten it, and fails only if requests keep re-learning
+// it for one TTL.
 func (g *Gateway) clearWork(p *prefixInfo, b int, gen int64, tick time.Duration) func(context.Context) error {
 	return func(ctx context.Context) error {
 		t := g.srv.Table()
 		t.Unpin(p.chain, b)
 		g.dropPin(p.artifact.ID(), b)
+		t.Forget(p.chain, b)
 		for {
 			if g.generation(b) != gen || holdingOf(t, p.chain, b, t.Now()).blocks == 0 {
 				return nil
