@@ -1,6 +1,10 @@
 package cluster
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/kvca/kvca/bench/workload"
+)
 
 // TestHitRateAndBalance is the acceptance test: with three
 // replicas behind a per-request round-robin balancer, clustering must keep
@@ -14,6 +18,9 @@ func TestHitRateAndBalance(t *testing.T) {
 		imbalance float64
 	}
 	var results []outcome
+	if ideal, err := workload.Ideal(chatWorkload(1, sessions).Requests, 16); err == nil {
+		t.Logf("workload ideal hit rate (infinite caches, perfect routing) %.3f", ideal.Rate())
+	}
 	for _, c := range []struct {
 		name      string
 		replicas  int
@@ -29,10 +36,23 @@ func TestHitRateAndBalance(t *testing.T) {
 		t.Logf("%-12s %d requests, engine hit rate %.3f, requests per engine %v (max/mean %.2f)",
 			c.name, sent, hit, reqs, imbalance(reqs))
 		if c.clustered {
-			for i, r := range f.replicas {
+			var tot Stats
+			var lag float64
+			for _, r := range f.replicas {
 				st := r.node.Stats()
-				t.Logf("replica %d: %+v", i, st)
+				tot.SentLocBytes += st.SentLocBytes
+				tot.SentBytes += st.SentBytes
+				tot.SentBlocks += st.SentBlocks
+				tot.DedupedBlocks += st.DedupedBlocks
+				tot.SentLocations += st.SentLocations
+				tot.Dropped += st.Dropped
+				lag += st.MeanLagSeconds / float64(len(f.replicas))
 			}
+			t.Logf("cluster traffic: %.1f location bytes and %.2f blocks per request (%.0f%% of learned blocks deduplicated), "+
+				"%d location messages, %d bytes in all kinds, %d dropped, mean lag %.0f ms",
+				float64(tot.SentLocBytes)/float64(sent), float64(tot.SentBlocks)/float64(sent),
+				100*float64(tot.DedupedBlocks)/float64(tot.DedupedBlocks+tot.SentBlocks),
+				tot.SentLocations, tot.SentBytes, tot.Dropped, lag*1e3)
 		}
 	}
 	single, alone, clustered := results[0], results[1], results[2]

@@ -29,7 +29,7 @@ type nodeMetrics struct {
 	sent        [4]*metrics.Counter
 	received    [4]*metrics.Counter
 	applied     [4]*metrics.Counter
-	sentBytes   *metrics.Counter
+	sentBytes   [4]*metrics.Counter
 	sentBlocks  *metrics.Counter
 	deduped     *metrics.Counter
 	applBlocks  *metrics.Counter
@@ -45,8 +45,8 @@ func newNodeMetrics(n *Node) *nodeMetrics {
 		m.sent[k] = s.NewCounter(`kvca_cluster_messages_sent_total{kind="` + kindNames[k] + `"}`)
 		m.received[k] = s.NewCounter(`kvca_cluster_messages_received_total{kind="` + kindNames[k] + `"}`)
 		m.applied[k] = s.NewCounter(`kvca_cluster_messages_applied_total{kind="` + kindNames[k] + `"}`)
+		m.sentBytes[k] = s.NewCounter(`kvca_cluster_sent_bytes_total{kind="` + kindNames[k] + `"}`)
 	}
-	m.sentBytes = s.NewCounter("kvca_cluster_sent_bytes_total")
 	m.sentBlocks = s.NewCounter("kvca_cluster_sent_blocks_total")
 	m.deduped = s.NewCounter("kvca_cluster_deduplicated_blocks_total")
 	m.applBlocks = s.NewCounter("kvca_cluster_applied_blocks_total")

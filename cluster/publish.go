@@ -112,7 +112,7 @@ func (p *publisher) publish(kind byte, subj string) bool {
 		return false
 	}
 	p.n.m.sent[kind].Inc()
-	p.n.m.sentBytes.Add(len(p.out))
+	p.n.m.sentBytes[kind].Add(len(p.out))
 	return true
 }
 
@@ -146,7 +146,7 @@ func (n *Node) loadLoop() {
 				n.m.dropped[dropPublish].Inc()
 			} else {
 				n.m.sent[kindLoad].Inc()
-				n.m.sentBytes.Add(len(out))
+				n.m.sentBytes[kindLoad].Add(len(out))
 			}
 		}
 		n.applyRemoteLoad()

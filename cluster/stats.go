@@ -7,7 +7,8 @@ type Stats struct {
 	Peers          int
 	SentMessages   uint64 // all kinds
 	SentLocations  uint64 // location messages
-	SentBytes      uint64
+	SentBytes      uint64 // all kinds
+	SentLocBytes   uint64 // location messages
 	SentBlocks     uint64
 	DedupedBlocks  uint64
 	Received       uint64 // messages from peers, all kinds
@@ -28,7 +29,7 @@ func (n *Node) Stats() Stats {
 		Connected:      n.Connected(),
 		Peers:          n.LivePeers(),
 		SentLocations:  m.sent[kindLocations].Get(),
-		SentBytes:      m.sentBytes.Get(),
+		SentLocBytes:   m.sentBytes[kindLocations].Get(),
 		SentBlocks:     m.sentBlocks.Get(),
 		DedupedBlocks:  m.deduped.Get(),
 		AppliedBlocks:  m.applBlocks.Get(),
@@ -41,6 +42,7 @@ func (n *Node) Stats() Stats {
 	for k := kindLocations; k <= kindReset; k++ {
 		s.SentMessages += m.sent[k].Get()
 		s.Received += m.received[k].Get()
+		s.SentBytes += m.sentBytes[k].Get()
 	}
 	for _, c := range m.dropped {
 		s.Dropped += c.Get()
