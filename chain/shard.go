@@ -3,8 +3,10 @@ package chain
 import "sync"
 
 // entry is one tracked block. Entries live in a per-shard slab linked into
-// an LRU list by index, so the map holds no pointers for the GC to scan and
-// a block with one location costs 32 bytes plus its map slot.
+// an LRU list by index, found through an open-addressing index of int32
+// slots: a block with one location costs its 32-byte entry plus 4–11 bytes
+// of index, and nothing but the rare extra-location lists for the GC to
+// scan.
 type entry struct {
 	hash       uint64
 	prev, next int32 // LRU neighbours (head = most recent); -1 = none
@@ -15,8 +17,10 @@ type entry struct {
 type moreLocs struct{ l []uint64 }
 
 type shard struct {
-	mu         sync.Mutex
-	m          map[uint64]int32
+	mu sync.Mutex
+	// idx is a linear-probing hash index: 0 is empty, otherwise an entry
+	// index plus one. Its length is a power of two, at most 3/4 full.
+	idx        []int32
 	ents       []entry
 	free       int32 // free-list head through entry.next
 	head, tail int32
@@ -26,8 +30,78 @@ type shard struct {
 }
 
 func (sh *shard) init() {
-	sh.m = make(map[uint64]int32)
+	sh.idx = make([]int32, 16)
 	sh.free, sh.head, sh.tail = -1, -1, -1
+}
+
+// home is a block's first probe position. Block hashes are SipHash
+// outputs, uniform in every bit; the low bits already chose the shard.
+func home(h uint64, mask int) int { return int(h>>16) & mask }
+
+// find returns the entry index of block h.
+func (sh *shard) find(h uint64) (int32, bool) {
+	mask := len(sh.idx) - 1
+	for p := home(h, mask); ; p = (p + 1) & mask {
+		v := sh.idx[p]
+		if v == 0 {
+			return 0, false
+		}
+		if sh.ents[v-1].hash == h {
+			return v - 1, true
+		}
+	}
+}
+
+func (sh *shard) indexAdd(h uint64, i int32) {
+	if (sh.count+1)*4 > len(sh.idx)*3 {
+		sh.regrow(len(sh.idx) * 2)
+	}
+	mask := len(sh.idx) - 1
+	p := home(h, mask)
+	for sh.idx[p] != 0 {
+		p = (p + 1) & mask
+	}
+	sh.idx[p] = i + 1
+}
+
+func (sh *shard) regrow(n int) {
+	old := sh.idx
+	sh.idx = make([]int32, n)
+	mask := n - 1
+	for _, v := range old {
+		if v == 0 {
+			continue
+		}
+		p := home(sh.ents[v-1].hash, mask)
+		for sh.idx[p] != 0 {
+			p = (p + 1) & mask
+		}
+		sh.idx[p] = v
+	}
+}
+
+// indexDel removes block h, shifting later members of its probe run back
+// so lookups never need tombstones.
+func (sh *shard) indexDel(h uint64) {
+	mask := len(sh.idx) - 1
+	p := home(h, mask)
+	for sh.ents[sh.idx[p]-1].hash != h {
+		p = (p + 1) & mask
+	}
+	for j := p; ; {
+		j = (j + 1) & mask
+		v := sh.idx[j]
+		if v == 0 {
+			break
+		}
+		k := home(sh.ents[v-1].hash, mask)
+		// v may move back to p unless its home lies cyclically in (p, j].
+		if (p <= j && (k <= p || k > j)) || (p > j && k <= p && k > j) {
+			sh.idx[p] = v
+			p = j
+		}
+	}
+	sh.idx[p] = 0
 }
 
 func (sh *shard) insert(h uint64) int32 {
@@ -40,7 +114,7 @@ func (sh *shard) insert(h uint64) int32 {
 		sh.ents = append(sh.ents, entry{})
 	}
 	sh.ents[i] = entry{hash: h, prev: -1, next: -1}
-	sh.m[h] = i
+	sh.indexAdd(h, i)
 	sh.count++
 	sh.linkFront(i)
 	return i
@@ -49,7 +123,7 @@ func (sh *shard) insert(h uint64) int32 {
 func (sh *shard) remove(i int32) {
 	e := &sh.ents[i]
 	sh.unlink(i)
-	delete(sh.m, e.hash)
+	sh.indexDel(e.hash)
 	if e.loc != 0 {
 		sh.locs--
 	}

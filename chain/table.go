@@ -184,7 +184,7 @@ func (t *Table) live(l uint64, now int64) bool {
 func (t *Table) Lookup(h uint64, now int64) (s Set) {
 	sh := t.shardOf(h)
 	sh.mu.Lock()
-	i, ok := sh.m[h]
+	i, ok := sh.find(h)
 	if ok {
 		e := &sh.ents[i]
 		if dropped := sh.prune(t, i, now); dropped > 0 {
@@ -226,7 +226,7 @@ func (t *Table) touch(chain []uint64, b int, now int64, pin bool) {
 	for _, h := range chain {
 		sh := t.shardOf(h)
 		sh.mu.Lock()
-		i, ok := sh.m[h]
+		i, ok := sh.find(h)
 		if !ok {
 			if sh.count >= t.perShard {
 				t.evictTail(sh, now)
@@ -247,7 +247,7 @@ func (t *Table) Unpin(chain []uint64, b int) int {
 	for _, h := range chain {
 		sh := t.shardOf(h)
 		sh.mu.Lock()
-		if i, ok := sh.m[h]; ok {
+		if i, ok := sh.find(h); ok {
 			e := &sh.ents[i]
 			if e.loc != 0 && locBackend(e.loc) == b && locIsPinned(e.loc) {
 				e.loc &^= locPinned
@@ -279,7 +279,7 @@ func (t *Table) Locations(h uint64, now int64, dst []Location) []Location {
 	sh := t.shardOf(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	i, ok := sh.m[h]
+	i, ok := sh.find(h)
 	if !ok {
 		return dst
 	}
@@ -329,7 +329,7 @@ func (t *Table) Forget(chain []uint64, b int) int {
 	for _, h := range chain {
 		sh := t.shardOf(h)
 		sh.mu.Lock()
-		if i, ok := sh.m[h]; ok {
+		if i, ok := sh.find(h); ok {
 			n += sh.dropBackend(i, b)
 			if sh.ents[i].loc == 0 {
 				sh.remove(i)

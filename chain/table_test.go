@@ -297,3 +297,37 @@ func TestForget(t *testing.T) {
 		t.Fatalf("%+v gen %d", st, tb.Generation(1))
 	}
 }
+
+// TestIndexAgainstMap drives the open-addressing index through inserts,
+// evictions and deletions (with clustered hashes that wrap around) and
+// checks it against a plain map.
+func TestIndexAgainstMap(t *testing.T) {
+	var sh shard
+	sh.init()
+	model := map[uint64]bool{}
+	rng := uint64(12345)
+	next := func() uint64 { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return rng }
+	for step := 0; step < 40000; step++ {
+		// Few distinct homes: long probe runs, wrap-around at the end.
+		h := (next()%64)<<16 | next()%1024
+		if _, ok := sh.find(h); ok != model[h] {
+			t.Fatalf("step %d: find(%x)=%v, model %v", step, h, ok, model[h])
+		}
+		if model[h] {
+			i, _ := sh.find(h)
+			sh.remove(i)
+			delete(model, h)
+		} else if len(model) < 3000 {
+			sh.insert(h)
+			model[h] = true
+		}
+	}
+	for h := range model {
+		if _, ok := sh.find(h); !ok {
+			t.Fatalf("lost %x", h)
+		}
+	}
+	if sh.count != len(model) {
+		t.Fatalf("count %d, model %d", sh.count, len(model))
+	}
+}
