@@ -21,9 +21,9 @@ var dropNames = [numDrops]string{"buffer_full", "publish_error", "stale", "unkno
 // Message kinds, as the kind label.
 var kindNames = [4]string{"", "locations", "load", "reset"}
 
-// nodeMetrics live in the node's own set, mounted at /metrics/cluster on
-// the admin listener, so several nodes in one process (tests, bench) keep
-// their series apart.
+// nodeMetrics live in the node's own set, written into its server's
+// /metrics, so several nodes in one process (tests, bench) keep their
+// series apart.
 type nodeMetrics struct {
 	set         *metrics.Set
 	sent        [4]*metrics.Counter

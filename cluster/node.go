@@ -15,7 +15,6 @@ import (
 
 	"github.com/dchest/siphash"
 	"github.com/nats-io/nats.go"
-	"github.com/valyala/fasthttp"
 
 	"github.com/kvca/kvca/chain"
 	"github.com/kvca/kvca/edge"
@@ -79,7 +78,7 @@ type resetReq struct {
 }
 
 // Join connects srv to the cluster described by o: it installs the node as
-// srv's peer and mounts its metrics at /metrics/cluster on the admin
+// srv's peer and adds its metrics to the server's /metrics on the admin
 // listener, so it must be called after edge.New and before srv.Start. NATS
 // need not be reachable yet: the node connects in the background. Close
 // it after srv has shut down.
@@ -143,10 +142,7 @@ func Join(srv *edge.Server, o Options) (*Node, error) {
 	n.sub = sub
 
 	srv.SetPeer(n)
-	srv.HandleAdmin("/metrics/cluster", func(ctx *fasthttp.RequestCtx) {
-		ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
-		n.m.set.WritePrometheus(ctx)
-	})
+	srv.AddMetrics(n.m.set.WritePrometheus)
 	n.wg.Add(2)
 	go func() { defer n.wg.Done(); n.flushLoop() }()
 	go func() { defer n.wg.Done(); n.loadLoop() }()

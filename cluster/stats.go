@@ -1,7 +1,7 @@
 package cluster
 
 // Stats is a snapshot of a node's counters, for tests and the bench; the
-// same numbers are exported at /metrics/cluster.
+// same numbers are exported on /metrics.
 type Stats struct {
 	Connected      bool
 	Peers          int

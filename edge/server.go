@@ -48,8 +48,8 @@ type Server struct {
 	models      atomic.Pointer[modelIndex]
 	access      *slog.Logger // nil unless --access-log
 	onShutdown  []func()
-	tlsPub      *certSource  // nil unless --tls-cert
-	tlsAdmin    *certSource  // nil unless --admin-tls-cert
+	tlsPub      *certSource // nil unless --tls-cert
+	tlsAdmin    *certSource // nil unless --admin-tls-cert
 }
 
 // Peer shares what this replica learns with other replicas. Its methods
@@ -65,6 +65,10 @@ type Peer interface {
 // OnShutdown registers f to run when Shutdown has drained the listeners
 // (for example to cancel KDN operations); call before Start.
 func (s *Server) OnShutdown(f func()) { s.onShutdown = append(s.onShutdown, f) }
+
+// AddMetrics appends another component's series (clustering) to /metrics.
+// Call before Start.
+func (s *Server) AddMetrics(write func(io.Writer)) { s.m.set.RegisterMetricsWriter(write) }
 
 // SetPeer installs clustering; call before Start.
 func (s *Server) SetPeer(p Peer) { s.peer = p }
