@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 )
@@ -163,11 +164,20 @@ func TestErrors(t *testing.T) {
 	})
 	t.Run("unknown model", func(t *testing.T) {
 		// kvca knows each backend's models and answers itself, in
-		// OpenAI's shape, rather than letting an engine refuse it.
+		// OpenAI's shape. It learns them asynchronously from /v1/models at
+		// start; until then an engine answers the 404 (vLLM-style, with a
+		// numeric code), so wait a bounded time for kvca's own answer.
 		p := chatParams(openai.UserMessage("hi"))
 		p.Model = "no-such-model"
-		_, err := f.client.Chat.Completions.New(ctx, p)
-		if e := apiError(t, err); e.StatusCode != 404 || e.Code != "model_not_found" || e.Message == "" {
+		var e *openai.Error
+		for range 50 {
+			_, err := f.client.Chat.Completions.New(ctx, p)
+			if e = apiError(t, err); e.Code == "model_not_found" {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if e.StatusCode != 404 || e.Code != "model_not_found" || e.Type != "invalid_request_error" || e.Message == "" {
 			t.Errorf("status %d code %q message %q raw %s", e.StatusCode, e.Code, e.Message, e.RawJSON())
 		}
 	})
