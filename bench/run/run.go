@@ -25,6 +25,12 @@ type Proxy interface {
 	Close() error
 }
 
+// Replicas is implemented by a proxy made of several replicas: requests
+// are spread over their URLs in turn, as an L4 balancer spreads them.
+type Replicas interface {
+	URLs() []string
+}
+
 // CPUReporter is implemented by proxies that run in a process of their own
 // and can tell their CPU time (user + system) so far.
 type CPUReporter interface {
@@ -134,7 +140,10 @@ func runPolicy(ctx context.Context, w *workload.Workload, opt Options, policy st
 	}
 	defer transport.CloseIdleConnections()
 	client := &http.Client{Transport: transport}
-	base := proxy.URL()
+	bases := []string{proxy.URL()}
+	if rp, ok := proxy.(Replicas); ok && len(rp.URLs()) > 0 {
+		bases = rp.URLs()
+	}
 
 	n := len(w.Requests)
 	outcomes := make([]outcome, n)
@@ -190,7 +199,7 @@ loop:
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			o := send(runCtx, client, base, r, due, opt.Timeout)
+			o := send(runCtx, client, bases[i%len(bases)], r, due, opt.Timeout)
 			outcomes[i] = o
 			if o.err != nil {
 				failed.Add(1)

@@ -11,6 +11,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/kvca/kvca/bench/run"
+	"github.com/kvca/kvca/chain"
+	"github.com/kvca/kvca/cluster"
 	"github.com/kvca/kvca/edge"
 )
 
@@ -23,6 +25,8 @@ func proxyFlags() []cli.Flag {
 		&cli.IntFlag{Name: "max-blocks", Value: d.MaxBlocks, Usage: "proxy: block table bound", EnvVars: env("max-blocks")},
 		&cli.IntFlag{Name: "active-weight", Value: d.ActiveWeight, Usage: "proxy: load of one active request, in blocks", EnvVars: env("active-weight")},
 		&cli.StringFlag{Name: "prefill-release", Value: "headers", Usage: "proxy: headers or first-byte", EnvVars: env("prefill-release")},
+		&cli.IntFlag{Name: "replicas", Value: 1, Usage: "kvca replicas sharing state through an embedded NATS server; requests are spread over them in turn", EnvVars: env("replicas")},
+		&cli.BoolFlag{Name: "no-cluster", Usage: "with --replicas N: replicas do not share state (the baseline clustering fixes)", EnvVars: env("no-cluster")},
 		&cli.BoolFlag{Name: "proxy-process", Usage: "run each proxy as a `kvca serve` child process (exact proxy CPU per request)", EnvVars: env("proxy-process")},
 	}
 }
@@ -36,6 +40,72 @@ func (p benchProxy) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return p.s.Shutdown(ctx)
+}
+
+// replicaSet is several in-process kvca replicas, clustered through an
+// embedded NATS server unless they are the unclustered baseline.
+type replicaSet struct {
+	servers  []*edge.Server
+	nodes    []*cluster.Node
+	stopNATS func()
+}
+
+func (r *replicaSet) URL() string { return "http://" + r.servers[0].Addr() }
+
+func (r *replicaSet) URLs() []string {
+	urls := make([]string, len(r.servers))
+	for i, s := range r.servers {
+		urls[i] = "http://" + s.Addr()
+	}
+	return urls
+}
+
+func (r *replicaSet) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, s := range r.servers {
+		_ = s.Shutdown(ctx)
+	}
+	for _, n := range r.nodes {
+		n.Close()
+	}
+	if r.stopNATS != nil {
+		r.stopNATS()
+	}
+	return nil
+}
+
+func startReplicas(cfg edge.Config, n int, clustered bool) (run.Proxy, error) {
+	rs := &replicaSet{}
+	var url string
+	if clustered {
+		var err error
+		if url, rs.stopNATS, err = cluster.StartEmbeddedNATS(""); err != nil {
+			return nil, err
+		}
+	}
+	cfg.HashKey = chain.RandomKey().String() // replicas must share one
+	for range n {
+		s, err := edge.New(cfg)
+		if err != nil {
+			rs.Close()
+			return nil, err
+		}
+		if clustered {
+			node, err := cluster.Join(s, cluster.Options{URL: url, Name: "bench"})
+			if err != nil {
+				rs.Close()
+				return nil, err
+			}
+			rs.nodes = append(rs.nodes, node)
+		}
+		if err := s.Start(); err != nil {
+			rs.Close()
+			return nil, err
+		}
+		rs.servers = append(rs.servers, s)
+	}
+	return rs, nil
 }
 
 // proxyFactory builds kvca proxies as the bench's flags describe, with
@@ -68,6 +138,9 @@ func proxyFactory(c *cli.Context, timeScale float64) run.ProxyFactory {
 		cfg.MaxBlocks = c.Int("max-blocks")
 		cfg.ActiveWeight = c.Int("active-weight")
 		cfg.PrefillAtFirstByte = c.String("prefill-release") == "first-byte"
+		if n := c.Int("replicas"); n > 1 {
+			return startReplicas(cfg, n, !c.Bool("no-cluster"))
+		}
 		s, err := edge.New(cfg)
 		if err != nil {
 			return nil, err
