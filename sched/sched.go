@@ -115,7 +115,11 @@ type Scheduler struct {
 	Table        *chain.Table
 	ActiveWeight uint64
 	Policy       Policy
-	rr           atomic.Uint64
+	rr           atomic.Uint64 // round-robin's turn
+	// ties[k] is least-loaded's turn among k equal backends: one counter
+	// per tie size, so requests tying among other sets (a conversation's
+	// replicas) do not shift the turns of an idle fleet's first turns.
+	ties [16]atomic.Uint64
 }
 
 // New builds a scheduler; policy is one of Policies().
@@ -162,47 +166,69 @@ func (s *Scheduler) Eligible(r *Request) chain.Set {
 // with the smallest load (plus, when addNovel, the blocks it would have to
 // compute) and reserves one active unit and its novel blocks with a
 // compare-and-swap on the state it compared; if another request moved that
-// backend first, it chooses again. Ties go to the first candidate after a
-// start that rotates with every request, so no index is favoured and equal
-// backends take turns (an idle fleet sees its first turns spread evenly).
+// backend first, it chooses again. Ties are broken by counters that
+// advance only on a tie, so equal backends take turns (an idle fleet sees
+// its first turns spread evenly) and no index is favoured.
 func (s *Scheduler) reserveMin(elig *chain.Set, n int, match *[chain.MaxBackends]int32, addNovel bool, d *Decision) bool {
 	w := s.ActiveWeight
-	nb := len(s.Backends)
-	start := int(s.rr.Add(1) % uint64(nb))
+	cost := func(i int) (uint64, uint64) {
+		b := s.Backends[i]
+		st := b.state.Load()
+		c := loadOf(st, w) + loadOf(b.remote.Load(), w)
+		if addNovel {
+			c += uint64(n - int(match[i]))
+		}
+		return c, st
+	}
 	for attempt := 0; ; attempt++ {
-		var best *Backend
-		var bestSt, bestCost uint64
-		for k := range nb {
-			i := start + k
-			if i >= nb {
-				i -= nb
-			}
-			if !elig.Has(i) {
-				continue
-			}
-			b := s.Backends[i]
-			st := b.state.Load()
-			cost := loadOf(st, w) + loadOf(b.remote.Load(), w)
-			if addNovel {
-				cost += uint64(n - int(match[i]))
-			}
-			if best == nil || cost < bestCost {
-				best, bestSt, bestCost = b, st, cost
+		best, ties := -1, 0
+		var bestCost, bestSt uint64
+		for wi, word := range elig {
+			for word != 0 {
+				i := wi<<6 | trailingZeros(word)
+				word &= word - 1
+				c, st := cost(i)
+				switch {
+				case best < 0 || c < bestCost:
+					best, bestCost, bestSt, ties = i, c, st, 1
+				case c == bestCost:
+					ties++
+				}
 			}
 		}
-		if best == nil {
+		if best < 0 {
 			return false
 		}
+		if ties > 1 {
+			// Take the k-th of the tied backends in index order. Loads may
+			// move meanwhile; the compare-and-swap below catches that.
+			k := int(s.ties[ties&15].Add(1) % uint64(ties))
+		pick:
+			for wi, word := range elig {
+				for word != 0 {
+					i := wi<<6 | trailingZeros(word)
+					word &= word - 1
+					if c, st := cost(i); c == bestCost {
+						if k == 0 {
+							best, bestSt = i, st
+							break pick
+						}
+						k--
+					}
+				}
+			}
+		}
+		b := s.Backends[best]
 		novel := n
 		if match != nil {
-			novel = n - int(match[best.Index])
+			novel = n - int(match[best])
 		}
-		if best.state.CompareAndSwap(bestSt, bestSt+activeUnit+uint64(novel)) || attempt >= 8 {
+		if b.state.CompareAndSwap(bestSt, bestSt+activeUnit+uint64(novel)) || attempt >= 8 {
 			if attempt >= 8 {
 				// Under extreme contention settle for the last choice.
-				best.state.Add(activeUnit + uint64(novel))
+				b.state.Add(activeUnit + uint64(novel))
 			}
-			d.Backend = best
+			d.Backend = b
 			d.Novel = novel
 			d.Cached = n - novel
 			return true
