@@ -296,9 +296,9 @@ func (c *Canonicalizer) run(st *state, api API, body []byte, sink Sink, info *In
 
 	switch {
 	case api == Chat:
-		err = st.messages(prompt, info)
+		err = st.lines(prompt, info, false)
 	case api == Responses && prompt.Type() == fastjson.TypeArray:
-		err = st.items(prompt, info)
+		err = st.lines(prompt, info, true)
 	default:
 		st.startSession()
 		err = st.value(prompt)
@@ -343,33 +343,21 @@ func (c *Canonicalizer) validatePrompt(api API, prompt *fastjson.Value) error {
 	return ErrNoPrompt
 }
 
-// items writes one canonical line per Responses API input item. Earlier
-// model output (assistant messages, function calls and their outputs,
-// reasoning) makes the request a follow-up, as roles do in chat.
-func (st *state) items(arr *fastjson.Value, info *Info) error {
+// lines writes one canonical line per element of arr: chat messages or
+// Responses API input items. Earlier model output makes the request a
+// follow-up; the first user turn (else the first line) identifies the
+// conversation for session affinity.
+func (st *state) lines(arr *fastjson.Value, info *Info, items bool) error {
 	sessionSet := false
 	var firstHash uint64
-	for i, it := range arr.GetArray() {
-		user := false
-		if it.Type() == fastjson.TypeObject {
-			o := it.GetObject()
-			role := lastMember(o, "role").GetStringBytes()
-			typ := lastMember(o, "type").GetStringBytes()
-			switch {
-			case string(role) == "assistant" || string(role) == "tool" || string(role) == "function":
-				info.Followup = true
-			case len(typ) > 0 && string(typ) != "message" && string(typ) != "input_text" &&
-				string(typ) != "input_image" && string(typ) != "input_file" && string(typ) != "item_reference":
-				// function_call, function_call_output, reasoning, …: output
-				// the model produced, or its answer.
-				info.Followup = true
-			}
-			user = !sessionSet && string(role) == "user"
-		}
+	for i, m := range arr.GetArray() {
+		output, isUser := classify(m, items)
+		info.Followup = info.Followup || output
+		user := !sessionSet && isUser
 		if user || i == 0 {
 			st.startSession()
 		}
-		if err := st.value(it); err != nil {
+		if err := st.value(m); err != nil {
 			return err
 		}
 		st.hashing = false
@@ -389,39 +377,31 @@ func (st *state) items(arr *fastjson.Value, info *Info) error {
 	return nil
 }
 
-// messages writes one canonical line per message and classifies the request.
-func (st *state) messages(arr *fastjson.Value, info *Info) error {
-	sessionSet := false
-	var firstHash uint64
-	for i, m := range arr.GetArray() {
-		role := lastMember(m.GetObject(), "role").GetStringBytes()
-		switch string(role) {
-		case "assistant", "tool", "function":
-			info.Followup = true
-		}
-		user := !sessionSet && string(role) == "user"
-		if user || i == 0 {
-			st.startSession()
-		}
-		if err := st.value(m); err != nil {
-			return err
-		}
-		st.hashing = false
-		if user {
-			info.Session = st.hash
-			sessionSet = true
-		}
-		if i == 0 {
-			firstHash = st.hash
-		}
-		st.writeByte('\n')
-		info.Messages++
+// classify says whether a message or input item is earlier model output
+// (or its answer), and whether it is a user turn. Chat looks at the role;
+// Responses API items also by type: function_call, function_call_output,
+// reasoning and the like are output, the input_* parts and plain messages
+// are not.
+func classify(m *fastjson.Value, items bool) (output, user bool) {
+	if m.Type() != fastjson.TypeObject {
+		return false, false
 	}
-	if !sessionSet {
-		// Without a user turn the first message stands for the conversation.
-		info.Session = firstHash
+	o := m.GetObject()
+	role := lastMember(o, "role").GetStringBytes()
+	switch string(role) {
+	case "assistant", "tool", "function":
+		return true, false
+	case "user":
+		user = true
 	}
-	return nil
+	if items {
+		switch typ := lastMember(o, "type").GetStringBytes(); string(typ) {
+		case "", "message", "input_text", "input_image", "input_file", "item_reference":
+		default:
+			return true, user
+		}
+	}
+	return false, user
 }
 
 func lastMember(o *fastjson.Object, key string) *fastjson.Value {
