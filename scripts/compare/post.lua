@@ -1,0 +1,23 @@
+-- wrk script for scripts/compare-proxies.sh: POST one fixed chat body
+-- (file named by $KVCA_BODY) on every request, and print one parseable
+-- summary line at the end (latencies in microseconds, exact, instead of
+-- wrk's rounded "1.23ms").
+local path = os.getenv("KVCA_BODY")
+if not path then error("KVCA_BODY is not set") end
+local f = assert(io.open(path, "rb"))
+local body = f:read("*a")
+f:close()
+
+wrk.method = "POST"
+wrk.body = body
+wrk.headers["Content-Type"] = "application/json"
+
+function done(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format(
+    "KVCA_RESULT requests=%d duration_us=%d p50_us=%d p99_us=%d mean_us=%.0f max_us=%d " ..
+    "err_connect=%d err_read=%d err_write=%d err_status=%d err_timeout=%d\n",
+    summary.requests, summary.duration,
+    latency:percentile(50), latency:percentile(99), latency.mean, latency.max,
+    e.connect, e.read, e.write, e.status, e.timeout))
+end
