@@ -1,5 +1,7 @@
 package canon
 
+import "encoding/binary"
+
 // The writer batches small pieces into st.out so the sink sees few, large
 // writes; long runs of bytes that need no escaping bypass the buffer.
 
@@ -78,6 +80,22 @@ func (st *state) writeByte(b byte) {
 
 const hexDigits = "0123456789abcdef"
 
+const (
+	lsb = 0x0101010101010101
+	msb = 0x8080808080808080
+)
+
+// wordNeedsEscape reports whether any of 8 bytes is a control byte, '"' or
+// '\\' (the classic SWAR tests for a zero byte and a byte below n).
+func wordNeedsEscape(x uint64) bool {
+	ctl := (x - 0x20*lsb) &^ x
+	q := x ^ ('"' * lsb)
+	q = (q - lsb) &^ q
+	b := x ^ ('\\' * lsb)
+	b = (b - lsb) &^ b
+	return (ctl|q|b)&msb != 0
+}
+
 // needsEscape marks the bytes canonString escapes: '"', '\\' and controls.
 var needsEscape = func() (t [256]bool) {
 	for i := 0; i < 0x20; i++ {
@@ -95,6 +113,14 @@ func (st *state) writeQuoted(s []byte) {
 	st.writeByte('"')
 	start := 0
 	for i := 0; i < len(s); i++ {
+		// Skip eight clean bytes at a time: prompts are long runs of text
+		// with few characters to escape.
+		for i+8 <= len(s) && !wordNeedsEscape(binary.LittleEndian.Uint64(s[i:])) {
+			i += 8
+		}
+		if i >= len(s) {
+			break
+		}
 		c := s[i]
 		if !needsEscape[c] {
 			continue

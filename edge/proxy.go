@@ -232,7 +232,10 @@ func (s *Server) try(ctx *fasthttp.RequestCtx, c *call, u *upstream, mayRetry bo
 			return s.connFailure(u, err)
 		}
 		deadline := time.Now().Add(s.cfg.UpstreamHeaderTimeout)
-		_ = conn.SetWriteDeadline(deadline)
+		// One deadline for writing the request and reading the headers.
+		// It is left on the connection afterwards: every use of a pooled
+		// connection (here, or fasthttp's DoTimeout) sets its own first.
+		_ = conn.SetDeadline(deadline)
 		bw := u.hc.AcquireWriter(conn)
 		err = req.Write(bw)
 		if err == nil {
@@ -246,7 +249,6 @@ func (s *Server) try(ctx *fasthttp.RequestCtx, c *call, u *upstream, mayRetry bo
 			}
 			return s.connFailure(u, err)
 		}
-		_ = conn.SetReadDeadline(deadline)
 		br := u.hc.AcquireReader(conn)
 		err = c.hdr.Read(br)
 		if err != nil {

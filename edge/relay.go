@@ -36,8 +36,12 @@ type relay struct {
 	remaining int64 // fixed: body bytes left; chunked: bytes left in chunk
 	sse       bool
 	reusable  bool // the body was read to its end, the connection is clean
-	done      bool
-	upErr     error
+	// armed: client write deadlines are in use. Only streamed or large
+	// bodies need them; a small body sits in the write buffer and is
+	// flushed by the server after WriteTo returns.
+	armed bool
+	done  bool
+	upErr error
 }
 
 var errUpstreamBody = errors.New("upstream response body broke off")
@@ -48,7 +52,7 @@ func (r *relay) start(u *upstream, cc any, br *bufio.Reader, h *fasthttp.Respons
 	if pc, ok := cc.(pooledConn); ok {
 		r.conn = pc.Conn()
 	}
-	r.done, r.upErr, r.reusable, r.remaining = false, nil, false, 0
+	r.done, r.upErr, r.reusable, r.remaining, r.armed = false, nil, false, 0, false
 	r.sse = bytes.HasPrefix(h.ContentType(), []byte("text/event-stream"))
 	status := h.StatusCode()
 	cl := h.ContentLength()
@@ -70,6 +74,7 @@ func (r *relay) start(u *upstream, cc any, br *bufio.Reader, h *fasthttp.Respons
 	if h.ConnectionClose() {
 		r.reusable = false
 	}
+	r.armed = r.client != nil && (r.mode == bodyChunked || r.mode == bodyUntilClose || r.remaining > 16<<10)
 }
 
 // SupportsBodyWriteTo tells fasthttp to call WriteTo, which relays without
@@ -197,7 +202,7 @@ func (r *relay) piece(w io.Writer, n int, eofOK bool) (int, error) {
 // clientDeadline bounds the next write to the client: a client that stops
 // reading is cut like a stalled backend.
 func (r *relay) clientDeadline() {
-	if r.client != nil {
+	if r.armed {
 		_ = r.client.SetWriteDeadline(time.Now().Add(r.c.s.cfg.StreamIdleTimeout))
 	}
 }
@@ -304,10 +309,6 @@ func (r *relay) finish(werr error) {
 	} else if werr != nil {
 		c.s.m.disconnects.Inc()
 	}
-	if r.conn != nil {
-		_ = r.conn.SetReadDeadline(time.Time{})
-		_ = r.conn.SetWriteDeadline(time.Time{})
-	}
 	u.hc.ReleaseReader(r.br)
 	if r.reusable && r.upErr == nil && werr == nil {
 		u.ops.release(r.cc)
@@ -316,7 +317,8 @@ func (r *relay) finish(werr error) {
 		// generating for a client that left.
 		u.ops.close(r.cc)
 	}
-	if r.client != nil {
+	if r.armed {
+		// The client connection lives on for its next request.
 		_ = r.client.SetWriteDeadline(time.Time{})
 	}
 	r.cc, r.br, r.conn, r.client, r.u = nil, nil, nil, nil, nil
