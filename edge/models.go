@@ -82,7 +82,9 @@ func staticModels(ids []string) *modelList {
 }
 
 // discoverModels asks every backend without fixed models for its
-// /v1/models at start and then every ModelsInterval.
+// /v1/models at start and then every ModelsInterval; sooner (every 2 s)
+// while some backend's list is unknown, as when kvca starts before its
+// backends, and at once when a backend comes back.
 func (s *Server) discoverModels(ctx context.Context) {
 	t := time.NewTimer(0)
 	defer t.Stop()
@@ -91,6 +93,7 @@ func (s *Server) discoverModels(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-s.modelsWake:
 		}
 		changed := false
 		var wg sync.WaitGroup
@@ -119,7 +122,19 @@ func (s *Server) discoverModels(ctx context.Context) {
 		if changed {
 			s.rebuildModels()
 		}
-		t.Reset(s.cfg.ModelsInterval)
+		next := s.cfg.ModelsInterval
+		for _, u := range s.ups {
+			if u.models.Load() == nil {
+				next = min(next, 2*time.Second)
+			}
+		}
+		if !t.Stop() {
+			select {
+			case <-t.C:
+			default:
+			}
+		}
+		t.Reset(next)
 	}
 }
 

@@ -48,6 +48,7 @@ type Server struct {
 	models      atomic.Pointer[modelIndex]
 	access      *slog.Logger // nil unless --access-log
 	onShutdown  []func()
+	modelsWake  chan struct{} // a backend came back: ask for its models
 	tlsPub      *certSource // nil unless --tls-cert
 	tlsAdmin    *certSource // nil unless --admin-tls-cert
 }
@@ -124,6 +125,7 @@ func New(cfg Config) (*Server, error) {
 		sched:       sc,
 		log:         log,
 		adminRoutes: map[string]fasthttp.RequestHandler{},
+		modelsWake:  make(chan struct{}, 1),
 	}
 	if cfg.AccessLog {
 		s.access = log

@@ -176,6 +176,10 @@ func (s *Server) setHealth(u *upstream, healthy bool, why string) bool {
 	if healthy {
 		gen := s.resetBackend(u.b.Index)
 		s.log.Info("backend healthy", "backend", u.b.Name, "reason", why, "generation", gen)
+		select {
+		case s.modelsWake <- struct{}{}:
+		default:
+		}
 		return true
 	}
 	s.log.Warn("backend unhealthy", "backend", u.b.Name, "reason", why)

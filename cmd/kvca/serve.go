@@ -121,7 +121,7 @@ func configFrom(c *cli.Context) edge.Config {
 	return edge.Config{
 		Listen:                c.String("listen"),
 		AdminListen:           c.String("admin-listen"),
-		Backends:              splitList(c.StringSlice("backend")),
+		Backends:              backendList(c.StringSlice("backend")),
 		BlockSize:             c.Int("block-size"),
 		TTL:                   c.Duration("ttl"),
 		MaxBlocks:             c.Int("max-blocks"),
@@ -162,6 +162,21 @@ func splitList(in []string) []string {
 		for _, f := range strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' }) {
 			out = append(out, f)
 		}
+	}
+	return out
+}
+
+// backendList splits backends given as separate flags or comma-separated,
+// keeping a "#model-a,model-b" suffix whole: a piece that is not a URL
+// continues the previous backend's model list.
+func backendList(in []string) []string {
+	var out []string
+	for _, p := range splitList(in) {
+		if !strings.Contains(p, "://") && len(out) > 0 && strings.Contains(out[len(out)-1], "#") {
+			out[len(out)-1] += "," + p
+			continue
+		}
+		out = append(out, p)
 	}
 	return out
 }
