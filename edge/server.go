@@ -49,8 +49,8 @@ type Server struct {
 	access      *slog.Logger // nil unless --access-log
 	onShutdown  []func()
 	modelsWake  chan struct{} // a backend came back: ask for its models
-	tlsPub      *certSource // nil unless --tls-cert
-	tlsAdmin    *certSource // nil unless --admin-tls-cert
+	tlsPub      *certSource   // nil unless --tls-cert
+	tlsAdmin    *certSource   // nil unless --admin-tls-cert
 }
 
 // Peer shares what this replica learns with other replicas. Its methods
