@@ -27,6 +27,10 @@
 #   PROFILE_DIR []    if set: after the rounds, one extra kvca run per body with
 #                     a CPU profile (kvca serve --pprof) saved there
 #   KEEP_TMP [0]      1: keep the temp dir (configs, logs, raw wrk output)
+#   TLS [0]           1: nginx, HAProxy and kvca terminate TLS (a throwaway
+#                     P-256 certificate from openssl; wrk speaks HTTPS with
+#                     keep-alive); the backend stays plain HTTP. The report
+#                     goes to bench/results/proxies-tls.md unless OUT is set.
 #   KVCA_REF []       empty: build kvca from the working tree into bin/kvca;
 #                     a git ref (HEAD, a tag): build that commit from
 #                     `git archive` in the temp dir (the working tree untouched)
@@ -37,7 +41,7 @@ set -euo pipefail
 
 # ---- command line as given (environment overrides included) ---------------
 cmdline=""
-for v in ROUNDS DURATION WARMUP CONNS THREADS PROXY_CPUS BODIES TARGETS BASE_PORT OUT PROFILE_DIR KEEP_TMP KVCA_REF; do
+for v in ROUNDS DURATION WARMUP CONNS THREADS PROXY_CPUS BODIES TARGETS BASE_PORT OUT PROFILE_DIR KEEP_TMP KVCA_REF TLS; do
 	if [[ -n ${!v+x} ]]; then cmdline+="$v=$(printf '%q' "${!v}") "; fi
 done
 cmdline+="scripts/compare-proxies.sh${*:+ $*}"
@@ -51,7 +55,8 @@ PROXY_CPUS=${PROXY_CPUS:-$(nproc)}
 BODIES=${BODIES:-"1k-nostream 1k-stream 4k-nostream 4k-stream 128k-nostream 128k-stream"}
 TARGETS=${TARGETS:-"direct nginx haproxy kvca"}
 BASE_PORT=${BASE_PORT:-18780}
-OUT=${OUT:-bench/results/proxies.md}
+TLS=${TLS:-0}
+if [[ $TLS == 1 ]]; then OUT=${OUT:-bench/results/proxies-tls.md}; else OUT=${OUT:-bench/results/proxies.md}; fi
 PROFILE_DIR=${PROFILE_DIR:-}
 KEEP_TMP=${KEEP_TMP:-0}
 KVCA_REF=${KVCA_REF:-}
@@ -87,6 +92,7 @@ if ((${#missing[@]})); then
 fi
 export PATH=$PATH:/usr/sbin
 for c in wrk nginx haproxy curl go; do command -v "$c" >/dev/null || die "$c not found"; done
+[[ $TLS != 1 ]] || command -v openssl >/dev/null || die "TLS=1 needs openssl"
 
 # ---- temp dir and cleanup --------------------------------------------------
 tmp=$(mktemp -d /tmp/kvca-compare.XXXXXX)
@@ -165,11 +171,20 @@ alloc_port; haproxy_port=$REPLY
 alloc_port; kvca_port=$REPLY
 alloc_port; admin_port=$REPLY
 
+scheme=http
+if [[ $TLS == 1 ]]; then
+	scheme=https
+	mkdir -p "$tmp/tls"
+	timeout 60 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+		-keyout "$tmp/tls/key.pem" -out "$tmp/tls/cert.pem" -subj /CN=127.0.0.1 \
+		-addext subjectAltName=IP:127.0.0.1 2>/dev/null || die "openssl could not make a certificate"
+	cat "$tmp/tls/cert.pem" "$tmp/tls/key.pem" >"$tmp/tls/both.pem"
+fi
 declare -A url=(
 	[direct]=http://127.0.0.1:$mock_port/v1/chat/completions
-	[nginx]=http://127.0.0.1:$nginx_port/v1/chat/completions
-	[haproxy]=http://127.0.0.1:$haproxy_port/v1/chat/completions
-	[kvca]=http://127.0.0.1:$kvca_port/v1/chat/completions
+	[nginx]=$scheme://127.0.0.1:$nginx_port/v1/chat/completions
+	[haproxy]=$scheme://127.0.0.1:$haproxy_port/v1/chat/completions
+	[kvca]=$scheme://127.0.0.1:$kvca_port/v1/chat/completions
 )
 for t in $TARGETS; do [[ -n ${url[$t]:-} ]] || die "unknown target '$t'"; done
 
@@ -178,7 +193,7 @@ wait_http() {
 	local name=$1 u=$2 i code pid_var=pid_$1
 	for ((i = 0; i < 100; i++)); do
 		kill -0 "${!pid_var}" 2>/dev/null || { tail -20 "$tmp/$name.log" >&2; die "$name exited during start-up"; }
-		code=$(curl -s -o /dev/null --max-time 1 -w '%{http_code}' "$u" || true)
+		code=$(curl -sk -o /dev/null --max-time 1 -w '%{http_code}' "$u" || true)
 		[[ $code == 200 ]] && return 0
 		sleep 0.1
 	done
@@ -196,34 +211,41 @@ mkdir -p "$tmp/nginx"
 sed -e "s|@PREFIX@|$tmp/nginx|g" -e "s|@WORKERS@|$PROXY_CPUS|g" \
 	-e "s|@LISTEN@|127.0.0.1:$nginx_port|g" -e "s|@BACKEND@|127.0.0.1:$mock_port|g" \
 	"$here/nginx.conf.in" >"$tmp/nginx/nginx.conf"
+if [[ $TLS == 1 ]]; then
+	sed -i -e "s|backlog=4096;|backlog=4096 ssl; ssl_certificate $tmp/tls/cert.pem; ssl_certificate_key $tmp/tls/key.pem; ssl_protocols TLSv1.2 TLSv1.3; ssl_session_cache shared:SSL:10m;|" "$tmp/nginx/nginx.conf"
+fi
 timeout 20 nginx -t -q -p "$tmp/nginx" -e "$tmp/nginx/error.log" -c "$tmp/nginx/nginx.conf" ||
 	die "nginx -t rejected $tmp/nginx/nginx.conf"
 log "starting nginx on 127.0.0.1:$nginx_port (worker_processes $PROXY_CPUS)"
 start nginx nginx -p "$tmp/nginx" -e "$tmp/nginx/error.log" -c "$tmp/nginx/nginx.conf"
-wait_http nginx "http://127.0.0.1:$nginx_port/health"
+wait_http nginx "$scheme://127.0.0.1:$nginx_port/health"
 
 # ---- HAProxy -----------------------------------------------------------------
 mkdir -p "$tmp/haproxy"
 sed -e "s|@THREADS@|$PROXY_CPUS|g" -e "s|@LISTEN@|127.0.0.1:$haproxy_port|g" \
 	-e "s|@BACKEND@|127.0.0.1:$mock_port|g" \
 	"$here/haproxy.cfg.in" >"$tmp/haproxy/haproxy.cfg"
+if [[ $TLS == 1 ]]; then
+	sed -i -e "s|^    bind 127.0.0.1:$haproxy_port\$|    bind 127.0.0.1:$haproxy_port ssl crt $tmp/tls/both.pem alpn http/1.1|" "$tmp/haproxy/haproxy.cfg"
+fi
 timeout 20 haproxy -q -c -f "$tmp/haproxy/haproxy.cfg" || die "haproxy -c rejected $tmp/haproxy/haproxy.cfg"
 log "starting HAProxy on 127.0.0.1:$haproxy_port (nbthread $PROXY_CPUS)"
 start haproxy haproxy -db -f "$tmp/haproxy/haproxy.cfg"
-wait_http haproxy "http://127.0.0.1:$haproxy_port/health"
+wait_http haproxy "$scheme://127.0.0.1:$haproxy_port/health"
 
 # ---- kvca --------------------------------------------------------------------
 kvca_args=(serve --listen "127.0.0.1:$kvca_port" --backend "http://127.0.0.1:$mock_port"
 	--policy kvca --admin-listen "127.0.0.1:$admin_port" --health-interval 0 --log-level warn)
 [[ -n $PROFILE_DIR ]] && kvca_args+=(--pprof)
+[[ $TLS == 1 ]] && kvca_args+=(--tls-cert "$tmp/tls/cert.pem" --tls-key "$tmp/tls/key.pem")
 log "starting kvca on 127.0.0.1:$kvca_port (GOMAXPROCS $PROXY_CPUS)"
 start kvca env GOMAXPROCS="$PROXY_CPUS" "$tmp/kvca" "${kvca_args[@]}"
-wait_http kvca "http://127.0.0.1:$kvca_port/health"
+wait_http kvca "$scheme://127.0.0.1:$kvca_port/health"
 
 # ---- smoke test: every body through every target ----------------------------
 for b in $BODIES; do
 	for t in $TARGETS; do
-		code=$(curl -s -o "$tmp/smoke.out" --max-time 5 -w '%{http_code}' -H 'Content-Type: application/json' \
+		code=$(curl -sk -o "$tmp/smoke.out" --max-time 5 -w '%{http_code}' -H 'Content-Type: application/json' \
 			--data-binary "@$tmp/bodies/$b.json" "${url[$t]}" || true)
 		[[ $code == 200 ]] || { head -c 500 "$tmp/smoke.out" >&2; die "smoke: $b via $t answered '$code'"; }
 		if [[ $b == *-stream ]]; then want='data: [DONE]'; else want='"choices"'; fi
@@ -430,7 +452,7 @@ if [[ $OUT != "-" ]]; then
 	wrk_v=$( (wrk -v 2>&1 || true) | awk 'NR == 1 { print $2 }') # wrk -v exits 1
 	go_v=$(go version | awk '{ print $3 }')
 	{
-		echo "# kvca against nginx and HAProxy, one run"
+		if [[ $TLS == 1 ]]; then echo "# kvca against nginx and HAProxy, one run, all three terminating TLS"; else echo "# kvca against nginx and HAProxy, one run"; fi
 		echo
 		echo "Written by \`scripts/compare-proxies.sh\`; do not edit by hand."
 		echo
@@ -447,6 +469,7 @@ if [[ $OUT != "-" ]]; then
 		echo "- HAProxy: \`nbthread $PROXY_CPUS\`, \`http-reuse always\`, keep-alive both sides, no logging ([config](../../scripts/compare/haproxy.cfg.in))."
 		echo "- kvca: \`kvca serve --policy kvca --health-interval 0 --log-level warn\`, GOMAXPROCS=$PROXY_CPUS, one backend; it reads, canonicalises and hashes every body, which nginx and HAProxy do not."
 		echo "- Bodies: from \`scripts/compare/genbody\` (deterministic): 1k = system prompt + one user message; 4k = system prompt plus three user turns with two assistant answers; 128k = a ~110 KB system prompt plus three turns. Each is exactly 1024, 4096 or 131072 bytes; \`-stream\` sets \`\"stream\":true\`."
+		[[ $TLS != 1 ]] || echo "- TLS: nginx, HAProxy and kvca terminate TLS 1.2/1.3 with the same throwaway P-256 certificate (openssl); wrk speaks HTTPS over keep-alive connections, so handshakes are rare and the cost measured is record encryption; the backend (and the direct target) stay plain HTTP."
 		echo "- CPU per request: utime+stime of the proxy's processes (nginx master and workers, HAProxy's process, kvca's process) from /proc/PID/stat before and after the measured run, divided by the requests wrk completed."
 		echo
 		echo "## How the $(nproc) cores were shared"
