@@ -30,6 +30,9 @@ type testBackend struct {
 	// first until the test sends on it.
 	gate   chan struct{}
 	events int
+	// holdFirst, when set, makes a stream send its headers at once and its
+	// first event only after the test sends on it (a prefilling engine).
+	holdFirst chan struct{}
 	// delayHeaders holds back the response headers.
 	delayHeaders time.Duration
 	// status, when non-zero, is returned instead of a completion.
@@ -96,8 +99,16 @@ func (b *testBackend) handle(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	ctx.SetContentType("text/event-stream")
-	gate, events := b.gate, b.events
+	gate, events, hold := b.gate, b.events, b.holdFirst
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+		if hold != nil {
+			_ = w.Flush()
+			select {
+			case <-hold:
+			case <-time.After(10 * time.Second):
+				return
+			}
+		}
 		for i := 0; i < events; i++ {
 			if i > 0 && gate != nil {
 				select {

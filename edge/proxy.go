@@ -298,10 +298,10 @@ func noResponseYet(err error) bool {
 // load, learn the chain on success, copy the headers, and set the relay as
 // the response body.
 func (s *Server) respond(ctx *fasthttp.RequestCtx, c *call, u *upstream, cc any, br *bufio.Reader, mayRetry bool) int {
-	// Streaming servers (vLLM, SGLang) send headers before they prefill; with
-	// --prefill-release first-byte the prefill load stays until the first
-	// body byte, when the prefill really is done.
-	if !s.cfg.PrefillAtFirstByte || c.hdr.ContentLength() != -1 {
+	// Streaming servers (vLLM, SGLang) send headers before they prefill, so
+	// a streamed response keeps its prefill load until the first body byte,
+	// when the prefill really is done (unless --prefill-release headers).
+	if s.cfg.PrefillAtHeaders || c.hdr.ContentLength() != -1 {
 		c.res.ReleasePrefill()
 	}
 	u.m.firstByte.UpdateDuration(c.start)

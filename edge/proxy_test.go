@@ -492,3 +492,39 @@ func TestRequestID(t *testing.T) {
 		t.Fatalf("ids not forwarded: %q", b.hdrs)
 	}
 }
+
+// TestPrefillReleasedAfterPrefill: a streaming backend answers headers
+// before it prefills; the novel-block load stays reserved until the first
+// body byte (by default) or goes at the headers (--prefill-release headers).
+func TestPrefillReleasedAfterPrefill(t *testing.T) {
+	for _, atHeaders := range []bool{false, true} {
+		b := newTestBackend(t, "a")
+		b.holdFirst = make(chan struct{})
+		s := startProxy(t, func(c *Config) { c.PrefillAtHeaders = atHeaders }, b)
+		done := make(chan error, 1)
+		go func() {
+			resp, err := client.Post("http://"+s.Addr()+"/v1/chat/completions", "application/json", strings.NewReader(conversation(1, 2, true)))
+			if err == nil {
+				_, err = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			done <- err
+		}()
+		be := s.sched.Backends[0]
+		// The backend has the request and has sent its headers.
+		waitFor(t, "request at the backend", func() bool { return b.hits.Load() == 1 && be.Active() == 1 })
+		if atHeaders {
+			waitFor(t, "prefill released at headers", func() bool { return be.Prefill() == 0 })
+		} else {
+			time.Sleep(100 * time.Millisecond) // headers are in; the first byte is not
+			if be.Prefill() == 0 {
+				t.Fatal("prefill released before the backend prefilled")
+			}
+		}
+		close(b.holdFirst)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		waitIdle(t, s)
+	}
+}

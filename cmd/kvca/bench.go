@@ -24,7 +24,7 @@ func proxyFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "ttl", Value: d.TTL, Usage: "proxy: location TTL (before --time-scale)", EnvVars: env("ttl")},
 		&cli.IntFlag{Name: "max-blocks", Value: d.MaxBlocks, Usage: "proxy: block table bound", EnvVars: env("max-blocks")},
 		&cli.IntFlag{Name: "active-weight", Value: d.ActiveWeight, Usage: "proxy: load of one active request, in blocks", EnvVars: env("active-weight")},
-		&cli.StringFlag{Name: "prefill-release", Value: "headers", Usage: "proxy: headers or first-byte", EnvVars: env("prefill-release")},
+		&cli.StringFlag{Name: "prefill-release", Value: "first-byte", Usage: "proxy: first-byte or headers", EnvVars: env("prefill-release")},
 		&cli.IntFlag{Name: "replicas", Value: 1, Usage: "kvca replicas sharing state through an embedded NATS server; requests are spread over them in turn", EnvVars: env("replicas")},
 		&cli.BoolFlag{Name: "no-cluster", Usage: "with --replicas N: replicas do not share state (the baseline clustering fixes)", EnvVars: env("no-cluster")},
 		&cli.BoolFlag{Name: "proxy-process", Usage: "run each proxy as a `kvca serve` child process (exact proxy CPU per request)", EnvVars: env("proxy-process")},
@@ -137,7 +137,7 @@ func proxyFactory(c *cli.Context, timeScale float64) run.ProxyFactory {
 		cfg.TTL = ttl
 		cfg.MaxBlocks = c.Int("max-blocks")
 		cfg.ActiveWeight = c.Int("active-weight")
-		cfg.PrefillAtFirstByte = c.String("prefill-release") == "first-byte"
+		cfg.PrefillAtHeaders = c.String("prefill-release") == "headers"
 		if n := c.Int("replicas"); n > 1 {
 			return startReplicas(cfg, n, !c.Bool("no-cluster"))
 		}
