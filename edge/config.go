@@ -43,6 +43,12 @@ type Config struct {
 	// before they prefill, and the bench shows the later release cuts TTFT
 	// p99 by a quarter on the Mooncake trace.
 	PrefillAtHeaders bool
+	// PredictTTL, when positive, records the chosen backend as a location
+	// of the request's chain at routing time, expiring after PredictTTL
+	// unless the answer confirms it (--predict-ttl): a burst of requests
+	// with a new prefix then follows the first instead of scattering before
+	// any of them has answered.
+	PredictTTL time.Duration
 	// ModelsInterval is how often backends' /v1/models are asked (those
 	// without models fixed by a #suffix); 0 takes the default.
 	ModelsInterval time.Duration

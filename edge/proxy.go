@@ -135,6 +135,12 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, c *call) {
 			s.done(c, ctx.Response.StatusCode())
 			return
 		}
+		if c.routed && s.cfg.PredictTTL > 0 && len(c.req.Chain) > 0 {
+			// Dated so that it expires PredictTTL from now; a 2xx answer
+			// refreshes it to a full TTL, and it never ages a real location.
+			at := c.req.Now - s.table.TTL().Milliseconds() + s.cfg.PredictTTL.Milliseconds()
+			s.table.TouchAt(c.req.Chain, c.dec.Backend.Index, max(at, 0))
+		}
 		if attempt == 0 {
 			s.m.requests[c.route][c.dec.Phase].Inc()
 			if c.routed {

@@ -528,3 +528,25 @@ func TestPrefillReleasedAfterPrefill(t *testing.T) {
 		waitIdle(t, s)
 	}
 }
+
+// TestPredictedLocation: with --predict-ttl, a request that extends one
+// still waiting for its answer follows it; without, it goes by load.
+func TestPredictedLocation(t *testing.T) {
+	for _, predict := range []time.Duration{0, 5 * time.Second} {
+		a, b := newTestBackend(t, "a"), newTestBackend(t, "b")
+		a.delayHeaders, b.delayHeaders = 400*time.Millisecond, 400*time.Millisecond
+		s := startProxy(t, func(c *Config) { c.PredictTTL = predict }, a, b)
+		first := make(chan string, 1)
+		go func() {
+			resp, _ := post(t, s, "/v1/chat/completions", conversation(1, 1, false))
+			first <- backendOf(resp)
+		}()
+		waitFor(t, "first request at a backend", func() bool { return a.hits.Load()+b.hits.Load() == 1 })
+		resp, _ := post(t, s, "/v1/chat/completions", conversation(1, 2, false))
+		home := <-first
+		if same := backendOf(resp) == home; same != (predict > 0) {
+			t.Fatalf("predict=%v: first on %s, second on %s", predict, home, backendOf(resp))
+		}
+		waitIdle(t, s)
+	}
+}

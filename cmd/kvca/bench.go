@@ -25,6 +25,7 @@ func proxyFlags() []cli.Flag {
 		&cli.IntFlag{Name: "max-blocks", Value: d.MaxBlocks, Usage: "proxy: block table bound", EnvVars: env("max-blocks")},
 		&cli.IntFlag{Name: "active-weight", Value: d.ActiveWeight, Usage: "proxy: load of one active request, in blocks", EnvVars: env("active-weight")},
 		&cli.StringFlag{Name: "prefill-release", Value: "first-byte", Usage: "proxy: first-byte or headers", EnvVars: env("prefill-release")},
+		&cli.DurationFlag{Name: "predict-ttl", Usage: "proxy: predicted locations at routing time (before --time-scale; 0: off)", EnvVars: env("predict-ttl")},
 		&cli.IntFlag{Name: "replicas", Value: 1, Usage: "kvca replicas sharing state through an embedded NATS server; requests are spread over them in turn", EnvVars: env("replicas")},
 		&cli.BoolFlag{Name: "no-cluster", Usage: "with --replicas N: replicas do not share state (the baseline clustering fixes)", EnvVars: env("no-cluster")},
 		&cli.BoolFlag{Name: "proxy-process", Usage: "run each proxy as a `kvca serve` child process (exact proxy CPU per request)", EnvVars: env("proxy-process")},
@@ -121,7 +122,8 @@ func proxyFactory(c *cli.Context, timeScale float64) run.ProxyFactory {
 			argv := []string{exe, "serve", "--listen", listen, "--admin-listen", "", "--policy", policy,
 				"--block-size", strconv.Itoa(c.Int("block-size")), "--ttl", ttl.String(),
 				"--max-blocks", strconv.Itoa(c.Int("max-blocks")), "--active-weight", strconv.Itoa(c.Int("active-weight")),
-				"--log-level", "warn", "--prefill-release", c.String("prefill-release")}
+				"--log-level", "warn", "--prefill-release", c.String("prefill-release"),
+				"--predict-ttl", time.Duration(float64(c.Duration("predict-ttl")) * timeScale).String()}
 			for _, b := range backends {
 				argv = append(argv, "--backend", b)
 			}
@@ -138,6 +140,7 @@ func proxyFactory(c *cli.Context, timeScale float64) run.ProxyFactory {
 		cfg.MaxBlocks = c.Int("max-blocks")
 		cfg.ActiveWeight = c.Int("active-weight")
 		cfg.PrefillAtHeaders = c.String("prefill-release") == "headers"
+		cfg.PredictTTL = time.Duration(float64(c.Duration("predict-ttl")) * timeScale)
 		if n := c.Int("replicas"); n > 1 {
 			return startReplicas(cfg, n, !c.Bool("no-cluster"))
 		}

@@ -57,6 +57,7 @@ func serveFlags() []cli.Flag {
 		&cli.StringFlag{Name: "upstream-cert", Usage: "client certificate `FILE` for mutual TLS to backends", EnvVars: env("upstream-cert")},
 		&cli.StringFlag{Name: "upstream-key", Usage: "client key `FILE` for --upstream-cert", EnvVars: env("upstream-key")},
 		&cli.BoolFlag{Name: "upstream-insecure", Usage: "do NOT verify backends' certificates (logged loudly; for tests only)", EnvVars: env("upstream-insecure")},
+		&cli.DurationFlag{Name: "predict-ttl", Usage: "record the chosen backend as holding a request's prefix at routing time, for this long unless its answer confirms it (0: learn only from answers, as the seed does)", EnvVars: env("predict-ttl")},
 		&cli.BoolFlag{Name: "pprof", Usage: "serve /debug/pprof on the admin listener", EnvVars: env("pprof")},
 	}
 }
@@ -141,6 +142,7 @@ func configFrom(c *cli.Context) edge.Config {
 		Pprof:                 c.Bool("pprof"),
 		PrefillAtHeaders:      c.String("prefill-release") == "headers",
 		AccessLog:             c.Bool("access-log"),
+		PredictTTL:            c.Duration("predict-ttl"),
 		TLSCert:               c.String("tls-cert"),
 		TLSKey:                c.String("tls-key"),
 		AdminTLSCert:          c.String("admin-tls-cert"),
