@@ -161,9 +161,7 @@ func configFrom(c *cli.Context) edge.Config {
 func splitList(in []string) []string {
 	var out []string
 	for _, v := range in {
-		for _, f := range strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' }) {
-			out = append(out, f)
-		}
+		out = append(out, strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' })...)
 	}
 	return out
 }
