@@ -534,7 +534,7 @@ func TestPrefillReleasedAfterPrefill(t *testing.T) {
 func TestPredictedLocation(t *testing.T) {
 	for _, predict := range []time.Duration{0, 5 * time.Second} {
 		a, b := newTestBackend(t, "a"), newTestBackend(t, "b")
-		a.delayHeaders, b.delayHeaders = 400*time.Millisecond, 400*time.Millisecond
+		a.delayHeaders, b.delayHeaders = 1500*time.Millisecond, 1500*time.Millisecond
 		s := startProxy(t, func(c *Config) { c.PredictTTL = predict }, a, b)
 		first := make(chan string, 1)
 		go func() {
