@@ -14,7 +14,6 @@ const MaxBackends = 256
 type Set [MaxBackends / 64]uint64
 
 func (s *Set) Add(b int)     { s[b>>6] |= 1 << (b & 63) }
-func (s *Set) Remove(b int)  { s[b>>6] &^= 1 << (b & 63) }
 func (s Set) Has(b int) bool { return s[b>>6]&(1<<(b&63)) != 0 }
 func (s Set) Empty() bool    { return s[0]|s[1]|s[2]|s[3] == 0 }
 func (s *Set) Or(o *Set)     { s[0] |= o[0]; s[1] |= o[1]; s[2] |= o[2]; s[3] |= o[3] }
@@ -393,21 +392,4 @@ func (t *Table) Stats() Stats {
 	s.VacuumRuns = t.vacuumRuns.Load()
 	s.VacuumNext = t.TimeOf(t.vacuumNext.Load())
 	return s
-}
-
-// CountHeld returns, per backend, how many leading blocks of chain it holds
-// with a live location, and the latest last-access among them (for
-// coverage observation, not the hot path).
-func (t *Table) CountHeld(chain []uint64, now int64, held []int, pinned []int) {
-	var buf [8]Location
-	for _, h := range chain {
-		for _, l := range t.Locations(h, now, buf[:0]) {
-			if l.Backend < len(held) {
-				held[l.Backend]++
-				if l.Pinned && l.Backend < len(pinned) {
-					pinned[l.Backend]++
-				}
-			}
-		}
-	}
 }

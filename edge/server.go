@@ -193,9 +193,6 @@ func (s *Server) Key() chain.Key { return s.key }
 // Config returns the validated configuration.
 func (s *Server) Config() Config { return s.cfg }
 
-// Canonicalizer returns the server's canonicalizer.
-func (s *Server) Canonicalizer() *canon.Canonicalizer { return s.canon }
-
 // HandleAdmin mounts h on the admin listener at path (exact match, or a
 // prefix when path ends in "/"). Call before Start.
 func (s *Server) HandleAdmin(path string, h fasthttp.RequestHandler) { s.adminRoutes[path] = h }
