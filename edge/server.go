@@ -229,6 +229,7 @@ func (s *Server) StartOn(ln, adln net.Listener) {
 			go func() { defer s.loops.Done(); cs.watch(s.bg, s.cfg.TLSReloadInterval) }()
 		}
 	}
+	ln = rawListener{ln}
 	if s.tlsPub != nil {
 		ln = tls.NewListener(ln, serverTLS(s.tlsPub))
 	}

@@ -46,6 +46,7 @@ func newUpstream(b *sched.Backend, a backendAddr, maxConns int, m *backendMetric
 		MaxIdemponentCallAttempts: 1,
 		ReadBufferSize:            16 << 10,
 		WriteBufferSize:           16 << 10,
+		DialTimeout:               dialUpstream(a.tls),
 	}
 	if a.tls {
 		hc.TLSConfig = tc.Clone()
@@ -57,6 +58,25 @@ func newUpstream(b *sched.Backend, a backendAddr, maxConns int, m *backendMetric
 		u.models.Store(staticModels(a.models))
 	}
 	return u
+}
+
+// dialUpstream dials as fasthttp does by default, and gives the connection
+// raw-syscall reads and writes (rawconn_linux.go); TLS goes on top of it.
+func dialUpstream(isTLS bool) fasthttp.DialFuncWithTimeout {
+	return func(addr string, timeout time.Duration) (net.Conn, error) {
+		addr = fasthttp.AddMissingPort(addr, isTLS)
+		var c net.Conn
+		var err error
+		if timeout > 0 {
+			c, err = fasthttp.DialTimeout(addr, timeout)
+		} else {
+			c, err = fasthttp.Dial(addr)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return wrapConn(c), nil
+	}
 }
 
 func hostOnly(hostport string) string {
