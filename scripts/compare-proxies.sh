@@ -2,9 +2,11 @@
 # compare-proxies.sh — kvca against nginx and HAProxy, in one run, on loopback.
 #
 # Starts kvca's mock engine in fast mode (fixed small responses) as the
-# backend, then nginx, HAProxy and kvca in front of it, and measures with wrk,
-# interleaved and repeated: for every body, ROUNDS rounds of
-# [direct, nginx, haproxy, kvca], each a WARMUP-second warm-up and a
+# backend, then nginx, HAProxy, a bare fasthttp forwarder (the floor: Go and
+# fasthttp with none of kvca's work, scripts/compare/bareproxy) and kvca in
+# front of it, and measures with wrk, interleaved and repeated: for every
+# body, ROUNDS rounds of [direct, nginx, haproxy, bare, kvca], each a
+# WARMUP-second warm-up and a
 # DURATION-second measured run at a fixed concurrency. It reports medians of
 # requests/s, p50 and p99 latency, and CPU time per request of each proxy's
 # processes, with ratios to direct and to nginx, prints the table and writes it
@@ -15,13 +17,15 @@
 #   ROUNDS=5 DURATION=10 CONNS=64 scripts/compare-proxies.sh
 #
 # Environment (defaults in brackets):
-#   ROUNDS [3]        rounds of [direct nginx haproxy kvca] per body
+#   ROUNDS [3]        rounds of [direct nginx haproxy bare kvca] per body
 #   DURATION [5]      seconds of each measured wrk run
 #   WARMUP [1]        seconds of wrk warm-up before each measured run (0: none)
 #   CONNS [32]        wrk connections;  THREADS [1] wrk threads
-#   PROXY_CPUS [nproc] nginx worker_processes = HAProxy nbthread = kvca GOMAXPROCS
+#   PROXY_CPUS [nproc] nginx worker_processes = HAProxy nbthread = GOMAXPROCS
+#                     of kvca and of the bare forwarder
 #   BODIES [1k-nostream 1k-stream 4k-nostream 4k-stream 128k-nostream 128k-stream]
-#   TARGETS [direct nginx haproxy kvca]
+#   TARGETS [direct nginx haproxy bare kvca]  (bare: plain HTTP only, dropped
+#                     with TLS=1)
 #   BASE_PORT [18780] first loopback port tried (busy ports are skipped)
 #   OUT [bench/results/proxies.md]  markdown report ("-": none)
 #   PROFILE_DIR []    if set: after the rounds, one extra kvca run per body with
@@ -53,7 +57,7 @@ CONNS=${CONNS:-32}
 THREADS=${THREADS:-1}
 PROXY_CPUS=${PROXY_CPUS:-$(nproc)}
 BODIES=${BODIES:-"1k-nostream 1k-stream 4k-nostream 4k-stream 128k-nostream 128k-stream"}
-TARGETS=${TARGETS:-"direct nginx haproxy kvca"}
+TARGETS=${TARGETS:-"direct nginx haproxy bare kvca"}
 BASE_PORT=${BASE_PORT:-18780}
 TLS=${TLS:-0}
 if [[ $TLS == 1 ]]; then OUT=${OUT:-bench/results/proxies-tls.md}; else OUT=${OUT:-bench/results/proxies.md}; fi
@@ -93,6 +97,10 @@ fi
 export PATH=$PATH:/usr/sbin
 for c in wrk nginx haproxy curl go; do command -v "$c" >/dev/null || die "$c not found"; done
 [[ $TLS != 1 ]] || command -v openssl >/dev/null || die "TLS=1 needs openssl"
+if [[ $TLS == 1 && " $TARGETS " == *" bare "* ]]; then
+	TARGETS=$(tr ' ' '\n' <<<"$TARGETS" | grep -vx bare | xargs)
+	log "TLS=1: the bare forwarder speaks plain HTTP only, measuring [$TARGETS]"
+fi
 
 # ---- temp dir and cleanup --------------------------------------------------
 tmp=$(mktemp -d /tmp/kvca-compare.XXXXXX)
@@ -149,6 +157,7 @@ else
 	kvca_rev+=" (committed tree, KVCA_REF=$KVCA_REF)"
 fi
 timeout 300 go build -o "$tmp/genbody" ./scripts/compare/genbody || die "go build genbody failed"
+timeout 300 go build -o "$tmp/bareproxy" ./scripts/compare/bareproxy || die "go build bareproxy failed"
 mkdir -p "$tmp/bodies" "$tmp/raw"
 "$tmp/genbody" -out "$tmp/bodies" || die "genbody failed"
 for b in $BODIES; do [[ -s $tmp/bodies/$b.json ]] || die "unknown body '$b'"; done
@@ -168,6 +177,7 @@ alloc_port() {
 alloc_port; mock_port=$REPLY
 alloc_port; nginx_port=$REPLY
 alloc_port; haproxy_port=$REPLY
+alloc_port; bare_port=$REPLY
 alloc_port; kvca_port=$REPLY
 alloc_port; admin_port=$REPLY
 
@@ -184,6 +194,7 @@ declare -A url=(
 	[direct]=http://127.0.0.1:$mock_port/v1/chat/completions
 	[nginx]=$scheme://127.0.0.1:$nginx_port/v1/chat/completions
 	[haproxy]=$scheme://127.0.0.1:$haproxy_port/v1/chat/completions
+	[bare]=http://127.0.0.1:$bare_port/v1/chat/completions
 	[kvca]=$scheme://127.0.0.1:$kvca_port/v1/chat/completions
 )
 for t in $TARGETS; do [[ -n ${url[$t]:-} ]] || die "unknown target '$t'"; done
@@ -232,6 +243,13 @@ timeout 20 haproxy -q -c -f "$tmp/haproxy/haproxy.cfg" || die "haproxy -c reject
 log "starting HAProxy on 127.0.0.1:$haproxy_port (nbthread $PROXY_CPUS)"
 start haproxy haproxy -db -f "$tmp/haproxy/haproxy.cfg"
 wait_http haproxy "$scheme://127.0.0.1:$haproxy_port/health"
+
+# ---- bare fasthttp forwarder (the floor) ---------------------------------------
+if [[ " $TARGETS " == *" bare "* ]]; then
+	log "starting the bare fasthttp forwarder on 127.0.0.1:$bare_port (GOMAXPROCS $PROXY_CPUS)"
+	start bare env GOMAXPROCS="$PROXY_CPUS" "$tmp/bareproxy" -listen "127.0.0.1:$bare_port" -backend "127.0.0.1:$mock_port"
+	wait_http bare "http://127.0.0.1:$bare_port/health"
+fi
 
 # ---- kvca --------------------------------------------------------------------
 kvca_args=(serve --listen "127.0.0.1:$kvca_port" --backend "http://127.0.0.1:$mock_port"
@@ -424,6 +442,26 @@ cores_table() {
 	        print "|---|---|---:|---:|---:|---:|---:|---:|---:|" }
 	{ printf "| %s | %s | %.2f | %.2f | %s | %.2f | %.2f | %.2f | %.1f |\n", $1, $2, $8, $9, ($10 == "nan" ? "-" : sprintf("%.2f", $10)), $17, $16, $11, $7 }' "$summary"
 }
+# The floor: how much of kvca's distance to nginx a bare Go+fasthttp
+# forwarder already has, and how much is kvca's own work.
+floor_table() {
+	awk -F'\t' '
+	function r(a, b) { return (a == "" || b == "" || a == "nan" || b == "nan" || b == 0) ? "-" : sprintf("%.2f", a / b) }
+	function f(x) { return (x == "" || x == "nan") ? "-" : sprintf("%.1f", x) }
+	function d(a, b) { return (a == "" || b == "" || a == "nan" || b == "nan") ? "-" : sprintf("%+.1f", a - b) }
+	{ rps[$1, $2] = $3; cpu[$1, $2] = $6; order[++n] = $1 }
+	END {
+		print "| body | bare/nginx req/s | kvca/nginx req/s | kvca/bare req/s | CPU µs/req nginx / bare / kvca | bare − nginx µs/req | kvca − bare µs/req |"
+		print "|---|---:|---:|---:|---|---:|---:|"
+		for (i = 1; i <= n; i++) {
+			b = order[i]; if (done[b]++) continue
+			if (rps[b, "bare"] == "" || rps[b, "nginx"] == "" || rps[b, "kvca"] == "") continue
+			printf "| %s | %s | %s | %s | %s / %s / %s | %s | %s |\n", b, r(rps[b, "bare"], rps[b, "nginx"]),
+				r(rps[b, "kvca"], rps[b, "nginx"]), r(rps[b, "kvca"], rps[b, "bare"]),
+				f(cpu[b, "nginx"]), f(cpu[b, "bare"]), f(cpu[b, "kvca"]), d(cpu[b, "bare"], cpu[b, "nginx"]), d(cpu[b, "kvca"], cpu[b, "bare"])
+		}
+	}' "$summary"
+}
 targets_check() {
 	awk -F'\t' '
 	{ rps[$1, $2] = $3; p99[$1, $2] = $5; seen[$1] = 1; order[++n] = $1 }
@@ -443,6 +481,10 @@ echo "Medians of $ROUNDS rounds, wrk -t$THREADS -c$CONNS, ${DURATION}s per run:"
 table
 echo
 cores_table
+if [[ " $TARGETS " == *" bare "* ]]; then
+	echo
+	floor_table
+fi
 
 if [[ $OUT != "-" ]]; then
 	mkdir -p "$(dirname "$OUT")"
@@ -467,18 +509,19 @@ if [[ $OUT != "-" ]]; then
 		echo "- Backend: \`kvca mock --fast\` (Go, fasthttp, all CPUs): it still parses every JSON body, then answers a fixed ~300-byte completion, or a ~1 KB SSE stream of 5 events when \`\"stream\":true\`; the stream is sent in one write with a Content-Length, so \"streaming\" here tests the SSE content type and size, not chunked relaying of a slow stream."
 		echo "- nginx: \`worker_processes $PROXY_CPUS\`, \`proxy_pass\` to an upstream with \`keepalive 64\`, \`proxy_http_version 1.1\`, \`Connection \"\"\`, \`proxy_buffering off\`, request bodies buffered in memory (\`client_body_buffer_size 256k\`, so the 128 KB body never touches disk), \`access_log off\`, \`keepalive_requests\` raised so wrk's connections are never closed ([config](../../scripts/compare/nginx.conf.in))."
 		echo "- HAProxy: \`nbthread $PROXY_CPUS\`, \`http-reuse always\`, keep-alive both sides, no logging ([config](../../scripts/compare/haproxy.cfg.in))."
+		[[ " $TARGETS " != *" bare "* ]] || echo "- bare: the floor, [\`scripts/compare/bareproxy\`](../../scripts/compare/bareproxy/main.go), GOMAXPROCS=$PROXY_CPUS: a fasthttp server with kvca's server options forwarding every request with \`HostClient.Do\` over a keep-alive pool built like kvca's (hop-by-hop headers removed, no body parsing, no metrics, no upstream timeouts). What it costs per request is Go's runtime and fasthttp on this machine; kvca minus bare is kvca's own work (canonicalise, hash, table, scheduler, metrics, streaming relay)."
 		echo "- kvca: \`kvca serve --policy kvca --health-interval 0 --log-level warn\`, GOMAXPROCS=$PROXY_CPUS, one backend; it reads, canonicalises and hashes every body, which nginx and HAProxy do not."
 		echo "- Bodies: from \`scripts/compare/genbody\` (deterministic): 1k = system prompt + one user message; 4k = system prompt plus three user turns with two assistant answers; 128k = a ~110 KB system prompt plus three turns. Each is exactly 1024, 4096 or 131072 bytes; \`-stream\` sets \`\"stream\":true\`."
 		[[ $TLS != 1 ]] || echo "- TLS: nginx, HAProxy and kvca terminate TLS 1.2/1.3 with the same throwaway P-256 certificate (openssl); wrk speaks HTTPS over keep-alive connections, so handshakes are rare and the cost measured is record encryption; the backend (and the direct target) stay plain HTTP."
-		echo "- CPU per request: utime+stime of the proxy's processes (nginx master and workers, HAProxy's process, kvca's process) from /proc/PID/stat before and after the measured run, divided by the requests wrk completed."
+		echo "- CPU per request: utime+stime of the proxy's processes (nginx master and workers, HAProxy's process, kvca's and the bare forwarder's process) from /proc/PID/stat before and after the measured run, divided by the requests wrk completed."
 		echo
 		echo "## How the $(nproc) cores were shared"
 		echo
 		other_med=$(tail -n +2 "$results" | cut -f16 | median)
 		irq_med=$(tail -n +2 "$results" | cut -f17 | median)
-		echo "Nothing is pinned. wrk (-t$THREADS), the mock backend and the proxy under test all run at once on the same $(nproc) cores, and each proxy gets as many workers/threads as there are cores, the same for all three: nginx \`worker_processes $PROXY_CPUS\`, HAProxy \`nbthread $PROXY_CPUS\`, kvca \`GOMAXPROCS=$PROXY_CPUS\`. No proxy has a core to itself: its throughput is bounded by what wrk and the backend leave it, so a proxy that spends less CPU per request leaves more to the other two and serves more requests/s; that is the point of the comparison, and why CPU µs/request is the steadier figure. The proxies not under test sit idle in epoll. Pinning was not used: on $(nproc) cores any split (say proxy on one core, wrk and backend on the other) caps every proxy at one core and changes the direct baseline, and it cannot keep out other processes."
+		echo "Nothing is pinned. wrk (-t$THREADS), the mock backend and the proxy under test all run at once on the same $(nproc) cores, and each proxy gets as many workers/threads as there are cores, the same for all: nginx \`worker_processes $PROXY_CPUS\`, HAProxy \`nbthread $PROXY_CPUS\`, kvca (and the bare forwarder) \`GOMAXPROCS=$PROXY_CPUS\`. No proxy has a core to itself: its throughput is bounded by what wrk and the backend leave it, so a proxy that spends less CPU per request leaves more to the other two and serves more requests/s; that is the point of the comparison, and why CPU µs/request is the steadier figure. The proxies not under test sit idle in epoll. Pinning was not used: on $(nproc) cores any split (say proxy on one core, wrk and backend on the other) caps every proxy at one core and changes the direct baseline, and it cannot keep out other processes."
 		echo
-		echo "The machine is shared: other processes (other sessions' builds and tests, kernel threads) used a median of $other_med cores during the measured runs, and interrupts/softirq (mostly loopback TCP) $irq_med cores. Rounds are interleaved so that such load hits all four targets alike, but single rounds still vary (see the req/s range column). Median cores used during the measured runs (CPU-seconds per second of wall time; \"whole machine\" is all busy CPU time from /proc/stat):"
+		echo "The machine is shared: other processes (other sessions' builds and tests, kernel threads) used a median of $other_med cores during the measured runs, and interrupts/softirq (mostly loopback TCP) $irq_med cores. Rounds are interleaved so that such load hits all targets alike, but single rounds still vary (see the req/s range column). Median cores used during the measured runs (CPU-seconds per second of wall time; \"whole machine\" is all busy CPU time from /proc/stat):"
 		echo
 		cores_table
 		echo
@@ -488,6 +531,14 @@ if [[ $OUT != "-" ]]; then
 		echo
 		table
 		echo
+		if [[ " $TARGETS " == *" bare "* ]]; then
+			echo "### The floor: a bare Go+fasthttp forwarder (same run)"
+			echo
+			echo "How much of the distance to nginx a Go+fasthttp proxy that does nothing but forward already has (bare − nginx), and how much is kvca's own work (kvca − bare)."
+			echo
+			floor_table
+			echo
+		fi
 		echo "### Issue 5 targets (same run)"
 		echo
 		echo "| body | kvca/nginx req/s | kvca/HAProxy req/s | throughput target (≥1.0, ≥0.9 at 128k) | kvca/nginx p99 | p99 target (≤1.0) |"
