@@ -81,7 +81,8 @@ type Info struct {
 	// absent or not a string.
 	Model []byte
 	// Session is a hash of the conversation's first user message (chat) or
-	// of the start of the prompt (completions), for session affinity.
+	// of the start of the prompt (completions), for session affinity; 0 if
+	// the Canonicalizer was made with Options.NoSession.
 	Session uint64
 	// Messages counts chat messages.
 	Messages int
@@ -146,12 +147,27 @@ type Canonicalizer struct {
 	exclude   map[string]struct{}
 	excludeRs map[string]struct{} // Responses API: exclude plus its own controls
 	pool      sync.Pool           // *state
+	noSession bool
+}
+
+// Options change what a Canonicalizer computes besides the CBR.
+type Options struct {
+	// NoSession skips Info.Session (left 0): the FNV-1a hash of up to 4 KB
+	// of the first user message, a quarter of the cost of canonicalising
+	// and hashing a chat body into its chain, which only session-affinity
+	// routing uses. The CBR, and so the chain, is the same either way.
+	NoSession bool
 }
 
 // New returns a Canonicalizer that drops GenerationOnly plus extraExclude
-// from the top level of every request.
+// from the top level of every request, and computes Info.Session.
 func New(extraExclude []string) *Canonicalizer {
-	c := &Canonicalizer{exclude: make(map[string]struct{}, len(GenerationOnly)+len(extraExclude))}
+	return NewWithOptions(extraExclude, Options{})
+}
+
+// NewWithOptions is New with opt.
+func NewWithOptions(extraExclude []string, opt Options) *Canonicalizer {
+	c := &Canonicalizer{exclude: make(map[string]struct{}, len(GenerationOnly)+len(extraExclude)), noSession: opt.NoSession}
 	for _, k := range GenerationOnly {
 		c.exclude[k] = struct{}{}
 	}
@@ -185,7 +201,8 @@ type state struct {
 	sink    Sink
 	total   int
 	// FNV-1a over the first sessionBytes written while hashing is on, for
-	// Info.Session.
+	// Info.Session; never on without session.
+	session bool
 	hashing bool
 	hashed  int
 	hash    uint64
@@ -223,6 +240,8 @@ func (c *Canonicalizer) run(st *state, api API, body []byte, sink Sink, info *In
 	st.n = 0
 	st.total = 0
 	st.hashing = false
+	st.session = !c.noSession
+	st.hash = 0
 
 	v, err := st.p.ParseBytes(body)
 	if err != nil {

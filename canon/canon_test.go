@@ -229,3 +229,36 @@ func TestResponsesAPI(t *testing.T) {
 		t.Fatalf("missing input: %v", err)
 	}
 }
+
+func TestNoSessionSameCBR(t *testing.T) {
+	with, without := canon.New(nil), canon.NewWithOptions(nil, canon.Options{NoSession: true})
+	bodies := []struct {
+		api  canon.API
+		body string
+	}{
+		{canon.Chat, `{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":"` + strings.Repeat(`hi \"there\" `, 600) + `"},{"role":"assistant","content":"a"}]}`},
+		{canon.Chat, `{"messages":[{"role":"system","content":"only a system turn"}]}`},
+		{canon.Completions, `{"model":"m","prompt":"the start of a prompt"}`},
+		{canon.Responses, `{"model":"m","input":[{"role":"user","content":"q"}]}`},
+	}
+	for _, b := range bodies {
+		a, ia, err := cbr(t, with, b.api, b.body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, in, err := cbr(t, without, b.api, b.body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a != n || ia.Followup != in.Followup || ia.Messages != in.Messages || ia.CBRLen != in.CBRLen || string(ia.Model) != string(in.Model) {
+			t.Errorf("%s: NoSession changed the CBR or the info", b.body[:40])
+		}
+		if ia.Session == 0 || in.Session != 0 {
+			t.Errorf("%s: session %x with, %x without", b.body[:40], ia.Session, in.Session)
+		}
+	}
+	// A pooled state that hashed a session must not leak it.
+	if _, in, _ := cbr(t, without, canon.Chat, bodies[0].body); in.Session != 0 {
+		t.Error("NoSession after a session request leaked a hash")
+	}
+}

@@ -16,6 +16,9 @@ func (st *state) flush() {
 }
 
 func (st *state) startSession() {
+	if !st.session {
+		return // st.hash stays 0
+	}
 	st.hashing = true
 	st.hashed = 0
 	st.hash = fnvOffset

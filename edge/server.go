@@ -120,7 +120,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg:         cfg,
 		key:         key,
-		canon:       canon.New(cfg.CBRExclude),
+		canon:       canon.NewWithOptions(cfg.CBRExclude, canon.Options{NoSession: !usesSession(cfg.Policy)}),
 		table:       table,
 		sched:       sc,
 		log:         log,
@@ -180,6 +180,10 @@ func New(cfg Config) (*Server, error) {
 	s.bg, s.stopBg = context.WithCancel(context.Background())
 	return s, nil
 }
+
+// usesSession says whether a routing policy reads sched.Request.Session;
+// the others are spared its hash (a quarter of canon+chain at 1–4 KB).
+func usesSession(policy string) bool { return policy == "session-hash" }
 
 // Table is the block table (for the admin and KDN APIs and tests).
 func (s *Server) Table() *chain.Table { return s.table }
