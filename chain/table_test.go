@@ -1,6 +1,7 @@
 package chain
 
 import (
+	"fmt"
 	"runtime"
 	"sync"
 	"testing"
@@ -225,6 +226,25 @@ func BenchmarkTouch(b *testing.B) {
 		tb.Touch(chain, i&7, tb.Now())
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(chain)), "ns/block")
+}
+
+// BenchmarkTouchChain touches whole chains of 4 (1 KB), 64 (16 KB) and 512
+// (128 KB) blocks in a table of 256 shards, new blocks and known ones.
+func BenchmarkTouchChain(b *testing.B) {
+	for _, n := range []int{4, 64, 512} {
+		b.Run(fmt.Sprintf("%dblocks", n), func(b *testing.B) {
+			tb := NewTable(Config{TTL: time.Minute, MaxBlocks: 1 << 20})
+			chain := make([]uint64, n)
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				for j := range chain {
+					chain[j] = uint64(i&255*n+j+1) * 0x9e3779b97f4a7c15
+				}
+				tb.Touch(chain, i&7, tb.Now())
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(chain)), "ns/block")
+		})
+	}
 }
 
 func BenchmarkLookupParallel(b *testing.B) {
