@@ -12,6 +12,7 @@ import (
 var policies = map[string]Policy{
 	"kvca":         kvcaPolicy{},
 	"cost":         costPolicy{},
+	"kvca-cost":    kvcaCost{},
 	"round-robin":  roundRobin{},
 	"least-loaded": leastLoaded{},
 	"random":       randomPolicy{},
@@ -76,6 +77,27 @@ func (kvcaPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 	}
 	// Phase 1 (and fallback): every eligible backend, all blocks novel.
 	return s.reserveMin(&elig, n, nil, false, d)
+}
+
+// kvcaCost routes follow-ups as kvca does and everything else as cost
+// does. A conversation stays with the replicas of its longest known prefix
+// whatever their prefill backlog: moving it would trade a short wait for a
+// recomputation that every later turn pays for too, which is why cost alone
+// loses hit rate once loads include the prefill still running. A first turn
+// has no conversation to keep, only a prefix it may share with others (a
+// document, a long system prompt, tool definitions), and the seed's goal asks
+// for "the best backend for initial requests based on a cache-locality
+// utility metric": cost is that metric, least load after counting the blocks
+// each backend would have to compute.
+type kvcaCost struct{}
+
+func (kvcaCost) Name() string { return "kvca-cost" }
+
+func (kvcaCost) Pick(s *Scheduler, r *Request, d *Decision) bool {
+	if r.Followup {
+		return kvcaPolicy{}.Pick(s, r, d)
+	}
+	return costPolicy{}.Pick(s, r, d)
 }
 
 // costPolicy weighs load against the prefill a cached prefix saves:

@@ -105,6 +105,47 @@ func TestCostTradesLoadAgainstPrefill(t *testing.T) {
 	res.ReleaseActive()
 }
 
+func TestKvcaCostFollowupsStickFirstTurnsWeighPrefix(t *testing.T) {
+	s := newSched(t, 2, "kvca-cost")
+	c := chainOf(0, 20)
+	s.Table.Touch(c[:10], 0, s.Table.Now())
+	// Backend 0 is far busier than the 10 blocks it saves, yet a follow-up
+	// stays with its prefix (Phase 2), where cost would move it.
+	s.Backends[0].state.Add(5*activeUnit + 100)
+	d, res := route(t, s, &Request{Chain: c, Followup: true})
+	if d.Backend.Index != 0 || d.Phase != PhaseFollowup || d.Cached != 10 || d.Novel != 10 {
+		t.Fatalf("follow-up: %+v", d)
+	}
+	res.ReleaseActive()
+	// A first turn sharing the prefix weighs it against load: here the
+	// load wins and it goes to the idle backend, with every block novel.
+	d, res = route(t, s, &Request{Chain: c})
+	if d.Backend.Index != 1 || d.Phase != PhaseBootstrap || d.Novel != 20 {
+		t.Fatalf("loaded holder: %+v", d)
+	}
+	res.ReleaseActive()
+	// With backend 0 lightly loaded (one active request, weight 4, less
+	// than the 10 blocks saved) the first turn goes to the holder.
+	s.Backends[0].state.Add(^uint64(4*activeUnit+100) + 1)
+	d, res = route(t, s, &Request{Chain: c})
+	if d.Backend.Index != 0 || d.Phase != PhaseBootstrap || d.Cached != 10 {
+		t.Fatalf("light holder: %+v", d)
+	}
+	res.ReleaseActive()
+	// Without a known prefix it is least-loaded.
+	d, res = route(t, s, &Request{Chain: chainOf(100, 20)})
+	if d.Backend.Index != 1 || d.Cached != 0 {
+		t.Fatalf("novel first turn: %+v", d)
+	}
+	res.ReleaseActive()
+	s.Backends[0].state.Add(^uint64(activeUnit) + 1)
+	for _, b := range s.Backends {
+		if b.state.Load() != 0 {
+			t.Fatalf("load left on %d: %x", b.Index, b.state.Load())
+		}
+	}
+}
+
 func TestReservationReleasesExactlyOnce(t *testing.T) {
 	s := newSched(t, 1, "least-loaded")
 	_, res := route(t, s, &Request{Chain: chainOf(0, 5)})
@@ -236,7 +277,7 @@ func TestExcludeAndAllowed(t *testing.T) {
 }
 
 func BenchmarkPickFollowup(b *testing.B) {
-	for _, policy := range []string{"kvca", "cost"} {
+	for _, policy := range []string{"kvca", "cost", "kvca-cost"} {
 		b.Run(policy, func(b *testing.B) {
 			s := newSched(b, 8, policy)
 			c := chainOf(0, 64)

@@ -29,6 +29,9 @@ type WorkloadInfo struct {
 	TraceIdealHitRate *float64
 	BlockTokens       int
 	Engines           int
+	// TTFTFloor is the p50, p90 and p99 of each request's bare prefill
+	// with the ideal cache and nothing queued: what no routing can beat.
+	TTFTFloor [3]time.Duration
 }
 
 // Result is one policy's outcome.
@@ -114,6 +117,10 @@ func (r *Report) WriteTable(w io.Writer) {
 		fmt.Fprintf(w, ", %.1f%% in the trace's own blocks", 100**wl.TraceIdealHitRate)
 	}
 	fmt.Fprintln(w)
+	if f := wl.TTFTFloor; f[2] > 0 {
+		fmt.Fprintf(w, "TTFT floor (ideal cache, nothing queued, prefill only): p50 %s, p90 %s, p99 %s\n",
+			fmtDur(f[0]), fmtDur(f[1]), fmtDur(f[2]))
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "policy\thit rate\tof ideal\tTTFT p50\tp90\tp99\te2e p50\tp99\treq/s\timbalance\terrors\tCPU/req\t")
 	for _, res := range r.Results {

@@ -80,8 +80,10 @@ func (o *Options) defaults() {
 // caches, and reports the results in policy order.
 func Run(ctx context.Context, w *workload.Workload, opt Options, factory ProxyFactory) (*Report, error) {
 	opt.defaults()
-	bt := mock.New(opt.Engine).Config().BlockTokens
-	ideal, err := workload.Ideal(w.Requests, bt)
+	ecfg := mock.New(opt.Engine).Config()
+	bt := ecfg.BlockTokens
+	novel := make([]int, 0, len(w.Requests))
+	ideal, err := workload.IdealNovel(w.Requests, bt, &novel)
 	if err != nil {
 		return nil, fmt.Errorf("workload: %w", err)
 	}
@@ -89,6 +91,15 @@ func Run(ctx context.Context, w *workload.Workload, opt Options, factory ProxyFa
 		Name: w.Name, Requests: len(w.Requests), IdealHitRate: ideal.Rate(),
 		BlockTokens: bt, Engines: opt.Engines,
 	}}
+	// The TTFT floor: every request's prefill with the ideal cache and no
+	// queueing. No routing can beat it, so it shows how much of a TTFT
+	// percentile is left for routing to win at this load.
+	floor := make([]time.Duration, len(novel))
+	for i, n := range novel {
+		floor[i] = time.Duration(float64(ecfg.PrefillOverhead+time.Duration(n)*ecfg.PrefillPerToken) * ecfg.TimeScale)
+	}
+	sort.Slice(floor, func(i, j int) bool { return floor[i] < floor[j] })
+	rep.Workload.TTFTFloor = [3]time.Duration{pct(floor, 0.5), pct(floor, 0.9), pct(floor, 0.99)}
 	if w.HasTraceIdeal {
 		r := w.TraceIdeal.Rate()
 		rep.Workload.TraceIdealHitRate = &r

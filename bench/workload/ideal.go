@@ -12,6 +12,13 @@ import (
 // never cached). Block hashes are chained, so a block hits only if the whole
 // prefix up to it was seen before.
 func Ideal(reqs []Request, blockTokens int) (HitRate, error) {
+	return IdealNovel(reqs, blockTokens, nil)
+}
+
+// IdealNovel is Ideal that also appends to novel, per request, the prompt
+// tokens the infinite cache would still have to compute: a lower bound on
+// each request's prefill, whatever the routing.
+func IdealNovel(reqs []Request, blockTokens int, novel *[]int) (HitRate, error) {
 	var h HitRate
 	seen := map[uint64]struct{}{}
 	var prompt []byte
@@ -34,6 +41,9 @@ func Ideal(reqs []Request, blockTokens int) (HitRate, error) {
 		}
 		for _, k := range hashes {
 			seen[k] = struct{}{}
+		}
+		if novel != nil {
+			*novel = append(*novel, tokens-n*blockTokens)
 		}
 		h.QueryTokens += int64(tokens)
 		h.HitTokens += int64(n * blockTokens)
