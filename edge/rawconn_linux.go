@@ -1,10 +1,13 @@
 package edge
 
 import (
+	"errors"
 	"io"
 	"net"
 	"os"
+	"sync"
 	"syscall"
+	"time"
 	"unsafe"
 )
 
@@ -26,11 +29,27 @@ import (
 // closing still go through the poller (RawConn.Read and Write wait on it
 // when the callback reports EAGAIN), so behaviour is that of net.Conn.
 //
+// Deadlines are lazy when they move later: fasthttp sets two read
+// deadlines per request on the client connection (idle, then read timeout)
+// and kvca one per upstream request, each a runtime timer update. A
+// deadline that is earlier than the one on the socket (or the first one) is
+// applied at once, so it still interrupts a blocked call; a later one, or
+// none, is only recorded. The socket's deadline is therefore never later
+// than the wanted one: when it fires before the wanted deadline, Read or
+// Write applies the wanted one and carries on, so callers see the
+// deadlines they set, as with net.Conn.
+//
 // Reads and writes may run concurrently (each has its own state); two
 // concurrent reads (or writes) are serialised by the poller's fd locks.
 type rawConn struct {
 	*net.TCPConn
 	rc syscall.RawConn
+
+	dmu       sync.Mutex
+	rdWant    time.Time // the read deadline the caller set (zero: none)
+	rdApplied time.Time // the read deadline on the socket, never after rdWant
+	wdWant    time.Time
+	wdApplied time.Time
 
 	rp    []byte // the current read's buffer
 	rn    int
@@ -104,6 +123,9 @@ func (c *rawConn) Read(p []byte) (int, error) {
 	}
 	c.rp, c.rn, c.rerr = p, 0, 0
 	err := c.rc.Read(c.readF)
+	for tries := 0; err != nil && tries < 3 && c.early(err, &c.rdWant, &c.rdApplied, c.TCPConn.SetReadDeadline); tries++ {
+		err = c.rc.Read(c.readF)
+	}
 	c.rp = nil
 	if err != nil {
 		return 0, err
@@ -124,6 +146,9 @@ func (c *rawConn) Write(p []byte) (int, error) {
 	}
 	c.wp, c.wn, c.werr = p, 0, 0
 	err := c.rc.Write(c.writeF)
+	for tries := 0; err != nil && tries < 3 && c.early(err, &c.wdWant, &c.wdApplied, c.TCPConn.SetWriteDeadline); tries++ {
+		err = c.rc.Write(c.writeF) // goes on from what is left in c.wp
+	}
 	n := c.wn
 	c.wp = nil
 	if err != nil {
@@ -133,6 +158,56 @@ func (c *rawConn) Write(p []byte) (int, error) {
 		return n, c.opError("write", c.werr)
 	}
 	return n, nil
+}
+
+// SetDeadline sets both deadlines (see rawConn on when they are applied).
+func (c *rawConn) SetDeadline(t time.Time) error {
+	if err := c.SetReadDeadline(t); err != nil {
+		return err
+	}
+	return c.SetWriteDeadline(t)
+}
+
+// SetReadDeadline sets the read deadline (see rawConn).
+func (c *rawConn) SetReadDeadline(t time.Time) error {
+	return c.setDeadline(t, &c.rdWant, &c.rdApplied, c.TCPConn.SetReadDeadline)
+}
+
+// SetWriteDeadline sets the write deadline (see rawConn).
+func (c *rawConn) SetWriteDeadline(t time.Time) error {
+	return c.setDeadline(t, &c.wdWant, &c.wdApplied, c.TCPConn.SetWriteDeadline)
+}
+
+func (c *rawConn) setDeadline(t time.Time, want, applied *time.Time, apply func(time.Time) error) error {
+	c.dmu.Lock()
+	defer c.dmu.Unlock()
+	*want = t
+	if t.IsZero() || (!applied.IsZero() && !t.Before(*applied)) {
+		return nil // later or none: the socket's earlier deadline stands
+	}
+	if err := apply(t); err != nil {
+		return err
+	}
+	*applied = t
+	return nil
+}
+
+// early reports whether err is the socket's deadline firing before the
+// wanted one; if so it applies the wanted one, and the call is retried.
+func (c *rawConn) early(err error, want, applied *time.Time, apply func(time.Time) error) bool {
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		return false
+	}
+	c.dmu.Lock()
+	defer c.dmu.Unlock()
+	if !want.IsZero() && !time.Now().Before(*want) {
+		return false // the wanted deadline has passed: a real timeout
+	}
+	if apply(*want) != nil {
+		return false
+	}
+	*applied = *want
+	return true
 }
 
 func (c *rawConn) opError(op string, e syscall.Errno) error {
