@@ -116,7 +116,7 @@ func TestExactBytesForwarded(t *testing.T) {
 }
 
 func TestConversationsStickAndFirstTurnsSpread(t *testing.T) {
-	for _, policy := range []string{"kvca", "cost"} {
+	for _, policy := range []string{"kvca", "cost", "kvca-cost"} {
 		t.Run(policy, func(t *testing.T) {
 			bs := []*testBackend{newTestBackend(t, "a"), newTestBackend(t, "b"), newTestBackend(t, "c"), newTestBackend(t, "d")}
 			s := startProxy(t, func(c *Config) { c.Policy = policy }, bs...)
@@ -309,6 +309,7 @@ func TestDeadBackendCausesNoFailure(t *testing.T) {
 	s := startProxy(t, func(c *Config) {
 		c.Backends = []string{live1.url(), deadURL, live2.url()}
 		c.HealthInterval = time.Hour // only passive health and retries here
+		c.Policy = "kvca"            // sequential first turns take turns, so some pick dead
 	})
 	for i := 0; i < 30; i++ {
 		resp, out := post(t, s, "/v1/chat/completions", conversation(i, i%3, i%2 == 0))

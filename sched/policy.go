@@ -21,7 +21,7 @@ var policies = map[string]Policy{
 
 // DefaultPolicy is what serve uses when --policy is not given; the bench
 // chose it (see README).
-const DefaultPolicy = "kvca"
+const DefaultPolicy = "kvca-cost"
 
 // Policies lists the policy names, sorted.
 func Policies() []string {

@@ -44,8 +44,8 @@ func Flags() []cli.Flag {
 		&cli.IntFlag{Name: "max-requests", Usage: "replay only the first N requests of the trace (0: all)", EnvVars: env("max-requests")},
 		&cli.BoolFlag{Name: "plain", Usage: "send each trace request as one user message (no conversation reconstruction)", EnvVars: env("plain")},
 		&cli.IntFlag{Name: "max-output-tokens", Usage: "cap each request's output tokens (0: as the workload says)", EnvVars: env("max-output-tokens")},
-		&cli.Float64Flag{Name: "time-scale", Value: 0.05, Usage: "multiply arrival times and every simulated engine duration (0.05: 20× faster)", EnvVars: env("time-scale")},
-		&cli.Float64Flag{Name: "arrival-scale", Value: 0.25, Usage: "further multiply arrival times only: the default 0.25 replays arrivals 4× denser than recorded, so the engines run busy as a production fleet does (1: the recorded rate)", EnvVars: env("arrival-scale")},
+		&cli.Float64Flag{Name: "time-scale", Value: 0.1, Usage: "multiply arrival times and every simulated engine duration (0.1: 10× faster; smaller values make the replay CPU-bound on small machines)", EnvVars: env("time-scale")},
+		&cli.Float64Flag{Name: "arrival-scale", Value: 0.2, Usage: "further multiply arrival times only: the default 0.2 replays arrivals 5× denser than recorded, so the engines run as busy as a production fleet (1: the recorded rate)", EnvVars: env("arrival-scale")},
 
 		&cli.IntFlag{Name: "sessions", Value: 200, Usage: "synthetic: conversations", EnvVars: env("sessions")},
 		&cli.Float64Flag{Name: "rate", Value: 5, Usage: "synthetic: conversation arrivals per second (Poisson)", EnvVars: env("rate")},

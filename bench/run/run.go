@@ -42,7 +42,7 @@ type CPUReporter interface {
 type ProxyFactory func(policy string, backends []string) (Proxy, error)
 
 // DefaultPolicies are the policies the bench compares.
-var DefaultPolicies = []string{"kvca", "cost", "round-robin", "least-loaded", "random", "session-hash"}
+var DefaultPolicies = []string{"kvca-cost", "kvca", "cost", "round-robin", "least-loaded", "random", "session-hash"}
 
 // Options configure a bench run.
 type Options struct {

@@ -40,7 +40,7 @@ hit rate (against the workload's ideal), time to first token and balance.`,
 						PrefillOverhead: 5 * time.Millisecond, PrefillPerToken: 100 * time.Microsecond,
 						DecodePerToken: 10 * time.Millisecond, TimeScale: 0.15,
 					},
-					Policies: []string{"kvca", "cost", "round-robin", "least-loaded"},
+					Policies: []string{"kvca-cost", "kvca", "round-robin", "least-loaded"},
 					Progress: os.Stderr,
 				},
 			}
