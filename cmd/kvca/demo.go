@@ -65,10 +65,11 @@ hit rate (against the workload's ideal), time to first token and balance.`,
 			}
 			fmt.Println(`
 hit rate: share of prompt tokens the engines found in their KV cache (token weighted);
-of ideal: against one engine with an infinite cache. kvca and cost keep each
-conversation on the engine holding its prefix; round-robin and least-loaded
-scatter turns, so engines recompute history and time to first token grows.
-Full suite: make bench (Mooncake trace, 8 engines, six policies, charts).`)
+of ideal: against one engine with an infinite cache. kvca-cost (the default)
+and kvca keep each conversation on the engine holding its prefix; round-robin
+and least-loaded scatter turns, so engines recompute history and time to
+first token grows. Full suite: make bench (Mooncake trace, 8 engines, seven
+policies, charts).`)
 			return nil
 		},
 	}
