@@ -2,6 +2,7 @@ package edge
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"io"
 	"net"
@@ -186,12 +187,93 @@ var hopHeaders = []string{
 	"Proxy-Authorization", "Te", "Trailer", "Upgrade",
 }
 
+// isHop reports whether key names a hop-by-hop header (any case).
+func isHop(key []byte) bool {
+	switch len(key) {
+	case 2, 7, 10, 16, 18, 19:
+	default:
+		return false
+	}
+	for _, h := range hopHeaders {
+		if len(h) == len(key) && equalFoldASCII(h, key) {
+			return true
+		}
+	}
+	return false
+}
+
+func equalFoldASCII(s string, b []byte) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i]|0x20 != b[i]|0x20 {
+			return false
+		}
+	}
+	return true
+}
+
+// rawHasHop reports whether the received header block holds a line whose
+// name (trimmed) is a hop-by-hop header's. It errs towards yes.
+func rawHasHop(raw []byte) bool {
+	for len(raw) > 0 {
+		line := raw
+		if i := bytes.IndexByte(raw, '\n'); i >= 0 {
+			line, raw = raw[:i], raw[i+1:]
+		} else {
+			raw = nil
+		}
+		if i := bytes.IndexByte(line, ':'); i > 0 && isHop(bytes.TrimSpace(line[:i])) {
+			return true
+		}
+	}
+	return false
+}
+
+// delRawHop deletes the hop-by-hop headers of the received block as they
+// were spelled: header names are kept as sent, so Del("Keep-Alive") leaves
+// a "keep-alive" line in place.
+func delRawHop(h *fasthttp.RequestHeader) {
+	raw := h.RawHeaders()
+	for len(raw) > 0 {
+		line := raw
+		if i := bytes.IndexByte(raw, '\n'); i >= 0 {
+			line, raw = raw[:i], raw[i+1:]
+		} else {
+			raw = nil
+		}
+		if i := bytes.IndexByte(line, ':'); i > 0 {
+			if k := bytes.TrimSpace(line[:i]); isHop(k) {
+				h.DelBytes(k)
+			}
+		}
+	}
+}
+
+// hasHop reports whether an upstream response header holds a hop-by-hop
+// header (Connection: close and announced trailers included).
+func hasHop(h *fasthttp.ResponseHeader) bool {
+	if h.ConnectionClose() {
+		return true
+	}
+	for k := range h.All() {
+		if isHop(k) {
+			return true
+		}
+	}
+	return false
+}
+
 // prepareRequest turns the client's request into the upstream request in
 // place: the body stays exactly the bytes the client sent.
 func (s *Server) prepareRequest(ctx *fasthttp.RequestCtx, c *call) {
 	h := &ctx.Request.Header
-	for _, k := range hopHeaders {
-		h.Del(k)
+	// Deleting the hop-by-hop headers one by one costs eight scans of the
+	// header list; they are almost never there, so look once first. A
+	// chunked body may bring trailers the received block does not show.
+	if h.ConnectionClose() || h.ContentLength() < 0 || rawHasHop(h.RawHeaders()) {
+		for _, k := range hopHeaders {
+			h.Del(k)
+		}
+		delRawHop(h)
 	}
 	// X-Forwarded-For: append the client's address to any earlier hops.
 	c.xff = c.xff[:0]
@@ -330,8 +412,10 @@ func (s *Server) respond(ctx *fasthttp.RequestCtx, c *call, u *upstream, cc any,
 
 	resp := &ctx.Response
 	c.hdr.CopyTo(&resp.Header)
-	for _, k := range hopHeaders {
-		resp.Header.Del(k)
+	if hasHop(&c.hdr) {
+		for _, k := range hopHeaders {
+			resp.Header.Del(k)
+		}
 	}
 	resp.Header.ResetConnectionClose()
 	if len(resp.Header.Peek("X-Request-Id")) == 0 {
