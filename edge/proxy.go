@@ -392,8 +392,8 @@ func (s *Server) respond(ctx *fasthttp.RequestCtx, c *call, u *upstream, cc any,
 	if s.cfg.PrefillAtHeaders || c.hdr.ContentLength() != -1 {
 		c.res.ReleasePrefill()
 	}
-	u.m.firstByte.UpdateDuration(c.start)
 	c.ttfb = time.Since(c.start)
+	u.m.firstByte.Update(c.ttfb.Seconds())
 	u.succeeded()
 	status := c.hdr.StatusCode()
 	c.status = status
