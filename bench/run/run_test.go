@@ -132,6 +132,17 @@ func TestSerialReplayMatchesIdeal(t *testing.T) {
 	if res.TTFTp50 > res.TTFTp99 || res.TTFTp99 > res.E2Ep99 || res.Throughput <= 0 {
 		t.Fatalf("inconsistent latencies %+v", res)
 	}
+	// Served one at a time with the ideal hits, every request waits at
+	// least its own bare prefill, so each percentile is at least the floor's.
+	f := rep.Workload.TTFTFloor
+	if f[0] <= 0 || f[0] > f[1] || f[1] > f[2] || res.TTFTp50 < f[0] || res.TTFTp90 < f[1] || res.TTFTp99 < f[2] {
+		t.Fatalf("TTFT floor %v against measured %v %v %v", f, res.TTFTp50, res.TTFTp90, res.TTFTp99)
+	}
+	var out strings.Builder
+	rep.WriteTable(&out)
+	if !strings.Contains(out.String(), "TTFT floor (ideal cache, nothing queued, prefill only): p50 ") {
+		t.Fatalf("no floor line in\n%s", out.String())
+	}
 }
 
 func TestPoliciesCompared(t *testing.T) {
