@@ -53,7 +53,7 @@ demo: build
 
 # The full suite: the Mooncake conversation trace on 8 engines whose caches
 # are smaller than the working set, six policies, table + JSON + charts.
-BENCH_ARGS ?= --trace bench/testdata/conversation_trace.jsonl --engines 8 --cache-tokens 2000000 --time-scale 0.1 --arrival-scale 0.2
+BENCH_ARGS ?= --trace bench/testdata/conversation_trace.jsonl --engines 8 --cache-tokens 2000000 --time-scale 0.1 --arrival-scale 0.22
 bench: build
 	mkdir -p bench/results
 	./$(BIN) bench $(BENCH_ARGS) --json bench/results/bench.json --charts bench/results | tee bench/results/bench.txt

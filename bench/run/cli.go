@@ -45,7 +45,7 @@ func Flags() []cli.Flag {
 		&cli.BoolFlag{Name: "plain", Usage: "send each trace request as one user message (no conversation reconstruction)", EnvVars: env("plain")},
 		&cli.IntFlag{Name: "max-output-tokens", Usage: "cap each request's output tokens (0: as the workload says)", EnvVars: env("max-output-tokens")},
 		&cli.Float64Flag{Name: "time-scale", Value: 0.1, Usage: "multiply arrival times and every simulated engine duration (0.1: 10× faster; smaller values make the replay CPU-bound on small machines)", EnvVars: env("time-scale")},
-		&cli.Float64Flag{Name: "arrival-scale", Value: 0.2, Usage: "further multiply arrival times only: the default 0.2 replays arrivals 5× denser than recorded, so the engines run as busy as a production fleet (1: the recorded rate)", EnvVars: env("arrival-scale")},
+		&cli.Float64Flag{Name: "arrival-scale", Value: 0.22, Usage: "further multiply arrival times only: the default 0.22 replays arrivals 4.5× denser than recorded, so the engines run as busy as a production fleet (1: the recorded rate)", EnvVars: env("arrival-scale")},
 
 		&cli.IntFlag{Name: "sessions", Value: 200, Usage: "synthetic: conversations", EnvVars: env("sessions")},
 		&cli.Float64Flag{Name: "rate", Value: 5, Usage: "synthetic: conversation arrivals per second (Poisson)", EnvVars: env("rate")},
