@@ -51,6 +51,13 @@ func badGateway(ctx *fasthttp.RequestCtx) {
 		"the inference backend could not be reached")
 }
 
+// backendsBusy answers when every backend tried had all its connections
+// in use: an overload to retry later, not a failure.
+func backendsBusy(ctx *fasthttp.RequestCtx) {
+	writeError(ctx, fasthttp.StatusServiceUnavailable, "service_unavailable", "upstream_busy",
+		"every connection to the inference backends is in use; retry later")
+}
+
 func gatewayTimeout(ctx *fasthttp.RequestCtx) {
 	writeError(ctx, fasthttp.StatusGatewayTimeout, "upstream_error", "upstream_timeout",
 		"the inference backend did not answer in time")

@@ -30,10 +30,11 @@ const (
 	errTimeout        // no response headers within --upstream-header-timeout
 	errStream         // the response broke off or stalled after it began
 	errStatus         // a 5xx or 429 answer
+	errBusy           // all --max-conns-per-backend connections in use
 	numErrKinds
 )
 
-var errKindNames = [numErrKinds]string{"connect", "timeout", "stream", "status"}
+var errKindNames = [numErrKinds]string{"connect", "timeout", "stream", "status", "busy"}
 
 // serverMetrics holds every metric, resolved once so the hot path never
 // builds a label string. Each Server has its own set, so tests can run

@@ -22,7 +22,7 @@ var metricHelp = map[string][2]string{
 	"kvca_table_capacity_blocks":                    {"gauge", "The block table's bound (--max-blocks, rounded up per shard)."},
 	"kvca_table_evictions_total":                    {"counter", "Blocks or locations removed from the table, by reason (expired, capacity, reset)."},
 	"kvca_table_vacuum_runs_total":                  {"counter", "Wake-ups of the deadline-driven vacuum."},
-	"kvca_upstream_errors_total":                    {"counter", "Upstream failures by backend and kind (connect, timeout, stream, status)."},
+	"kvca_upstream_errors_total":                    {"counter", "Upstream failures by backend and kind (connect, timeout, stream, status, busy: every pooled connection in use)."},
 	"kvca_client_disconnects_total":                 {"counter", "Responses abandoned by the client before they ended."},
 	"kvca_bad_requests_total":                       {"counter", "Requests refused as invalid, by reason."},
 	"kvca_tls_certificate_reloads_total":            {"counter", "Certificate pairs put into service, by listener."},

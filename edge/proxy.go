@@ -118,19 +118,24 @@ func (s *Server) proxyPassthrough(ctx *fasthttp.RequestCtx) {
 const (
 	sent        = iota // a response began; the relay owns the call now
 	connFailed         // nothing reached us: another backend may serve it
+	connBusy           // every connection to the backend is in use: busy, not dead
 	timedOut           // the backend took the request but did not answer in time
 	retryStatus        // 429/503 before any byte reached the client
 )
 
 func (s *Server) forward(ctx *fasthttp.RequestCtx, c *call) {
 	s.prepareRequest(ctx, c)
+	lastBusy := false
 	for attempt := 0; ; attempt++ {
 		if !s.sched.Route(&c.req, &c.dec, &c.res) {
 			s.log.Debug("no eligible backend", "attempt", attempt)
-			if attempt == 0 {
+			switch {
+			case attempt == 0:
 				s.m.requests[c.route][numPhases].Inc()
 				noBackend(ctx)
-			} else {
+			case lastBusy:
+				backendsBusy(ctx)
+			default:
 				badGateway(ctx)
 			}
 			s.done(c, ctx.Response.StatusCode())
@@ -150,7 +155,8 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, c *call) {
 			}
 		}
 		u := s.ups[c.dec.Backend.Index]
-		switch s.try(ctx, c, u, attempt < s.cfg.Retries) {
+		outcome := s.try(ctx, c, u, attempt < s.cfg.Retries)
+		switch outcome {
 		case sent:
 			return
 		case timedOut:
@@ -158,15 +164,20 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, c *call) {
 			gatewayTimeout(ctx)
 			s.done(c, fasthttp.StatusGatewayTimeout)
 			return
-		case connFailed, retryStatus:
+		case connFailed, retryStatus, connBusy:
 			s.log.Debug("attempt failed", "attempt", attempt, "backend", u.b.Name)
 			c.res.ReleaseActive()
 			c.req.Exclude.Add(u.b.Index)
 			if attempt >= s.cfg.Retries {
-				badGateway(ctx)
-				s.done(c, fasthttp.StatusBadGateway)
+				if outcome == connBusy {
+					backendsBusy(ctx)
+				} else {
+					badGateway(ctx)
+				}
+				s.done(c, ctx.Response.StatusCode())
 				return
 			}
+			lastBusy = outcome == connBusy
 		}
 	}
 }
@@ -316,6 +327,12 @@ func (s *Server) try(ctx *fasthttp.RequestCtx, c *call, u *upstream, mayRetry bo
 
 	for {
 		cc, conn, reused, err := u.ops.acquire()
+		if err == fasthttp.ErrNoFreeConns {
+			// --max-conns-per-backend requests are in flight there: the
+			// backend is busy, which must not count towards ejecting it.
+			u.m.errors[errBusy].Inc()
+			return connBusy
+		}
 		if err != nil {
 			return s.connFailure(u, err)
 		}

@@ -329,3 +329,52 @@ func TestGracefulDrain(t *testing.T) {
 		t.Fatalf("shutdown: %v", err)
 	}
 }
+
+// A backend whose connections are all in use is busy, not dead: the
+// request is answered 503 upstream_busy (or served elsewhere), and the
+// backend is not ejected however often it happens.
+func TestBusyBackendIsNotEjected(t *testing.T) {
+	b := newTestBackend(t, "a")
+	b.gate = make(chan struct{})
+	b.events = 2
+	s := startProxy(t, func(c *Config) {
+		c.MaxConnsPerBackend = 1
+		c.FailThreshold = 1
+		c.HealthInterval = time.Hour
+	}, b)
+	// The first stream holds the only connection until the gate opens.
+	first := make(chan error, 1)
+	go func() {
+		resp, err := client.Post("http://"+s.Addr()+"/v1/chat/completions", "application/json", strings.NewReader(conversation(1, 0, true)))
+		if err == nil {
+			_, err = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		first <- err
+	}()
+	waitFor(t, "first stream at the backend", func() bool { return b.hits.Load() == 1 })
+	for i := 0; i < 3; i++ {
+		resp, out := post(t, s, "/v1/chat/completions", conversation(2+i, 0, false))
+		if resp.StatusCode != 503 || !strings.Contains(out, "upstream_busy") {
+			t.Fatalf("request %d: %d %s", i, resp.StatusCode, out)
+		}
+	}
+	if !s.sched.Backends[0].Healthy() {
+		t.Fatal("a busy backend was ejected")
+	}
+	if got := s.ups[0].m.errors[errBusy].Get(); got != 3 {
+		t.Fatalf("busy count %d", got)
+	}
+	if got := s.ups[0].m.errors[errConnect].Get(); got != 0 {
+		t.Fatalf("busy counted as %d connection failures", got)
+	}
+	close(b.gate)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	resp, out := post(t, s, "/v1/chat/completions", conversation(9, 0, false))
+	if resp.StatusCode != 200 {
+		t.Fatalf("after the stream: %d %s", resp.StatusCode, out)
+	}
+	waitIdle(t, s)
+}
