@@ -342,6 +342,12 @@ func TestBusyBackendIsNotEjected(t *testing.T) {
 		c.FailThreshold = 1
 		c.HealthInterval = time.Hour
 	}, b)
+	// Model discovery shares the pool: let it finish so that it does not
+	// hold the only connection when the first stream is sent.
+	waitFor(t, "models discovered", func() bool {
+		idx := s.models.Load()
+		return idx != nil && idx.wild.Empty()
+	})
 	// The first stream holds the only connection until the gate opens.
 	first := make(chan error, 1)
 	go func() {
@@ -349,10 +355,20 @@ func TestBusyBackendIsNotEjected(t *testing.T) {
 		if err == nil {
 			_, err = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				err = fmt.Errorf("first stream: status %d", resp.StatusCode)
+			}
 		}
 		first <- err
 	}()
-	waitFor(t, "first stream at the backend", func() bool { return b.hits.Load() == 1 })
+	waitFor(t, "first stream at the backend", func() bool {
+		select {
+		case err := <-first:
+			t.Fatalf("first stream ended early: %v", err)
+		default:
+		}
+		return b.hits.Load() == 1
+	})
 	for i := 0; i < 3; i++ {
 		resp, out := post(t, s, "/v1/chat/completions", conversation(2+i, 0, false))
 		if resp.StatusCode != 503 || !strings.Contains(out, "upstream_busy") {
