@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/valyala/fasthttp"
 )
@@ -76,4 +77,34 @@ func TestHopHeadersStripped(t *testing.T) {
 			t.Errorf("end-to-end response header lost: %v", resp.Header)
 		}
 	}
+}
+
+// A client's "Connection: close" is stripped from the upstream request but
+// still honoured on the client's own connection: kvca closes it after the
+// response.
+func TestClientConnectionCloseHonoured(t *testing.T) {
+	b := newTestBackend(t, "a")
+	s := startProxy(t, nil, b)
+	conn, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	body := conversation(1, 0, false)
+	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 200 || !resp.Close {
+		t.Fatalf("status %d, close %v", resp.StatusCode, resp.Close)
+	}
+	b.mu.Lock()
+	h := b.hdrs[0]
+	b.mu.Unlock()
+	if strings.Contains(strings.ToLower(h), "connection: close") {
+		t.Fatalf("Connection: close reached the backend: %q", h)
+	}
+	waitIdle(t, s)
 }

@@ -222,27 +222,11 @@ func equalFoldASCII(s string, b []byte) bool {
 	return true
 }
 
-// rawHasHop reports whether the received header block holds a line whose
-// name (trimmed) is a hop-by-hop header's. It errs towards yes.
-func rawHasHop(raw []byte) bool {
-	for len(raw) > 0 {
-		line := raw
-		if i := bytes.IndexByte(raw, '\n'); i >= 0 {
-			line, raw = raw[:i], raw[i+1:]
-		} else {
-			raw = nil
-		}
-		if i := bytes.IndexByte(line, ':'); i > 0 && isHop(bytes.TrimSpace(line[:i])) {
-			return true
-		}
-	}
-	return false
-}
-
 // delRawHop deletes the hop-by-hop headers of the received block as they
-// were spelled: header names are kept as sent, so Del("Keep-Alive") leaves
-// a "keep-alive" line in place.
-func delRawHop(h *fasthttp.RequestHeader) {
+// were spelled (header names are kept as sent, so Del("Keep-Alive") leaves
+// a "keep-alive" line in place) and reports whether there were any.
+func delRawHop(h *fasthttp.RequestHeader) bool {
+	found := false
 	raw := h.RawHeaders()
 	for len(raw) > 0 {
 		line := raw
@@ -254,9 +238,11 @@ func delRawHop(h *fasthttp.RequestHeader) {
 		if i := bytes.IndexByte(line, ':'); i > 0 {
 			if k := bytes.TrimSpace(line[:i]); isHop(k) {
 				h.DelBytes(k)
+				found = true
 			}
 		}
 	}
+	return found
 }
 
 // hasHop reports whether an upstream response header holds a hop-by-hop
@@ -278,13 +264,13 @@ func hasHop(h *fasthttp.ResponseHeader) bool {
 func (s *Server) prepareRequest(ctx *fasthttp.RequestCtx, c *call) {
 	h := &ctx.Request.Header
 	// Deleting the hop-by-hop headers one by one costs eight scans of the
-	// header list; they are almost never there, so look once first. A
-	// chunked body may bring trailers the received block does not show.
-	if h.ConnectionClose() || h.ContentLength() < 0 || rawHasHop(h.RawHeaders()) {
+	// header list; they are almost never there, so one pass over the
+	// received block comes first. A chunked body may bring trailers the
+	// received block does not show.
+	if delRawHop(h) || h.ConnectionClose() || h.ContentLength() < 0 {
 		for _, k := range hopHeaders {
 			h.Del(k)
 		}
-		delRawHop(h)
 	}
 	// X-Forwarded-For: append the client's address to any earlier hops.
 	c.xff = c.xff[:0]
