@@ -50,37 +50,46 @@ func (kvcaPolicy) Name() string { return "kvca" }
 
 func (kvcaPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 	elig := s.Eligible(r)
-	n := len(r.Chain)
-	if r.Followup && n > 0 {
-		// Phase 2: walk to the divergence point; the holders of the block
-		// before it are the replicas of the longest known prefix.
-		var prev chain.Set
-		div := 0
-		for _, h := range r.Chain {
-			locs := s.Table.Lookup(h, r.Now)
-			if locs.Empty() {
-				break
-			}
-			prev = locs
-			div++
-		}
-		if div > 0 {
-			prev.And(&elig)
-			if !prev.Empty() {
-				var match [chain.MaxBackends]int32
-				prev.Each(func(b int) { match[b] = int32(div) })
-				d.Phase = PhaseFollowup
-				return s.reserveMin(&prev, n, &match, false, d)
-			}
+	if r.Followup && len(r.Chain) > 0 {
+		if phase2(s, r, elig, d) {
+			return true
 		}
 		d.Phase = PhaseFallback
 	}
 	// Phase 1 (and fallback): every eligible backend, all blocks novel.
-	return s.reserveMin(&elig, n, nil, false, d)
+	return s.reserveMin(&elig, len(r.Chain), nil, false, d)
 }
 
-// kvcaCost routes follow-ups as kvca does and everything else as cost
-// does. A conversation stays with the replicas of its longest known prefix
+// phase2 walks the chain to the divergence point and reserves the
+// least-loaded eligible holder of the block before it (the replicas of the
+// longest known prefix); false if there is none.
+func phase2(s *Scheduler, r *Request, elig chain.Set, d *Decision) bool {
+	var prev chain.Set
+	div := 0
+	for _, h := range r.Chain {
+		locs := s.Table.Lookup(h, r.Now)
+		if locs.Empty() {
+			break
+		}
+		prev = locs
+		div++
+	}
+	if div == 0 {
+		return false
+	}
+	prev.And(&elig)
+	if prev.Empty() {
+		return false
+	}
+	var match [chain.MaxBackends]int32
+	prev.Each(func(b int) { match[b] = int32(div) })
+	d.Phase = PhaseFollowup
+	return s.reserveMin(&prev, len(r.Chain), &match, false, d)
+}
+
+// kvcaCost routes follow-ups as kvca's Phase 2 does and everything else
+// (first turns, and follow-ups whose longest prefix has no eligible
+// holder) as cost does. A conversation stays with the replicas of its longest known prefix
 // whatever their prefill backlog: moving it would trade a short wait for a
 // recomputation that every later turn pays for too, which is why cost alone
 // loses hit rate once loads include the prefill still running. A first turn
@@ -94,8 +103,8 @@ type kvcaCost struct{}
 func (kvcaCost) Name() string { return "kvca-cost" }
 
 func (kvcaCost) Pick(s *Scheduler, r *Request, d *Decision) bool {
-	if r.Followup {
-		return kvcaPolicy{}.Pick(s, r, d)
+	if r.Followup && len(r.Chain) > 0 && phase2(s, r, s.Eligible(r), d) {
+		return true
 	}
 	return costPolicy{}.Pick(s, r, d)
 }

@@ -132,6 +132,19 @@ func TestKvcaCostFollowupsStickFirstTurnsWeighPrefix(t *testing.T) {
 		t.Fatalf("light holder: %+v", d)
 	}
 	res.ReleaseActive()
+	// A follow-up whose longest prefix has no eligible holder weighs the
+	// shorter prefixes others hold, as cost does (kvca would take the
+	// least-loaded backend with nothing cached).
+	other := chainOf(200, 20)
+	s.Table.Touch(other[:5], 1, s.Table.Now())
+	s.Table.Touch(other[:10], 0, s.Table.Now())
+	var ex chain.Set
+	ex.Add(0)
+	d, res = route(t, s, &Request{Chain: other, Followup: true, Exclude: ex})
+	if d.Backend.Index != 1 || d.Phase != PhaseFollowup || d.Cached != 5 {
+		t.Fatalf("fallback: %+v", d)
+	}
+	res.ReleaseActive()
 	// Without a known prefix it is least-loaded.
 	d, res = route(t, s, &Request{Chain: chainOf(100, 20)})
 	if d.Backend.Index != 1 || d.Cached != 0 {
