@@ -340,13 +340,8 @@ func TestAllBackendsDown(t *testing.T) {
 	if resp.StatusCode != 503 || !strings.Contains(out, "no_healthy_backend") {
 		t.Fatalf("status %d: %s", resp.StatusCode, out)
 	}
-	r, err := client.Get("http://" + s.Addr() + "/ready")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.Body.Close()
-	if r.StatusCode != 503 {
-		t.Fatalf("/ready %d with no healthy backend", r.StatusCode)
+	if st := readyStatus(t, s); st != 503 {
+		t.Fatalf("/ready %d with no healthy backend", st)
 	}
 	waitIdle(t, s)
 }

@@ -245,14 +245,20 @@ func TestAllDownThenOneReturns(t *testing.T) {
 	if resp, out := post(t, s, "/v1/chat/completions", mockChat(1, 0, false, 2)); resp.StatusCode != 200 {
 		t.Fatalf("after return: %d %s", resp.StatusCode, out)
 	}
+	if st := readyStatus(t, s); st != 200 {
+		t.Fatalf("/ready %d", st)
+	}
+}
+
+// readyStatus is the status of s's /ready.
+func readyStatus(t *testing.T, s *Server) int {
+	t.Helper()
 	r, err := client.Get("http://" + s.Addr() + "/ready")
 	if err != nil {
 		t.Fatal(err)
 	}
 	r.Body.Close()
-	if r.StatusCode != 200 {
-		t.Fatalf("/ready %d", r.StatusCode)
-	}
+	return r.StatusCode
 }
 
 func TestGracefulDrain(t *testing.T) {
