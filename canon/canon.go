@@ -148,6 +148,8 @@ type Canonicalizer struct {
 	excludeRs map[string]struct{} // Responses API: exclude plus its own controls
 	pool      sync.Pool           // *state
 	noSession bool
+	// decodeStrings: always decode and re-escape strings (tests only).
+	decodeStrings bool
 }
 
 // Options change what a Canonicalizer computes besides the CBR.
@@ -196,10 +198,13 @@ type state struct {
 	p       fastjson.Parser
 	members []member
 	num     []byte
-	out     [4096]byte
-	n       int
-	sink    Sink
-	total   int
+	lit     []byte // a scalar's JSON text as fastjson marshals it
+	// decodeStrings turns off the literal fast path (tests compare both).
+	decodeStrings bool
+	out           [4096]byte
+	n             int
+	sink          Sink
+	total         int
 	// FNV-1a over the first sessionBytes written while hashing is on, for
 	// Info.Session; never on without session.
 	session bool
@@ -241,6 +246,7 @@ func (c *Canonicalizer) run(st *state, api API, body []byte, sink Sink, info *In
 	st.total = 0
 	st.hashing = false
 	st.session = !c.noSession
+	st.decodeStrings = c.decodeStrings
 	st.hash = 0
 
 	v, err := st.p.ParseBytes(body)
@@ -470,11 +476,19 @@ func (st *state) numbersValid(v *fastjson.Value) bool {
 }
 
 // value writes canon(v).
+//
+// It never asks a scalar for its Type: fastjson decodes a string the first
+// time anything looks at it, and decoding a long prompt only for
+// writeQuoted to escape it again was half of the cost of canonicalising a
+// chat body. A string nobody has looked at marshals as the literal the
+// client sent, which is almost always canonString already (clients escape
+// the same few characters); that literal is checked and written as it is.
 func (st *state) value(v *fastjson.Value) error {
-	switch v.Type() {
-	case fastjson.TypeObject:
+	// GetObject and GetArray look at the type without decoding (Object and
+	// Array would, and allocate an error for every scalar).
+	if o := v.GetObject(); o != nil {
 		base := len(st.members)
-		v.GetObject().Visit(func(k []byte, v *fastjson.Value) {
+		o.Visit(func(k []byte, v *fastjson.Value) {
 			st.members = append(st.members, member{k, v})
 		})
 		ms := sortMembers(st.members[base:])
@@ -493,9 +507,11 @@ func (st *state) value(v *fastjson.Value) error {
 		}
 		st.writeByte('}')
 		st.members = st.members[:base]
-	case fastjson.TypeArray:
+		return nil
+	}
+	if a := v.GetArray(); len(a) > 0 {
 		st.writeByte('[')
-		for i, e := range v.GetArray() {
+		for i, e := range a {
 			if i > 0 {
 				st.writeByte(',')
 			}
@@ -504,23 +520,33 @@ func (st *state) value(v *fastjson.Value) error {
 			}
 		}
 		st.writeByte(']')
-	case fastjson.TypeString:
-		st.writeQuoted(v.GetStringBytes())
-	case fastjson.TypeNumber:
-		st.num = v.MarshalTo(st.num[:0])
-		if !validNumber(st.num) {
+		return nil
+	}
+	st.lit = v.MarshalTo(st.lit[:0])
+	lit := st.lit
+	switch {
+	case lit[0] == '"':
+		if !st.decodeStrings && canonicalLiteral(lit) {
+			st.write(lit)
+		} else {
+			st.writeQuoted(v.GetStringBytes())
+		}
+		if cap(st.lit) > maxKeptLiteral {
+			st.lit = nil // one huge prompt must not pin its size in the pool
+		}
+	case string(lit) == "true" || string(lit) == "false" || string(lit) == "null" || string(lit) == "[]":
+		st.write(lit) // "[]": an empty array, which GetArray cannot tell from a scalar
+	default:
+		if !validNumber(lit) {
 			return ErrBadNumberText
 		}
-		st.write(st.num)
-	case fastjson.TypeTrue:
-		st.writeString("true")
-	case fastjson.TypeFalse:
-		st.writeString("false")
-	default:
-		st.writeString("null")
+		st.write(lit)
 	}
 	return nil
 }
+
+// maxKeptLiteral bounds the literal scratch a pooled state keeps.
+const maxKeptLiteral = 1 << 20
 
 // Model appends the body's top-level "model" string (last occurrence) to
 // dst; requests kvca only passes through are still kept to backends that

@@ -111,6 +111,46 @@ func TestLongStringsAndEscapes(t *testing.T) {
 	}
 }
 
+// Every spelling of a string gives the CBR of the decoding reference, and
+// only canonString's own spelling is taken as it is.
+func TestLiteralFastPath(t *testing.T) {
+	for _, tc := range []struct {
+		lit       string
+		canonical bool
+	}{
+		{`""`, true},
+		{`"plain text, long enough to take the eight-byte steps"`, true},
+		{`"a\"b\\c\nd\re\tf\bg\fh"`, true},
+		{`"\u0000\u001f\u000b\u0010"`, true},
+		{`"cafÃ© and ÿ invalid"`, true},
+		{`"\/"`, false},           // decodes to "/"
+		{`"\u00e9"`, false},       // decodes to é
+		{`"\u001F"`, false},       // uppercase hex
+		{`"\u000a"`, false},       // canonString writes \n
+		{`"\u0008"`, false},       // canonString writes \b
+		{`"\ud83d\ude00"`, false}, // a surrogate pair
+		{"\"raw\ttab\"", false},   // a raw control byte
+		{`"dangling\"`, false},
+		{`"\u00"`, false},
+		{`"\x41"`, false},
+	} {
+		if got := canon.CanonicalLiteral([]byte(tc.lit)); got != tc.canonical {
+			t.Errorf("canonicalLiteral(%s) = %v, want %v", tc.lit, got, tc.canonical)
+		}
+		body := `{"messages":[{"role":"user","content":` + tc.lit + `,"name":[` + tc.lit + `,[],{}]}],"x":` + tc.lit + `}`
+		got, gi, err := cbr(t, canon.New(nil), canon.Chat, body)
+		want, wi, werr := cbr(t, canon.NewDecoding(nil), canon.Chat, body)
+		if got != want || !sameInfo(gi, wi) || err != werr {
+			t.Errorf("%s: CBR %q (%v), the decoding reference %q (%v)", tc.lit, got, err, want, werr)
+		}
+	}
+}
+
+func sameInfo(a, b canon.Info) bool {
+	return a.Followup == b.Followup && string(a.Model) == string(b.Model) && a.Session == b.Session &&
+		a.Messages == b.Messages && a.CBRLen == b.CBRLen
+}
+
 func TestAppendOnlyAcrossTurns(t *testing.T) {
 	c := canon.New(nil)
 	msgs := []map[string]any{{"role": "system", "content": "sys"}}
@@ -160,10 +200,16 @@ func FuzzCanonicalize(f *testing.F) {
 	f.Add([]byte(`{"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"}],"model":"m","model":"n"}`))
 	f.Add([]byte(`{"messages":[{"role":"user","content":[{"type":"text","text":"\u00e9\ud83d\ude00"}]}]}`))
 	f.Add([]byte(`{"prompt":[1,2,3],"n":1e400}`))
+	f.Add([]byte(`{"messages":[{"role":"user","content":"\u001f\u001F\u000a\/\"\\\b\u0008 \u00e9 \ud800"}]}`))
 	c := canon.New(nil)
+	ref := canon.NewDecoding(nil)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		for _, api := range []canon.API{canon.Chat, canon.Completions} {
 			a, infoA, err := cbr(t, c, api, string(body))
+			r, infoR, errR := cbr(t, ref, api, string(body))
+			if err != errR || a != r || !sameInfo(infoA, infoR) {
+				t.Fatalf("literal fast path differs from decoding every string:\n%q %v\n%q %v", a, err, r, errR)
+			}
 			if err != nil {
 				continue
 			}
@@ -184,7 +230,7 @@ func FuzzCanonicalize(f *testing.F) {
 			if err != nil {
 				continue
 			}
-			r, _, err := cbr(t, c, api, string(re))
+			r, _, err = cbr(t, c, api, string(re))
 			if err != nil || r != a {
 				t.Fatalf("re-encoded body changes the CBR:\n%q\n%q (%v)", a, r, err)
 			}

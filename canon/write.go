@@ -1,6 +1,9 @@
 package canon
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"math/bits"
+)
 
 // The writer batches small pieces into st.out so the sink sees few, large
 // writes; long runs of bytes that need no escaping bypass the buffer.
@@ -157,6 +160,92 @@ func (st *state) writeQuoted(s []byte) {
 		st.write(s[start:])
 	}
 	st.writeByte('"')
+}
+
+// canonicalLiteral reports whether lit, a JSON string literal with its
+// quotes, is already canonString of the string it spells: no raw control
+// byte, and every escape the one canonString would write for its byte
+// (\" \\ \b \f \n \r \t, \u00xx in lowercase hex for the other
+// controls). Any other spelling (\/, \u00e9, uppercase hex) is decoded and
+// re-escaped by the caller instead.
+//
+// Prompts have an escape every few dozen bytes (newlines, quotes), so the
+// scan neither stops nor branches per byte: it takes eight bytes at a time,
+// collects control bytes into one mask tested at the end, and visits the
+// backslashes through their mask bits.
+func canonicalLiteral(lit []byte) bool {
+	if len(lit) < 2 || lit[0] != '"' || lit[len(lit)-1] != '"' {
+		return false
+	}
+	s := lit[1 : len(lit)-1]
+	var ctl uint64
+	next := 0 // the first byte not inside an escape already checked
+	i := 0
+	for ; i+8 <= len(s); i += 8 {
+		x := binary.LittleEndian.Uint64(s[i:])
+		ctl |= (x - 0x20*lsb) &^ x
+		b := x ^ ('\\' * lsb)
+		// Exact as to whether a byte is a backslash, but a borrow can also
+		// mark the byte after one, hence the s[j] test.
+		for m := (b - lsb) &^ b & msb; m != 0; m &= m - 1 {
+			j := i + bits.TrailingZeros64(m)>>3
+			if j < next || s[j] != '\\' {
+				continue
+			}
+			n := canonicalEscape(s[j:])
+			if n == 0 {
+				return false
+			}
+			next = j + n
+		}
+	}
+	for ; i < len(s); i++ {
+		c := s[i]
+		if c < 0x20 {
+			return false
+		}
+		if c != '\\' || i < next {
+			continue
+		}
+		n := canonicalEscape(s[i:])
+		if n == 0 {
+			return false
+		}
+		next = i + n
+	}
+	return ctl&msb == 0
+}
+
+// canonicalEscape returns the length of the escape at the start of e if it
+// is the one canonString writes, else 0.
+func canonicalEscape(e []byte) int {
+	if len(e) < 2 {
+		return 0
+	}
+	switch e[1] {
+	case '"', '\\', 'b', 'f', 'n', 'r', 't':
+		return 2
+	case 'u':
+		if len(e) < 6 || e[2] != '0' || e[3] != '0' || (e[4] != '0' && e[4] != '1') {
+			return 0
+		}
+		d := e[5]
+		var x byte
+		switch {
+		case d >= '0' && d <= '9':
+			x = d - '0'
+		case d >= 'a' && d <= 'f':
+			x = d - 'a' + 10
+		default:
+			return 0
+		}
+		switch x + (e[4]-'0')<<4 {
+		case '\b', '\f', '\n', '\r', '\t':
+			return 0 // canonString has a short form for these
+		}
+		return 6
+	}
+	return 0
 }
 
 // validNumber checks the JSON number grammar; fastjson also accepts forms

@@ -91,8 +91,8 @@ done
 if ((${#missing[@]})); then
 	log "installing from Debian's packages: ${missing[*]}"
 	export DEBIAN_FRONTEND=noninteractive
-	timeout 300 as_root apt-get update -qq || die "apt-get update failed"
-	timeout 600 as_root apt-get install -y -qq wrk nginx haproxy curl >/dev/null || die "apt-get install failed"
+	as_root timeout 300 apt-get update -qq || die "apt-get update failed"
+	as_root timeout 600 apt-get install -y -qq wrk nginx haproxy curl >/dev/null || die "apt-get install failed"
 fi
 export PATH=$PATH:/usr/sbin
 for c in wrk nginx haproxy curl go; do command -v "$c" >/dev/null || die "$c not found"; done

@@ -1,0 +1,12 @@
+package canon
+
+// NewDecoding returns a Canonicalizer that decodes and re-escapes every
+// string, the reference the literal fast path is checked against.
+func NewDecoding(extraExclude []string) *Canonicalizer {
+	c := New(extraExclude)
+	c.decodeStrings = true
+	return c
+}
+
+// CanonicalLiteral exposes canonicalLiteral to the tests.
+var CanonicalLiteral = canonicalLiteral
