@@ -275,9 +275,9 @@ log "smoke test passed: ${BODIES// /,} via ${TARGETS// /,}"
 # ---- measurement helpers -------------------------------------------------------
 hz=$(getconf CLK_TCK)
 
-# proc_ticks PID...: utime+stime (clock ticks) summed over PIDs and their children.
-proc_ticks() {
-	local p all=() s sum=0 rest
+# proc_split PID...: "utime stime" (clock ticks) summed over PIDs and their children.
+proc_split() {
+	local p all=() s ut=0 st=0 rest
 	for p in "$@"; do
 		all+=("$p")
 		for s in $(pgrep -P "$p" 2>/dev/null || true); do all+=("$s"); done
@@ -286,9 +286,15 @@ proc_ticks() {
 		s=$(cat "/proc/$p/stat" 2>/dev/null) || continue
 		rest=${s##*) } # fields after "pid (comm) "; utime, stime are 12th, 13th
 		read -r -a f <<<"$rest"
-		sum=$((sum + f[11] + f[12]))
+		ut=$((ut + f[11])) st=$((st + f[12]))
 	done
-	echo "$sum"
+	echo "$ut $st"
+}
+# proc_ticks PID...: utime+stime (clock ticks) summed over PIDs and their children.
+proc_ticks() {
+	local ut st
+	read -r ut st <<<"$(proc_split "$@")"
+	echo $((ut + st))
 }
 # machine_ticks: "busy total softirq" clock ticks of all CPUs from /proc/stat.
 machine_ticks() {
@@ -318,8 +324,9 @@ run_one() {
 		timeout $((WARMUP + 20)) wrk -t"$THREADS" -c"$CONNS" -d"${WARMUP}s" -s "$here/post.lua" "$u" >/dev/null 2>&1 ||
 			die "warm-up wrk failed: $b via $t"
 	fi
-	local p0 m0 mach0 p1 m1 mach1
-	p0=$([[ -n $ppid ]] && proc_ticks "$ppid" || echo 0)
+	local p0 m0 mach0 p1 m1 mach1 pu0 ps0 pu1 ps1
+	read -r pu0 ps0 <<<"$([[ -n $ppid ]] && proc_split "$ppid" || echo 0 0)"
+	p0=$((pu0 + ps0))
 	m0=$(proc_ticks "$pid_mock")
 	mach0=$(machine_ticks)
 	rc=0
@@ -332,7 +339,8 @@ run_one() {
 	) 2>&1) || rc=$?
 	mach1=$(machine_ticks)
 	m1=$(proc_ticks "$pid_mock")
-	p1=$([[ -n $ppid ]] && proc_ticks "$ppid" || echo 0)
+	read -r pu1 ps1 <<<"$([[ -n $ppid ]] && proc_split "$ppid" || echo 0 0)"
+	p1=$((pu1 + ps1))
 	printf '%s\n' "$out" >"$tmp/raw/$b.$t.$r.txt"
 	((rc == 0)) || { printf '%s\n' "$out" >&2; die "wrk failed (rc $rc): $b via $t"; }
 	local res non2xx wu ws
@@ -346,7 +354,7 @@ run_one() {
 	read -r mb0 mt0 mq0 <<<"$mach0"
 	read -r mb1 mt1 mq1 <<<"$mach1"
 	awk -v b="$b" -v t="$t" -v r="$r" -v n="${kv[requests]}" -v d="${kv[duration_us]}" \
-		-v p50="${kv[p50_us]}" -v p99="${kv[p99_us]}" -v pt=$((p1 - p0)) -v mt=$((m1 - m0)) -v hz="$hz" \
+		-v p50="${kv[p50_us]}" -v p99="${kv[p99_us]}" -v pt=$((p1 - p0)) -v put=$((pu1 - pu0)) -v pst=$((ps1 - ps0)) -v mt=$((m1 - m0)) -v hz="$hz" \
 		-v wcpu="$(awk -v a="$wu" -v b="$ws" 'BEGIN { print a + b }')" -v mb=$((mb1 - mb0)) -v mtot=$((mt1 - mt0)) -v mq=$((mq1 - mq0)) \
 		-v ncpu="$(nproc)" -v non2xx="${non2xx:-0}" -v direct=$([[ $t == direct ]] && echo 1 || echo 0) \
 		-v errs=$((kv[err_connect] + kv[err_read] + kv[err_write] + kv[err_timeout])) '
@@ -356,9 +364,11 @@ run_one() {
 		proxy_us = direct ? "-" : sprintf("%.1f", pt / hz * 1e6 / n)
 		proxy_cores = direct ? "-" : sprintf("%.2f", pt / hz / wall)
 		other = (mb - mq - mt - (direct ? 0 : pt)) / hz / wall - wcpu / wall
-		printf "%s\t%s\t%d\t%d\t%.0f\t%d\t%d\t%s\t%.1f\t%.2f\t%.2f\t%s\t%.2f\t%d\t%d\t%.2f\t%.2f\n",
+		user_us = direct ? "-" : sprintf("%.1f", put / hz * 1e6 / n)
+		sys_us = direct ? "-" : sprintf("%.1f", pst / hz * 1e6 / n)
+		printf "%s\t%s\t%d\t%d\t%.0f\t%d\t%d\t%s\t%.1f\t%.2f\t%.2f\t%s\t%.2f\t%d\t%d\t%.2f\t%.2f\t%s\t%s\n",
 			b, t, r, n, n / secs, p50, p99, proxy_us, mt / hz * 1e6 / n,
-			wcpu / wall, mt / hz / wall, proxy_cores, mb / hz / wall, non2xx, errs, (other < 0 ? 0 : other), mq / hz / wall
+			wcpu / wall, mt / hz / wall, proxy_cores, mb / hz / wall, non2xx, errs, (other < 0 ? 0 : other), mq / hz / wall, user_us, sys_us
 	}' >>"$results"
 	tail -1 "$results" | awk -F'\t' '{ printf "  %-14s %-8s round %d: %8s req/s  p50 %6sus  p99 %6sus  proxy CPU %6s us/req  non-2xx %s errors %s\n", $1, $2, $3, $5, $6, $7, $8, $14, $15 }' >&2
 }
@@ -406,13 +416,14 @@ summary=$tmp/summary.tsv
 : >"$summary"
 for b in $BODIES; do
 	for t in $TARGETS; do
-		printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$b" "$t" \
+		printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$b" "$t" \
 			"$(col "$b" "$t" 5 | median)" "$(col "$b" "$t" 6 | median)" "$(col "$b" "$t" 7 | median)" \
 			"$(col "$b" "$t" 8 | median)" "$(col "$b" "$t" 9 | median)" "$(col "$b" "$t" 10 | median)" \
 			"$(col "$b" "$t" 11 | median)" "$(col "$b" "$t" 12 | median)" "$(col "$b" "$t" 13 | median)" \
 			"$(sumcol "$b" "$t" 14)" "$(sumcol "$b" "$t" 15)" \
 			"$(col "$b" "$t" 5 | sort -g | head -1)" "$(col "$b" "$t" 5 | sort -g | tail -1)" \
-			"$(col "$b" "$t" 16 | median)" "$(col "$b" "$t" 17 | median)" >>"$summary"
+			"$(col "$b" "$t" 16 | median)" "$(col "$b" "$t" 17 | median)" \
+			"$(col "$b" "$t" 18 | median)" "$(col "$b" "$t" 19 | median)" >>"$summary"
 	done
 done
 
@@ -449,16 +460,19 @@ floor_table() {
 	function r(a, b) { return (a == "" || b == "" || a == "nan" || b == "nan" || b == 0) ? "-" : sprintf("%.2f", a / b) }
 	function f(x) { return (x == "" || x == "nan") ? "-" : sprintf("%.1f", x) }
 	function d(a, b) { return (a == "" || b == "" || a == "nan" || b == "nan") ? "-" : sprintf("%+.1f", a - b) }
-	{ rps[$1, $2] = $3; cpu[$1, $2] = $6; order[++n] = $1 }
+	{ rps[$1, $2] = $3; cpu[$1, $2] = $6; usr[$1, $2] = $18; sys[$1, $2] = $19; order[++n] = $1 }
 	END {
-		print "| body | bare/nginx req/s | kvca/nginx req/s | kvca/bare req/s | CPU µs/req nginx / bare / kvca | bare − nginx µs/req | kvca − bare µs/req |"
-		print "|---|---:|---:|---:|---|---:|---:|"
+		print "| body | bare/nginx req/s | kvca/nginx req/s | kvca/bare req/s | CPU µs/req nginx / bare / kvca | user µs/req nginx / bare / kvca | system µs/req nginx / bare / kvca | bare − nginx µs/req | kvca − bare µs/req |"
+		print "|---|---:|---:|---:|---|---|---|---:|---:|"
 		for (i = 1; i <= n; i++) {
 			b = order[i]; if (done[b]++) continue
 			if (rps[b, "bare"] == "" || rps[b, "nginx"] == "" || rps[b, "kvca"] == "") continue
-			printf "| %s | %s | %s | %s | %s / %s / %s | %s | %s |\n", b, r(rps[b, "bare"], rps[b, "nginx"]),
+			printf "| %s | %s | %s | %s | %s / %s / %s | %s / %s / %s | %s / %s / %s | %s | %s |\n", b, r(rps[b, "bare"], rps[b, "nginx"]),
 				r(rps[b, "kvca"], rps[b, "nginx"]), r(rps[b, "kvca"], rps[b, "bare"]),
-				f(cpu[b, "nginx"]), f(cpu[b, "bare"]), f(cpu[b, "kvca"]), d(cpu[b, "bare"], cpu[b, "nginx"]), d(cpu[b, "kvca"], cpu[b, "bare"])
+				f(cpu[b, "nginx"]), f(cpu[b, "bare"]), f(cpu[b, "kvca"]),
+				f(usr[b, "nginx"]), f(usr[b, "bare"]), f(usr[b, "kvca"]),
+				f(sys[b, "nginx"]), f(sys[b, "bare"]), f(sys[b, "kvca"]),
+				d(cpu[b, "bare"], cpu[b, "nginx"]), d(cpu[b, "kvca"], cpu[b, "bare"])
 		}
 	}' "$summary"
 }
@@ -547,8 +561,8 @@ if [[ $OUT != "-" ]]; then
 		echo
 		echo "<details><summary>Every run</summary>"
 		echo
-		echo "| body | target | round | requests | req/s | p50 µs | p99 µs | proxy CPU µs/req | mock CPU µs/req | wrk cores | mock cores | proxy cores | machine cores | non-2xx | errors | other cores | irq cores |"
-		echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+		echo "| body | target | round | requests | req/s | p50 µs | p99 µs | proxy CPU µs/req | mock CPU µs/req | wrk cores | mock cores | proxy cores | machine cores | non-2xx | errors | other cores | irq cores | proxy user µs/req | proxy system µs/req |"
+		echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 		tail -n +2 "$results" | awk -F'\t' '{ s = "|"; for (i = 1; i <= NF; i++) s = s " " $i " |"; print s }'
 		echo
 		echo "</details>"
