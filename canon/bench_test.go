@@ -43,8 +43,21 @@ func BenchmarkCanonChainNoSession(b *testing.B) {
 	benchCanonChain(b, canon.NewWithOptions(nil, canon.Options{NoSession: true}), false)
 }
 
+// BenchmarkCanonChainMemo is BenchmarkCanonChainNoSession with a
+// chain.Memo, as kvca serve runs it, on bodies it has seen before: every
+// string of 1 KB or more is compared with the remembered one instead of
+// being canonicalised and hashed again.
+func BenchmarkCanonChainMemo(b *testing.B) {
+	benchCanonChainWith(b, canon.NewWithOptions(nil, canon.Options{NoSession: true}), true, chain.NewMemo(64<<20))
+}
+
 func benchCanonChain(b *testing.B, c *canon.Canonicalizer, turn40 bool) {
+	benchCanonChainWith(b, c, turn40, nil)
+}
+
+func benchCanonChainWith(b *testing.B, c *canon.Canonicalizer, turn40 bool, m *chain.Memo) {
 	h := chain.NewHasher(chain.RandomKey(), 256)
+	h.UseMemo(m)
 	run := func(b *testing.B, body []byte) {
 		var info canon.Info
 		b.SetBytes(int64(len(body)))

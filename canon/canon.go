@@ -71,6 +71,18 @@ type Sink interface {
 	Write(p []byte)
 }
 
+// LiteralSink is a Sink that may already know what the CBR of a long
+// string does to it (chain.Hasher with a chain.Memo). Before writing the
+// CBR of a string, the Canonicalizer offers the string's JSON literal to
+// SkipLiteral; if that returns true, the sink has advanced as if the CBR
+// (of the returned length) had been written. Otherwise the CBR is written
+// and WroteLiteral follows with the same literal and the CBR's length.
+type LiteralSink interface {
+	Sink
+	SkipLiteral(lit []byte) (int, bool)
+	WroteLiteral(lit []byte, cbrLen int)
+}
+
 // Info is what routing needs to know about a request besides its chain.
 // The zero value is ready; Model is reused across requests.
 type Info struct {
@@ -204,6 +216,7 @@ type state struct {
 	out           [4096]byte
 	n             int
 	sink          Sink
+	lsink         LiteralSink // sink, if it is one; nil otherwise
 	total         int
 	// FNV-1a over the first sessionBytes written while hashing is on, for
 	// Info.Session; never on without session.
@@ -229,7 +242,7 @@ func (c *Canonicalizer) Canonicalize(api API, body []byte, sink Sink, info *Info
 		st = &state{}
 	}
 	err := c.run(st, api, body, sink, info)
-	st.sink = nil
+	st.sink, st.lsink = nil, nil
 	st.members = st.members[:0]
 	c.pool.Put(st)
 	return err
@@ -242,6 +255,7 @@ func (c *Canonicalizer) run(st *state, api API, body []byte, sink Sink, info *In
 	info.Messages = 0
 	info.CBRLen = 0
 	st.sink = sink
+	st.lsink, _ = sink.(LiteralSink)
 	st.n = 0
 	st.total = 0
 	st.hashing = false
@@ -526,10 +540,19 @@ func (st *state) value(v *fastjson.Value) error {
 	lit := st.lit
 	switch {
 	case lit[0] == '"':
-		if !st.decodeStrings && canonicalLiteral(lit) {
-			st.write(lit)
+		if st.lsink != nil && len(lit) >= minSkipLiteral && !st.hashing {
+			// The session hash needs the bytes; nothing else does.
+			st.flush()
+			if n, ok := st.lsink.SkipLiteral(lit); ok {
+				st.total += n
+			} else {
+				start := st.total
+				st.writeStringValue(v, lit)
+				st.flush()
+				st.lsink.WroteLiteral(lit, st.total-start)
+			}
 		} else {
-			st.writeQuoted(v.GetStringBytes())
+			st.writeStringValue(v, lit)
 		}
 		if cap(st.lit) > maxKeptLiteral {
 			st.lit = nil // one huge prompt must not pin its size in the pool
@@ -544,6 +567,19 @@ func (st *state) value(v *fastjson.Value) error {
 	}
 	return nil
 }
+
+// writeStringValue writes canonString of v, whose literal is lit.
+func (st *state) writeStringValue(v *fastjson.Value, lit []byte) {
+	if !st.decodeStrings && canonicalLiteral(lit) {
+		st.write(lit)
+	} else {
+		st.writeQuoted(v.GetStringBytes())
+	}
+}
+
+// minSkipLiteral: shorter strings are not offered to a LiteralSink, whose
+// lookup would cost about what it saves (chain.MemoMinLiteral).
+const minSkipLiteral = 1 << 10
 
 // maxKeptLiteral bounds the literal scratch a pooled state keeps.
 const maxKeptLiteral = 1 << 20

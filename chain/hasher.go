@@ -64,6 +64,13 @@ type Hasher struct {
 	buf   []byte // LE64(prev) followed by the block being filled
 	n     int    // bytes of the current block in buf[8:]
 	Chain []uint64
+
+	memo *Memo
+	// A SkipLiteral that missed: what WroteLiteral needs to record.
+	pending    bool
+	pendFP     uint64
+	pendChain  int
+	pendBefore []byte
 }
 
 // NewHasher returns a Hasher for a block size accepted by CheckBlockSize.
@@ -79,6 +86,7 @@ func (h *Hasher) Reset() {
 	h.n = 0
 	h.Chain = h.Chain[:0]
 	clear(h.buf[:8])
+	h.pending = false
 }
 
 // BlockSize returns the block size in bytes.

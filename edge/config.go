@@ -22,9 +22,12 @@ type Config struct {
 	AdminListen string
 	Backends    []string
 
-	BlockSize    int
-	TTL          time.Duration
-	MaxBlocks    int
+	BlockSize int
+	TTL       time.Duration
+	MaxBlocks int
+	// CBRMemoBytes bounds the memo of long strings already canonicalised
+	// and hashed (chain.Memo); 0 turns it off.
+	CBRMemoBytes int
 	HashKey      string // 32 hex digits; empty draws a random key
 	Policy       string
 	ActiveWeight int
@@ -90,6 +93,7 @@ func DefaultConfig() Config {
 		BlockSize:             256,
 		TTL:                   10 * time.Minute,
 		MaxBlocks:             4 << 20,
+		CBRMemoBytes:          64 << 20,
 		Policy:                sched.DefaultPolicy,
 		ActiveWeight:          4,
 		MaxBodyBytes:          8 << 20,
@@ -188,6 +192,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxBlocks <= 0 {
 		return fmt.Errorf("--max-blocks must be positive, got %d", c.MaxBlocks)
+	}
+	if c.CBRMemoBytes < 0 {
+		return fmt.Errorf("--cbr-memo-bytes must be 0 (off) or positive, got %d", c.CBRMemoBytes)
 	}
 	if c.HashKey != "" {
 		if _, err := chain.ParseKey(c.HashKey); err != nil {

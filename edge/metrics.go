@@ -57,7 +57,7 @@ type backendMetrics struct {
 
 var badReasons = []string{"malformed_json", "not_object", "bad_messages", "bad_prompt", "too_large", "other"}
 
-func newServerMetrics(s *sched.Scheduler, table *chain.Table) *serverMetrics {
+func newServerMetrics(s *sched.Scheduler, table *chain.Table, memo *chain.Memo) *serverMetrics {
 	set := metrics.NewSet()
 	m := &serverMetrics{set: set, bad: map[string]*metrics.Counter{}}
 	phases := [numPhases + 1]string{"bootstrap", "followup", "fallback", "none"}
@@ -93,6 +93,13 @@ func newServerMetrics(s *sched.Scheduler, table *chain.Table) *serverMetrics {
 		metrics.WriteGaugeUint64(w, `kvca_table_locations`, uint64(st.Locations))
 		metrics.WriteGaugeUint64(w, `kvca_table_capacity_blocks`, uint64(st.Capacity))
 		metrics.WriteCounterUint64(w, `kvca_table_vacuum_runs_total`, st.VacuumRuns)
+		if memo != nil {
+			ms := memo.Stats()
+			metrics.WriteCounterUint64(w, `kvca_cbr_memo_lookups_total{result="hit"}`, ms.Hits)
+			metrics.WriteCounterUint64(w, `kvca_cbr_memo_lookups_total{result="miss"}`, ms.Misses)
+			metrics.WriteGaugeUint64(w, `kvca_cbr_memo_literals`, uint64(ms.Literals))
+			metrics.WriteGaugeUint64(w, `kvca_cbr_memo_bytes`, uint64(ms.Bytes))
+		}
 	})
 	return m
 }

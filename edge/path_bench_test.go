@@ -2,6 +2,7 @@ package edge
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/kvca/kvca/canon"
@@ -86,5 +87,42 @@ func TestRoutePathNoAllocs(t *testing.T) {
 				t.Errorf("%s/%s: %v allocs per request", policy, names[i], n)
 			}
 		}
+	}
+}
+
+// TestMemoInThePath: a repeated long prompt is looked up in the server's
+// memo, and the chain routed on is the one computed without the memo.
+func TestMemoInThePath(t *testing.T) {
+	s := newOfflineServer(t, "kvca")
+	off := DefaultConfig()
+	off.Backends = s.cfg.Backends
+	off.CBRMemoBytes = 0
+	plain, err := New(off)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain.key = s.key
+	_, bs := pathBodies()
+	for pass := range 3 {
+		for i, body := range bs {
+			c, p := s.getCall(), plain.getCall()
+			if err := s.plan(c, canon.Chat, body); err != nil {
+				t.Fatal(err)
+			}
+			if err := plain.plan(p, canon.Chat, body); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(c.req.Chain, p.req.Chain) || len(c.req.Chain) == 0 {
+				t.Fatalf("pass %d body %d: chain with the memo differs", pass, i)
+			}
+			s.putCall(c)
+			plain.putCall(p)
+		}
+	}
+	if st := s.memo.Stats(); st.Hits == 0 || st.Literals == 0 {
+		t.Fatalf("memo not used: %+v", st)
+	}
+	if plain.memo != nil {
+		t.Fatal("--cbr-memo-bytes 0 still made a memo")
 	}
 }

@@ -43,6 +43,7 @@ func (s *Server) getCall() *call {
 	c, _ := s.calls.Get().(*call)
 	if c == nil {
 		c = &call{s: s, h: chain.NewHasher(s.key, s.cfg.BlockSize)}
+		c.h.UseMemo(s.memo)
 		c.rel.c = c
 	}
 	return c

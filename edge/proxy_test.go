@@ -257,7 +257,10 @@ func TestTooLarge(t *testing.T) {
 func TestAbandonedStreamsReleaseLoad(t *testing.T) {
 	b := newTestBackend(t, "a")
 	b.gate = make(chan struct{})
-	b.events = 5
+	// Enough events that writes to a gone client must fail: the first
+	// write after the client's close still succeeds (its RST is on the way),
+	// and a stream that ends within it would look complete.
+	b.events = 100
 	s := startProxy(t, nil, b)
 	var wg sync.WaitGroup
 	for i := 0; i < 8; i++ {

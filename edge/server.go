@@ -25,6 +25,7 @@ type Server struct {
 	cfg   Config
 	key   chain.Key
 	canon *canon.Canonicalizer
+	memo  *chain.Memo // nil when --cbr-memo-bytes is 0
 	table *chain.Table
 	sched *sched.Scheduler
 	ups   []*upstream
@@ -121,6 +122,7 @@ func New(cfg Config) (*Server, error) {
 		cfg:         cfg,
 		key:         key,
 		canon:       canon.NewWithOptions(cfg.CBRExclude, canon.Options{NoSession: !usesSession(cfg.Policy)}),
+		memo:        chain.NewMemo(cfg.CBRMemoBytes),
 		table:       table,
 		sched:       sc,
 		log:         log,
@@ -130,7 +132,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.AccessLog {
 		s.access = log
 	}
-	s.m = newServerMetrics(sc, table)
+	s.m = newServerMetrics(sc, table, s.memo)
 	upTLS, err := upstreamTLS(&cfg)
 	if err != nil {
 		return nil, err
