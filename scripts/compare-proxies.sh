@@ -35,6 +35,7 @@
 #                     P-256 certificate from openssl; wrk speaks HTTPS with
 #                     keep-alive); the backend stays plain HTTP. The report
 #                     goes to bench/results/proxies-tls.md unless OUT is set.
+#   KVCA_ARGS []      extra arguments to kvca serve (e.g. "--cbr-memo-bytes 0")
 #   KVCA_REF []       empty: build kvca from the working tree into bin/kvca;
 #                     a git ref (HEAD, a tag): build that commit from
 #                     `git archive` in the temp dir (the working tree untouched)
@@ -45,7 +46,7 @@ set -euo pipefail
 
 # ---- command line as given (environment overrides included) ---------------
 cmdline=""
-for v in ROUNDS DURATION WARMUP CONNS THREADS PROXY_CPUS BODIES TARGETS BASE_PORT OUT PROFILE_DIR KEEP_TMP KVCA_REF TLS; do
+for v in ROUNDS DURATION WARMUP CONNS THREADS PROXY_CPUS BODIES TARGETS BASE_PORT OUT PROFILE_DIR KEEP_TMP KVCA_REF KVCA_ARGS TLS; do
 	if [[ -n ${!v+x} ]]; then cmdline+="$v=$(printf '%q' "${!v}") "; fi
 done
 cmdline+="scripts/compare-proxies.sh${*:+ $*}"
@@ -64,6 +65,7 @@ if [[ $TLS == 1 ]]; then OUT=${OUT:-bench/results/proxies-tls.md}; else OUT=${OU
 PROFILE_DIR=${PROFILE_DIR:-}
 KEEP_TMP=${KEEP_TMP:-0}
 KVCA_REF=${KVCA_REF:-}
+KVCA_ARGS=${KVCA_ARGS:-}
 
 log() { printf '[compare %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 die() { printf 'compare-proxies: %s\n' "$*" >&2; exit 1; }
@@ -255,6 +257,8 @@ fi
 kvca_args=(serve --listen "127.0.0.1:$kvca_port" --backend "http://127.0.0.1:$mock_port"
 	--policy kvca --admin-listen "127.0.0.1:$admin_port" --health-interval 0 --log-level warn)
 [[ -n $PROFILE_DIR ]] && kvca_args+=(--pprof)
+# shellcheck disable=SC2206 # word splitting is what KVCA_ARGS is for
+[[ -n $KVCA_ARGS ]] && kvca_args+=($KVCA_ARGS)
 [[ $TLS == 1 ]] && kvca_args+=(--tls-cert "$tmp/tls/cert.pem" --tls-key "$tmp/tls/key.pem")
 log "starting kvca on 127.0.0.1:$kvca_port (GOMAXPROCS $PROXY_CPUS)"
 start kvca env GOMAXPROCS="$PROXY_CPUS" "$tmp/kvca" "${kvca_args[@]}"
@@ -524,7 +528,9 @@ if [[ $OUT != "-" ]]; then
 		echo "- nginx: \`worker_processes $PROXY_CPUS\`, \`proxy_pass\` to an upstream with \`keepalive 64\`, \`proxy_http_version 1.1\`, \`Connection \"\"\`, \`proxy_buffering off\`, request bodies buffered in memory (\`client_body_buffer_size 256k\`, so the 128 KB body never touches disk), \`access_log off\`, \`keepalive_requests\` raised so wrk's connections are never closed ([config](../../scripts/compare/nginx.conf.in))."
 		echo "- HAProxy: \`nbthread $PROXY_CPUS\`, \`http-reuse always\`, keep-alive both sides, no logging ([config](../../scripts/compare/haproxy.cfg.in))."
 		[[ " $TARGETS " != *" bare "* ]] || echo "- bare: the floor, [\`scripts/compare/bareproxy\`](../../scripts/compare/bareproxy/main.go), GOMAXPROCS=$PROXY_CPUS: a fasthttp server with kvca's server options forwarding every request with \`HostClient.Do\` over a keep-alive pool built like kvca's (hop-by-hop headers removed, no body parsing, no metrics, no upstream timeouts). What it costs per request is Go's runtime and fasthttp on this machine; kvca minus bare is kvca's own work (canonicalise, hash, table, scheduler, metrics, streaming relay)."
-		echo "- kvca: \`kvca serve --policy kvca --health-interval 0 --log-level warn\`, GOMAXPROCS=$PROXY_CPUS, one backend; it reads, canonicalises and hashes every body, which nginx and HAProxy do not."
+		memo_note=" Every run repeats one body, so strings of 1 KB or more (the system prompts of the 4k and 128k bodies and the 128k body's turns) are found in the CBR memo after the first requests and compared rather than canonicalised and hashed again; \`KVCA_ARGS=\"--cbr-memo-bytes 0\"\` measures without it."
+		[[ $KVCA_ARGS != *"cbr-memo-bytes 0"* ]] || memo_note=" The CBR memo is off: every string of every body is canonicalised and hashed."
+		echo "- kvca: \`kvca serve --policy kvca --health-interval 0 --log-level warn${KVCA_ARGS:+ $KVCA_ARGS}\`, GOMAXPROCS=$PROXY_CPUS, one backend; it reads, canonicalises and hashes every body, which nginx and HAProxy do not.$memo_note"
 		echo "- Bodies: from \`scripts/compare/genbody\` (deterministic): 1k = system prompt + one user message; 4k = system prompt plus three user turns with two assistant answers; 128k = a ~110 KB system prompt plus three turns. Each is exactly 1024, 4096 or 131072 bytes; \`-stream\` sets \`\"stream\":true\`."
 		[[ $TLS != 1 ]] || echo "- TLS: nginx, HAProxy and kvca terminate TLS 1.2/1.3 with the same throwaway P-256 certificate (openssl); wrk speaks HTTPS over keep-alive connections, so handshakes are rare and the cost measured is record encryption; the backend (and the direct target) stay plain HTTP."
 		echo "- CPU per request: utime+stime of the proxy's processes (nginx master and workers, HAProxy's process, kvca's and the bare forwarder's process) from /proc/PID/stat before and after the measured run, divided by the requests wrk completed."
