@@ -17,7 +17,11 @@ type entry struct {
 type moreLocs struct{ l []uint64 }
 
 type shard struct {
-	mu sync.Mutex
+	// mu is read-locked by lookups and by touches that change nothing (the
+	// location is already this fresh), so the requests of one hot prompt,
+	// which walk the same blocks at the same time, do not queue behind each
+	// other; everything that writes takes it exclusively.
+	mu sync.RWMutex
 	// idx is a linear-probing hash index: 0 is empty, otherwise an entry
 	// index plus one. Its length is a power of two, at most 3/4 full.
 	idx        []int32
@@ -169,6 +173,26 @@ func (sh *shard) moveToFront(i int32) {
 	}
 	sh.unlink(i)
 	sh.linkFront(i)
+}
+
+// current reports whether e already holds b's location of this generation
+// as of now or later, so that a touch would change nothing but LRU order
+// among blocks touched within the same millisecond.
+func (e *entry) current(b int, gen uint32, now int64) bool {
+	ok := func(l uint64) bool {
+		return locBackend(l) == b && locGen(l) == gen&0xff && locTime(l) >= now
+	}
+	if e.loc != 0 && ok(e.loc) {
+		return true
+	}
+	if e.more != nil {
+		for _, l := range e.more.l {
+			if ok(l) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // set creates or refreshes b's location in e. A refresh never moves the

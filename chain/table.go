@@ -87,6 +87,14 @@ type Table struct {
 	now       func() time.Time
 	gens      [MaxBackends]atomic.Uint32
 
+	// recent holds, per slot, the chain (by its last block) and backend
+	// last touched and the millisecond of that touch: the requests of one
+	// hot prompt all learn the same chain, and after the first of them in a
+	// millisecond the others would only rewrite what is there.
+	recent [recentSlots]atomic.Uint64
+	// prefixes keeps each millisecond's Prefix walks (prefix.go).
+	prefixes [prefixSlots]prefixSlot
+
 	evictExpired  atomic.Uint64
 	evictCapacity atomic.Uint64
 	evictReset    atomic.Uint64
@@ -182,8 +190,31 @@ func (t *Table) live(l uint64, now int64) bool {
 // and stale locations met on the way are forgotten on the spot.
 func (t *Table) Lookup(h uint64, now int64) (s Set) {
 	sh := t.shardOf(h)
-	sh.mu.Lock()
+	// Shared first: only an entry with something to forget needs the
+	// exclusive lock.
+	sh.mu.RLock()
 	i, ok := sh.find(h)
+	clean := !ok
+	if ok {
+		e := &sh.ents[i]
+		clean = e.loc != 0 && t.live(e.loc, now)
+		if clean {
+			s.Add(locBackend(e.loc))
+			if e.more != nil {
+				for _, l := range e.more.l {
+					clean = clean && t.live(l, now)
+					s.Add(locBackend(l))
+				}
+			}
+		}
+	}
+	sh.mu.RUnlock()
+	if clean {
+		return s
+	}
+	s = Set{}
+	sh.mu.Lock()
+	i, ok = sh.find(h)
 	if ok {
 		e := &sh.ents[i]
 		if dropped := sh.prune(t, i, now); dropped > 0 {
@@ -222,8 +253,29 @@ func (t *Table) Pin(chain []uint64, b int, now int64) { t.touch(chain, b, now, t
 
 func (t *Table) touch(chain []uint64, b int, now int64, pin bool) {
 	gen := t.gens[b].Load()
+	var slot *atomic.Uint64
+	var mark uint64
+	if !pin && len(chain) > 0 {
+		slot, mark = t.recentSlot(chain[len(chain)-1], b, gen, now)
+		if slot.Load() == mark {
+			return
+		}
+		defer slot.Store(mark)
+	}
+	// A prompt that many requests share is touched by all of them within
+	// the same millisecond, and its blocks need nothing: they are checked
+	// under the shared lock. The first block that does need a write ends
+	// the checking: the rest of the chain was learned with it and most
+	// likely needs writing too.
+	checking := !pin
 	for _, h := range chain {
 		sh := t.shardOf(h)
+		if checking {
+			if t.current(h, b, gen, now) {
+				continue
+			}
+			checking = false
+		}
 		sh.mu.Lock()
 		i, ok := sh.find(h)
 		if !ok {
@@ -237,6 +289,32 @@ func (t *Table) touch(chain []uint64, b int, now int64, pin bool) {
 		sh.moveToFront(i)
 		sh.mu.Unlock()
 	}
+}
+
+const recentSlots = 1024
+
+// recentSlot returns the slot for chain (its last block h) touched by b of
+// generation gen, and the value that records a touch at now. A block hash
+// names its whole prefix, so equal values mean the same chain; the key's
+// high 32 bits (never all zero, which is an empty slot) share the word
+// with the low 32 bits of now.
+func (t *Table) recentSlot(h uint64, b int, gen uint32, now int64) (*atomic.Uint64, uint64) {
+	k := h ^ uint64(b)<<48 ^ uint64(gen&0xff)<<40
+	k ^= k >> 29
+	k *= 0xbf58476d1ce4e5b9
+	k ^= k >> 32
+	return &t.recent[k%recentSlots], (k|1<<32)&^0xffffffff | uint64(uint32(now))
+}
+
+// current reports whether block h already holds b's location of
+// generation gen as of now or later (see entry.current).
+func (t *Table) current(h uint64, b int, gen uint32, now int64) bool {
+	sh := t.shardOf(h)
+	sh.mu.RLock()
+	i, ok := sh.find(h)
+	cur := ok && sh.ents[i].current(b, gen, now)
+	sh.mu.RUnlock()
+	return cur
 }
 
 // Unpin clears the pin of b's locations of chain; it returns how many were
@@ -324,6 +402,10 @@ func (t *Table) evictTail(sh *shard, now int64) {
 // cleared that prefix there), counted as reset evictions; blocks left with
 // no location go. It returns how many locations it dropped.
 func (t *Table) Forget(chain []uint64, b int) int {
+	if len(chain) > 0 {
+		slot, _ := t.recentSlot(chain[len(chain)-1], b, t.gens[b].Load(), 0)
+		slot.Store(0)
+	}
 	n := 0
 	for _, h := range chain {
 		sh := t.shardOf(h)

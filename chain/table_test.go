@@ -279,6 +279,136 @@ func BenchmarkTouchParallel(b *testing.B) {
 	})
 }
 
+// Prefix is the walk it stands for, and a remembered walk is only reused
+// within its millisecond.
+func TestPrefix(t *testing.T) {
+	tb, clk := newTestTable(time.Hour, 1<<12)
+	c := make([]uint64, 5)
+	for i := range c {
+		c[i] = uint64(21+i) * 0x9e3779b97f4a7c15 // block hashes are uniform
+	}
+	walk := func(now int64) (int, Set) {
+		var prev Set
+		n := 0
+		for _, h := range c {
+			l := tb.Lookup(h, now)
+			if l.Empty() {
+				break
+			}
+			prev, n = l, n+1
+		}
+		return n, prev
+	}
+	check := func(what string) {
+		t.Helper()
+		now := tb.Now()
+		gn, gs := tb.Prefix(c, now)
+		wn, ws := walk(now)
+		if gn != wn || gs != ws {
+			t.Fatalf("%s: Prefix = %d %v, walk = %d %v", what, gn, gs, wn, ws)
+		}
+	}
+	check("empty table")
+	clk.add(time.Millisecond)
+	tb.Touch(c[:3], 0, tb.Now())
+	check("three blocks held by 0")
+	clk.add(time.Millisecond)
+	tb.Touch(c, 1, tb.Now())
+	check("all held by 1")
+	if n, s := tb.Prefix(c[:2], tb.Now()); n != 2 || s != set(0, 1) {
+		t.Fatalf("a shorter chain: %d %v", n, s)
+	}
+	// Within one millisecond the remembered walk stands; the next sees
+	// what was learned.
+	now := tb.Now()
+	tb.Forget(c, 1)
+	if n, _ := tb.Prefix(c, now); n != 5 {
+		t.Fatalf("within the millisecond: %d", n)
+	}
+	clk.add(time.Millisecond)
+	check("after Forget")
+}
+
+func TestPrefixConcurrent(t *testing.T) {
+	tb := NewTable(Config{TTL: time.Minute, MaxBlocks: 1 << 16})
+	c := make([]uint64, 64)
+	for i := range c {
+		c[i] = uint64(i+1) * 0x9e3779b97f4a7c15
+	}
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 2000 {
+				now := tb.Now()
+				if g%2 == 0 {
+					tb.Touch(c[:1+i%len(c)], g, now)
+					continue
+				}
+				if n, s := tb.Prefix(c, now); n > 0 && s.Empty() {
+					t.Error("a prefix without holders")
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// A repeated touch within the same millisecond is skipped, but never one
+// that would change something: another backend, a forgotten chain, a reset
+// backend, a pin.
+func TestRepeatedTouchSkipsOnlyNoOps(t *testing.T) {
+	tb, _ := newTestTable(time.Hour, 1<<12)
+	c := []uint64{11, 12, 13}
+	now := tb.Now()
+	tb.Touch(c, 0, now)
+	tb.Touch(c, 0, now) // skipped: nothing to change
+	tb.Touch(c, 1, now)
+	if got := tb.Lookup(13, now); got != set(0, 1) {
+		t.Fatalf("after touches by 0 and 1: %v", got)
+	}
+	tb.Forget(c, 1)
+	tb.Touch(c, 1, now)
+	if got := tb.Lookup(13, now); got != set(0, 1) {
+		t.Fatalf("a touch right after Forget was skipped: %v", got)
+	}
+	tb.Reset(0)
+	tb.Touch(c, 0, now)
+	if got := tb.Lookup(12, now); got != set(0, 1) {
+		t.Fatalf("a touch right after Reset was skipped: %v", got)
+	}
+	tb.Pin(c, 0, now)
+	if n := tb.Unpin(c, 0); n != len(c) {
+		t.Fatalf("pin after a touch in the same millisecond: %d blocks pinned", n)
+	}
+}
+
+// BenchmarkHotChainParallel is what concurrent requests carrying one long
+// prompt do to the table: every goroutine walks the same 512-block (128 KB)
+// chain as routing does (Prefix), then touches it as learning does, so
+// both cores meet on the same shards at the same time.
+func BenchmarkHotChainParallel(b *testing.B) {
+	tb := NewTable(Config{TTL: time.Minute, MaxBlocks: 4 << 20})
+	hot := make([]uint64, 512)
+	for i := range hot {
+		hot[i] = uint64(i+1) * 0x9e3779b97f4a7c15
+	}
+	tb.Touch(hot, 0, tb.Now())
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			now := tb.Now()
+			if n, _ := tb.Prefix(hot, now); n != len(hot) {
+				panic("hot chain lost")
+			}
+			tb.Touch(hot, 0, now)
+		}
+	})
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(hot)), "ns/block")
+}
+
 // BenchmarkMemoryPerBlock reports heap bytes per tracked block with one
 // location each (target: at most 64).
 func BenchmarkMemoryPerBlock(b *testing.B) {

@@ -64,16 +64,7 @@ func (kvcaPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 // least-loaded eligible holder of the block before it (the replicas of the
 // longest known prefix); false if there is none.
 func phase2(s *Scheduler, r *Request, elig chain.Set, d *Decision) bool {
-	var prev chain.Set
-	div := 0
-	for _, h := range r.Chain {
-		locs := s.Table.Lookup(h, r.Now)
-		if locs.Empty() {
-			break
-		}
-		prev = locs
-		div++
-	}
+	div, prev := s.Table.Prefix(r.Chain, r.Now)
 	if div == 0 {
 		return false
 	}

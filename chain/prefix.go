@@ -1,0 +1,83 @@
+package chain
+
+import "sync/atomic"
+
+// Prefix walks chain from its first block and returns how many leading
+// blocks have a live location (the walk stops at the first that has none)
+// and the backends holding the last of them: the longest known prefix of
+// a follow-up and its replicas.
+//
+// The walk of a long prompt is hundreds of lookups, and concurrent
+// requests carrying the same prompt walk the same blocks at once. Each
+// result is kept for the millisecond it was computed in, in a slot chosen
+// by the chain's last block (which names the whole chain), and the other
+// requests of that millisecond read it without taking any lock. A
+// location learned within that millisecond is seen from the next one.
+func (t *Table) Prefix(chain []uint64, now int64) (int, Set) {
+	if len(chain) == 0 {
+		return 0, Set{}
+	}
+	last := chain[len(chain)-1]
+	sl := &t.prefixes[(last>>20)%prefixSlots]
+	if n, s, ok := sl.read(last, len(chain), now); ok {
+		return n, s
+	}
+	var prev Set
+	n := 0
+	for _, h := range chain {
+		locs := t.Lookup(h, now)
+		if locs.Empty() {
+			break
+		}
+		prev = locs
+		n++
+	}
+	sl.write(last, len(chain), now, n, prev)
+	return n, prev
+}
+
+const prefixSlots = 256
+
+// prefixSlot is a seqlock: seq is odd while a writer fills the slot, and a
+// reader that saw it change discards what it read. Every field is atomic,
+// so readers never write and never wait.
+type prefixSlot struct {
+	seq  atomic.Uint64
+	last atomic.Uint64
+	len  atomic.Int64
+	at   atomic.Int64
+	n    atomic.Int64
+	set  [4]atomic.Uint64
+	_    [48]byte // one slot per pair of cache lines: writers of neighbours do not disturb readers
+}
+
+func (sl *prefixSlot) read(last uint64, length int, now int64) (int, Set, bool) {
+	seq := sl.seq.Load()
+	if seq&1 != 0 || sl.last.Load() != last || sl.len.Load() != int64(length) || sl.at.Load() != now {
+		return 0, Set{}, false
+	}
+	n := int(sl.n.Load())
+	var s Set
+	for i := range s {
+		s[i] = sl.set[i].Load()
+	}
+	if sl.seq.Load() != seq {
+		return 0, Set{}, false
+	}
+	return n, s, true
+}
+
+func (sl *prefixSlot) write(last uint64, length int, now int64, n int, s Set) {
+	seq := sl.seq.Load()
+	if seq&1 != 0 || !sl.seq.CompareAndSwap(seq, seq+1) {
+		return // another writer is at it; its result is as good
+	}
+	sl.last.Store(last)
+	sl.len.Store(int64(length))
+	sl.at.Store(now)
+	sl.n.Store(int64(n))
+	for i := range s {
+		sl.set[i].Store(s[i])
+	}
+	sl.seq.Store(seq + 2)
+}
