@@ -81,3 +81,91 @@ func (sl *prefixSlot) write(last uint64, length int, now int64, n int, s Set) {
 	}
 	sl.seq.Store(seq + 2)
 }
+
+// Matches sets dst[b], for every backend b holding the chain's first
+// block, to the number of leading blocks b holds (the walk ends where no
+// backend holds all blocks so far), and returns those backends; other
+// entries of dst are left alone. Like Prefix, each result is kept for the
+// millisecond it was computed in, if at most matchPairs backends hold the
+// first block.
+func (t *Table) Matches(chain []uint64, now int64, dst *[MaxBackends]int32) Set {
+	if len(chain) == 0 {
+		return Set{}
+	}
+	last := chain[len(chain)-1]
+	sl := &t.matches[(last>>20)%prefixSlots]
+	if held, ok := sl.read(last, len(chain), now, dst); ok {
+		return held
+	}
+	var held, cur Set
+	for i, h := range chain {
+		locs := t.Lookup(h, now)
+		if i == 0 {
+			held, cur = locs, locs
+		} else {
+			cur.And(&locs)
+		}
+		if cur.Empty() {
+			break
+		}
+		n := int32(i + 1)
+		cur.Each(func(b int) { dst[b] = n })
+	}
+	sl.write(last, len(chain), now, held, dst)
+	return held
+}
+
+const matchPairs = 8
+
+// matchSlot is Matches' seqlock slot: up to matchPairs (backend, blocks)
+// pairs, each packed in one word.
+type matchSlot struct {
+	seq   atomic.Uint64
+	last  atomic.Uint64
+	len   atomic.Int64
+	at    atomic.Int64
+	cnt   atomic.Int64
+	pairs [matchPairs]atomic.Uint64
+}
+
+func (sl *matchSlot) read(last uint64, length int, now int64, dst *[MaxBackends]int32) (Set, bool) {
+	seq := sl.seq.Load()
+	if seq&1 != 0 || sl.last.Load() != last || sl.len.Load() != int64(length) || sl.at.Load() != now {
+		return Set{}, false
+	}
+	cnt := int(sl.cnt.Load())
+	var pairs [matchPairs]uint64
+	for i := range cnt {
+		pairs[i] = sl.pairs[i].Load()
+	}
+	if sl.seq.Load() != seq {
+		return Set{}, false
+	}
+	var held Set
+	for _, p := range pairs[:cnt] {
+		b := int(p >> 32)
+		held.Add(b)
+		dst[b] = int32(uint32(p))
+	}
+	return held, true
+}
+
+func (sl *matchSlot) write(last uint64, length int, now int64, held Set, dst *[MaxBackends]int32) {
+	if held.Len() > matchPairs {
+		return
+	}
+	seq := sl.seq.Load()
+	if seq&1 != 0 || !sl.seq.CompareAndSwap(seq, seq+1) {
+		return
+	}
+	sl.last.Store(last)
+	sl.len.Store(int64(length))
+	sl.at.Store(now)
+	cnt := 0
+	held.Each(func(b int) {
+		sl.pairs[cnt].Store(uint64(b)<<32 | uint64(uint32(dst[b])))
+		cnt++
+	})
+	sl.cnt.Store(int64(cnt))
+	sl.seq.Store(seq + 2)
+}

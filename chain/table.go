@@ -94,6 +94,7 @@ type Table struct {
 	recent [recentSlots]atomic.Uint64
 	// prefixes keeps each millisecond's Prefix walks (prefix.go).
 	prefixes [prefixSlots]prefixSlot
+	matches  [prefixSlots]matchSlot
 
 	evictExpired  atomic.Uint64
 	evictCapacity atomic.Uint64

@@ -299,6 +299,19 @@ func TestPrefix(t *testing.T) {
 		}
 		return n, prev
 	}
+	// matchWalk is what Matches stands for: per backend, the leading
+	// blocks it holds.
+	matchWalk := func(now int64) (m [MaxBackends]int32) {
+		for b := range 4 {
+			for _, h := range c {
+				if !tb.Lookup(h, now).Has(b) {
+					break
+				}
+				m[b]++
+			}
+		}
+		return m
+	}
 	check := func(what string) {
 		t.Helper()
 		now := tb.Now()
@@ -307,11 +320,27 @@ func TestPrefix(t *testing.T) {
 		if gn != wn || gs != ws {
 			t.Fatalf("%s: Prefix = %d %v, walk = %d %v", what, gn, gs, wn, ws)
 		}
+		want := matchWalk(now)
+		for range 2 { // computed, then remembered
+			var got [MaxBackends]int32
+			held := tb.Matches(c, now, &got)
+			if got != want {
+				t.Fatalf("%s: Matches = %v, walk = %v", what, got[:4], want[:4])
+			}
+			for b := range 4 {
+				if held.Has(b) != (want[b] > 0) {
+					t.Fatalf("%s: Matches holders %v, walk %v", what, held, want[:4])
+				}
+			}
+		}
 	}
 	check("empty table")
 	clk.add(time.Millisecond)
 	tb.Touch(c[:3], 0, tb.Now())
 	check("three blocks held by 0")
+	clk.add(time.Millisecond)
+	tb.Touch(c[:1], 2, tb.Now())
+	check("and the first by 2")
 	clk.add(time.Millisecond)
 	tb.Touch(c, 1, tb.Now())
 	check("all held by 1")
@@ -350,6 +379,13 @@ func TestPrefixConcurrent(t *testing.T) {
 					t.Error("a prefix without holders")
 					return
 				}
+				var m [MaxBackends]int32
+				held := tb.Matches(c, now, &m)
+				held.Each(func(b int) {
+					if m[b] <= 0 || int(m[b]) > len(c) {
+						t.Errorf("backend %d matches %d blocks", b, m[b])
+					}
+				})
 			}
 		}()
 	}

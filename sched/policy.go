@@ -124,18 +124,16 @@ func (costPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 // prefixMatch sets match[b] to the number of leading blocks of the chain
 // that b holds, for b in elig, and returns the longest.
 func prefixMatch(s *Scheduler, r *Request, elig chain.Set, match *[chain.MaxBackends]int32) int {
-	cur := elig
-	best := 0
-	for i, h := range r.Chain {
-		locs := s.Table.Lookup(h, r.Now)
-		cur.And(&locs)
-		if cur.Empty() {
-			break
+	held := s.Table.Matches(r.Chain, r.Now, match)
+	best := int32(0)
+	held.Each(func(b int) {
+		if !elig.Has(b) {
+			match[b] = 0
+			return
 		}
-		cur.Each(func(b int) { match[b] = int32(i + 1) })
-		best = i + 1
-	}
-	return best
+		best = max(best, match[b])
+	})
+	return int(best)
 }
 
 // matchOf is the cached prefix of one chosen backend, so baselines report
