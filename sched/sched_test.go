@@ -289,20 +289,36 @@ func TestExcludeAndAllowed(t *testing.T) {
 	res.ReleaseActive()
 }
 
+// BenchmarkPickFollowup routes a 64-block follow-up. "walk" gives every
+// request its own millisecond, so the table is walked block by block each
+// time; "same-ms" is concurrent traffic of one prompt, which reuses the
+// walk the table remembers for the millisecond (chain.Table.Prefix).
 func BenchmarkPickFollowup(b *testing.B) {
 	for _, policy := range []string{"kvca", "cost", "kvca-cost"} {
-		b.Run(policy, func(b *testing.B) {
-			s := newSched(b, 8, policy)
-			c := chainOf(0, 64)
-			s.Table.Touch(c[:60], 3, s.Table.Now())
-			r := &Request{Chain: c, Followup: true, Now: s.Table.Now()}
-			var d Decision
-			var res Reservation
-			b.ReportAllocs()
-			for b.Loop() {
-				s.Route(r, &d, &res)
-				res.ReleaseActive()
+		for _, walk := range []bool{true, false} {
+			name := policy + "/same-ms"
+			if walk {
+				name = policy + "/walk"
 			}
-		})
+			b.Run(name, func(b *testing.B) {
+				s := newSched(b, 8, policy)
+				c := chainOf(0, 64)
+				now := s.Table.Now()
+				s.Table.Touch(c[:60], 3, now)
+				r := &Request{Chain: c, Followup: true, Now: now}
+				var d Decision
+				var res Reservation
+				b.ReportAllocs()
+				for i := 0; b.Loop(); i++ {
+					if walk {
+						// Alternate two milliseconds: the remembered walk is
+						// always the other one's.
+						r.Now = now + int64(i&1)
+					}
+					s.Route(r, &d, &res)
+					res.ReleaseActive()
+				}
+			})
+		}
 	}
 }
