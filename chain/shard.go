@@ -179,15 +179,19 @@ func (sh *shard) moveToFront(i int32) {
 // as of now or later, so that a touch would change nothing but LRU order
 // among blocks touched within the same millisecond.
 func (e *entry) current(b int, gen uint32, now int64) bool {
-	ok := func(l uint64) bool {
+	return e.anyLoc(func(l uint64) bool {
 		return locBackend(l) == b && locGen(l) == gen&0xff && locTime(l) >= now
-	}
-	if e.loc != 0 && ok(e.loc) {
+	})
+}
+
+// anyLoc reports whether f holds for one of e's locations.
+func (e *entry) anyLoc(f func(uint64) bool) bool {
+	if e.loc != 0 && f(e.loc) {
 		return true
 	}
 	if e.more != nil {
 		for _, l := range e.more.l {
-			if ok(l) {
+			if f(l) {
 				return true
 			}
 		}
@@ -272,19 +276,7 @@ func (sh *shard) filter(i int32, keep func(uint64) bool) int {
 	return dropped
 }
 
-func (sh *shard) hasPin(e *entry) bool {
-	if locIsPinned(e.loc) {
-		return true
-	}
-	if e.more != nil {
-		for _, l := range e.more.l {
-			if locIsPinned(l) {
-				return true
-			}
-		}
-	}
-	return false
-}
+func (sh *shard) hasPin(e *entry) bool { return e.anyLoc(locIsPinned) }
 
 // newest returns the latest access among e's locations, for the vacuum's
 // deadline; pinned-only entries report -1 (no deadline).
