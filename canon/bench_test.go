@@ -45,7 +45,7 @@ func BenchmarkCanonChainNoSession(b *testing.B) {
 
 // BenchmarkCanonChainMemo is BenchmarkCanonChainNoSession with a
 // chain.Memo, as kvca serve runs it, on bodies it has seen before: every
-// string of 1 KB or more is compared with the remembered one instead of
+// string of 256 bytes or more is compared with the remembered one instead of
 // being canonicalised and hashed again.
 func BenchmarkCanonChainMemo(b *testing.B) {
 	benchCanonChainWith(b, canon.NewWithOptions(nil, canon.Options{NoSession: true}), true, chain.NewMemo(64<<20))

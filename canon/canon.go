@@ -579,7 +579,7 @@ func (st *state) writeStringValue(v *fastjson.Value, lit []byte) {
 
 // minSkipLiteral: shorter strings are not offered to a LiteralSink, whose
 // lookup would cost about what it saves (chain.MemoMinLiteral).
-const minSkipLiteral = 1 << 10
+const minSkipLiteral = 256
 
 // maxKeptLiteral bounds the literal scratch a pooled state keeps.
 const maxKeptLiteral = 1 << 20

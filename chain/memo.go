@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"hash/maphash"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 )
@@ -20,34 +21,48 @@ import (
 // miss would. A string is admitted the second time it is seen: prompts that
 // never repeat cost no memory and allocate nothing. Memory is bounded by
 // evicting the oldest entries. Safe for concurrent use.
+//
+// Lookups take no lock and write nothing shared but a striped counter: an
+// entry lives in a slot of a direct-mapped table chosen by its
+// fingerprint (or the other slot of its pair), read with atomic loads, because the requests of one hot
+// prompt look up the same strings on every core at once. Only storing and
+// evicting, which happen at most once per string and fingerprint slot,
+// take the mutex.
 type Memo struct {
-	seed   maphash.Seed
-	max    int // bytes per shard
-	seen   [memoSeen]atomic.Uint64
-	shards [memoShards]memoShard
+	seed  maphash.Seed
+	max   int // bytes
+	slots []atomic.Pointer[memoEntry]
+	mask  uint64
+	seen  [memoSeen]atomic.Uint64
+	stats [memoStripes]memoCounts
+
+	mu    sync.Mutex
+	fifo  []*memoEntry // stored order, oldest first
+	bytes int
+	live  int
+	seq   uint64
 }
 
 // MemoMinLiteral is the shortest literal worth remembering: below it the
 // lookup costs about as much as the work it saves.
-const MemoMinLiteral = 1 << 10
+const MemoMinLiteral = 256
 
 const (
-	memoShards = 16
-	memoSeen   = 4096
+	memoSeen    = 4096
+	memoStripes = 16
 	// memoOverhead approximates an entry's bookkeeping besides its bytes.
 	memoOverhead = 160
 )
 
-type memoShard struct {
-	mu     sync.Mutex
-	m      map[uint64]*memoEntry
-	fifo   []*memoEntry // insertion order, oldest first
-	bytes  int
-	hits   atomic.Uint64
-	misses atomic.Uint64
+// memoCounts is one stripe of the hit and miss counters, alone on its
+// cache line.
+type memoCounts struct {
+	hits, misses atomic.Uint64
+	_            [48]byte
 }
 
-// memoEntry is immutable once stored.
+// memoEntry is immutable once stored, but for dead, seq and slot, which
+// only the writers (under Memo.mu) use.
 type memoEntry struct {
 	fp     uint64
 	before []byte // LE64(previous hash) || partial block, before the literal
@@ -55,6 +70,9 @@ type memoEntry struct {
 	cbr    int      // CBR bytes the literal stands for
 	hashes []uint64 // blocks completed while writing it
 	after  []byte   // LE64(previous hash) || partial block, after it
+	dead   bool     // no longer in its slot (replaced or evicted)
+	seq    uint64   // store order
+	slot   *atomic.Pointer[memoEntry]
 }
 
 func (e *memoEntry) size() int {
@@ -67,11 +85,9 @@ func NewMemo(maxBytes int) *Memo {
 	if maxBytes <= 0 {
 		return nil
 	}
-	m := &Memo{seed: maphash.MakeSeed(), max: max(maxBytes/memoShards, 1)}
-	for i := range m.shards {
-		m.shards[i].m = make(map[uint64]*memoEntry)
-	}
-	return m
+	// One slot per 256 bytes: two ways of mostly empty slots.
+	n := 1 << bits.Len(uint(max(maxBytes/256, 64)-1))
+	return &Memo{seed: maphash.MakeSeed(), max: maxBytes, slots: make([]atomic.Pointer[memoEntry], n), mask: uint64(n - 1)}
 }
 
 // fingerprint hashes the state and a sample of the literal: its length
@@ -100,19 +116,37 @@ func mix(x uint64) uint64 {
 	return x ^ x>>31
 }
 
-func (m *Memo) shard(fp uint64) *memoShard { return &m.shards[fp%memoShards] }
-
 func (m *Memo) lookup(fp uint64, state, lit []byte) *memoEntry {
-	sh := m.shard(fp)
-	sh.mu.Lock()
-	e := sh.m[fp]
-	sh.mu.Unlock()
-	if e == nil || !bytes.Equal(e.before, state) || !bytes.Equal(e.lit, lit) {
-		sh.misses.Add(1)
+	st := &m.stats[fp%memoStripes]
+	i := fp & m.mask
+	e := m.slots[i].Load()
+	if e == nil || e.fp != fp {
+		e = m.slots[i^1].Load()
+	}
+	if e == nil || e.fp != fp || !bytes.Equal(e.before, state) || !bytes.Equal(e.lit, lit) {
+		st.misses.Add(1)
 		return nil
 	}
-	sh.hits.Add(1)
+	st.hits.Add(1)
 	return e
+}
+
+// slotFor picks where e goes: the slot of its pair holding the same
+// fingerprint, else an empty one, else the older entry's (two ways, so
+// that two strings meeting in one slot do not evict each other forever).
+// Under m.mu.
+func (m *Memo) slotFor(fp uint64) *atomic.Pointer[memoEntry] {
+	a, b := &m.slots[fp&m.mask], &m.slots[(fp&m.mask)^1]
+	ea, eb := a.Load(), b.Load()
+	switch {
+	case ea != nil && ea.fp == fp, ea == nil && (eb == nil || eb.fp != fp):
+		return a
+	case eb == nil || eb.fp == fp:
+		return b
+	case ea.seq <= eb.seq:
+		return a
+	}
+	return b
 }
 
 // admit reports whether fp was seen before, and marks it seen.
@@ -130,37 +164,45 @@ func (m *Memo) store(e *memoEntry) {
 	if sz > m.max {
 		return
 	}
-	sh := m.shard(e.fp)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if old := sh.m[e.fp]; old != nil {
-		sh.bytes -= old.size()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.seq++
+	e.seq = m.seq
+	e.slot = m.slotFor(e.fp)
+	if old := e.slot.Swap(e); old != nil && !old.dead {
+		old.dead = true
+		m.bytes -= old.size()
+		m.live--
 	}
-	sh.m[e.fp] = e
-	sh.fifo = append(sh.fifo, e)
-	sh.bytes += sz
+	m.fifo = append(m.fifo, e)
+	m.bytes += sz
+	m.live++
 	drop := 0
-	for sh.bytes > m.max && drop < len(sh.fifo) {
-		old := sh.fifo[drop]
+	for m.bytes > m.max && drop < len(m.fifo) {
+		old := m.fifo[drop]
 		drop++
-		if sh.m[old.fp] == old {
-			delete(sh.m, old.fp)
-			sh.bytes -= old.size()
+		if old.dead {
+			continue
 		}
+		old.slot.CompareAndSwap(old, nil)
+		old.dead = true
+		m.bytes -= old.size()
+		m.live--
 	}
 	if drop > 0 {
-		sh.fifo = append(sh.fifo[:0], sh.fifo[drop:]...)
+		clear(m.fifo[:drop])
+		m.fifo = append(m.fifo[:0], m.fifo[drop:]...)
 	}
-	if len(sh.fifo) > 2*len(sh.m)+64 {
+	if len(m.fifo) > 2*m.live+64 {
 		// Replaced entries linger in fifo until their turn; keep it short.
-		live := sh.fifo[:0]
-		for _, e := range sh.fifo {
-			if sh.m[e.fp] == e {
+		live := m.fifo[:0]
+		for _, e := range m.fifo {
+			if !e.dead {
 				live = append(live, e)
 			}
 		}
-		clear(sh.fifo[len(live):])
-		sh.fifo = live
+		clear(m.fifo[len(live):])
+		m.fifo = live
 	}
 }
 
@@ -171,20 +213,18 @@ type MemoStats struct {
 	Hits, Misses uint64 // lookups of literals of MemoMinLiteral or more
 }
 
-// Stats sums the shards; a nil Memo has none.
+// Stats reads the counters; a nil Memo has none.
 func (m *Memo) Stats() MemoStats {
 	var st MemoStats
 	if m == nil {
 		return st
 	}
-	for i := range m.shards {
-		sh := &m.shards[i]
-		sh.mu.Lock()
-		st.Literals += len(sh.m)
-		st.Bytes += sh.bytes
-		sh.mu.Unlock()
-		st.Hits += sh.hits.Load()
-		st.Misses += sh.misses.Load()
+	m.mu.Lock()
+	st.Literals, st.Bytes = m.live, m.bytes
+	m.mu.Unlock()
+	for i := range m.stats {
+		st.Hits += m.stats[i].hits.Load()
+		st.Misses += m.stats[i].misses.Load()
 	}
 	return st
 }

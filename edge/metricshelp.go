@@ -22,7 +22,7 @@ var metricHelp = map[string][2]string{
 	"kvca_table_capacity_blocks":                    {"gauge", "The block table's bound (--max-blocks, rounded up per shard)."},
 	"kvca_table_evictions_total":                    {"counter", "Blocks or locations removed from the table, by reason (expired, capacity, reset)."},
 	"kvca_table_vacuum_runs_total":                  {"counter", "Wake-ups of the deadline-driven vacuum."},
-	"kvca_cbr_memo_lookups_total":                   {"counter", "Strings of 1 KB or more looked up in the CBR memo, by result (hit: compared instead of canonicalised and hashed)."},
+	"kvca_cbr_memo_lookups_total":                   {"counter", "Strings of 256 bytes or more looked up in the CBR memo, by result (hit: compared instead of canonicalised and hashed)."},
 	"kvca_cbr_memo_literals":                        {"gauge", "Strings remembered by the CBR memo (--cbr-memo-bytes)."},
 	"kvca_cbr_memo_bytes":                           {"gauge", "Approximate memory held by the CBR memo."},
 	"kvca_upstream_errors_total":                    {"counter", "Upstream failures by backend and kind (connect, timeout, stream, status, busy: every pooled connection in use)."},

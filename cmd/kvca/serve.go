@@ -30,7 +30,7 @@ func serveFlags() []cli.Flag {
 		&cli.IntFlag{Name: "block-size", Value: d.BlockSize, Usage: "CBR block size in bytes, a positive multiple of 8", EnvVars: env("block-size")},
 		&cli.DurationFlag{Name: "ttl", Value: d.TTL, Usage: "forget a cache location idle longer than this", EnvVars: env("ttl")},
 		&cli.IntFlag{Name: "max-blocks", Value: d.MaxBlocks, Usage: "hard bound on tracked blocks (≈60 bytes each)", EnvVars: env("max-blocks")},
-		&cli.IntFlag{Name: "cbr-memo-bytes", Value: d.CBRMemoBytes, Usage: "memory for strings of 1 KB or more already canonicalised and hashed, compared instead of hashed again when a request repeats them (0 disables)", EnvVars: env("cbr-memo-bytes")},
+		&cli.IntFlag{Name: "cbr-memo-bytes", Value: d.CBRMemoBytes, Usage: "memory for strings of 256 bytes or more already canonicalised and hashed, compared instead of hashed again when a request repeats them (0 disables)", EnvVars: env("cbr-memo-bytes")},
 		&cli.StringFlag{Name: "hash-key", Usage: "SipHash key, 32 hex digits; random when empty (replicas must share one)", EnvVars: env("hash-key")},
 		&cli.StringFlag{Name: "policy", Value: d.Policy, Usage: "routing policy: " + strings.Join(sched.Policies(), ", "), EnvVars: env("policy")},
 		&cli.IntFlag{Name: "active-weight", Value: d.ActiveWeight, Usage: "load of one active request, in blocks", EnvVars: env("active-weight")},
