@@ -25,7 +25,8 @@
 #                     of kvca and of the bare forwarder
 #   BODIES [1k-nostream 1k-stream 4k-nostream 4k-stream 128k-nostream 128k-stream]
 #   TARGETS [direct nginx haproxy bare kvca]  (bare: plain HTTP only, dropped
-#                     with TLS=1)
+#                     with TLS=1); add "epoll" for the event-loop forwarder
+#                     (scripts/compare/epollproxy, Linux, plain HTTP only)
 #   BASE_PORT [18780] first loopback port tried (busy ports are skipped)
 #   OUT [bench/results/proxies.md]  markdown report ("-": none)
 #   PROFILE_DIR []    if set: after the rounds, one extra kvca run per body with
@@ -99,9 +100,9 @@ fi
 export PATH=$PATH:/usr/sbin
 for c in wrk nginx haproxy curl go; do command -v "$c" >/dev/null || die "$c not found"; done
 [[ $TLS != 1 ]] || command -v openssl >/dev/null || die "TLS=1 needs openssl"
-if [[ $TLS == 1 && " $TARGETS " == *" bare "* ]]; then
-	TARGETS=$(tr ' ' '\n' <<<"$TARGETS" | grep -vx bare | xargs)
-	log "TLS=1: the bare forwarder speaks plain HTTP only, measuring [$TARGETS]"
+if [[ $TLS == 1 && " $TARGETS " == *" "@(bare|epoll)" "* ]]; then
+	TARGETS=$(tr ' ' '\n' <<<"$TARGETS" | grep -vxE 'bare|epoll' | xargs)
+	log "TLS=1: the bare and epoll forwarders speak plain HTTP only, measuring [$TARGETS]"
 fi
 
 # ---- temp dir and cleanup --------------------------------------------------
@@ -160,6 +161,9 @@ else
 fi
 timeout 300 go build -o "$tmp/genbody" ./scripts/compare/genbody || die "go build genbody failed"
 timeout 300 go build -o "$tmp/bareproxy" ./scripts/compare/bareproxy || die "go build bareproxy failed"
+if [[ " $TARGETS " == *" epoll "* ]]; then
+	timeout 300 go build -o "$tmp/epollproxy" ./scripts/compare/epollproxy || die "go build epollproxy failed"
+fi
 mkdir -p "$tmp/bodies" "$tmp/raw"
 "$tmp/genbody" -out "$tmp/bodies" || die "genbody failed"
 for b in $BODIES; do [[ -s $tmp/bodies/$b.json ]] || die "unknown body '$b'"; done
@@ -180,6 +184,7 @@ alloc_port; mock_port=$REPLY
 alloc_port; nginx_port=$REPLY
 alloc_port; haproxy_port=$REPLY
 alloc_port; bare_port=$REPLY
+alloc_port; epoll_port=$REPLY
 alloc_port; kvca_port=$REPLY
 alloc_port; admin_port=$REPLY
 
@@ -197,6 +202,7 @@ declare -A url=(
 	[nginx]=$scheme://127.0.0.1:$nginx_port/v1/chat/completions
 	[haproxy]=$scheme://127.0.0.1:$haproxy_port/v1/chat/completions
 	[bare]=http://127.0.0.1:$bare_port/v1/chat/completions
+	[epoll]=http://127.0.0.1:$epoll_port/v1/chat/completions
 	[kvca]=$scheme://127.0.0.1:$kvca_port/v1/chat/completions
 )
 for t in $TARGETS; do [[ -n ${url[$t]:-} ]] || die "unknown target '$t'"; done
@@ -251,6 +257,11 @@ if [[ " $TARGETS " == *" bare "* ]]; then
 	log "starting the bare fasthttp forwarder on 127.0.0.1:$bare_port (GOMAXPROCS $PROXY_CPUS)"
 	start bare env GOMAXPROCS="$PROXY_CPUS" "$tmp/bareproxy" -listen "127.0.0.1:$bare_port" -backend "127.0.0.1:$mock_port"
 	wait_http bare "http://127.0.0.1:$bare_port/health"
+fi
+if [[ " $TARGETS " == *" epoll "* ]]; then
+	log "starting the epoll forwarder on 127.0.0.1:$epoll_port (GOMAXPROCS $PROXY_CPUS, as many event loops)"
+	start epoll env GOMAXPROCS="$PROXY_CPUS" "$tmp/epollproxy" -listen "127.0.0.1:$epoll_port" -backend "127.0.0.1:$mock_port"
+	wait_http epoll "http://127.0.0.1:$epoll_port/health" # relayed to the mock
 fi
 
 # ---- kvca --------------------------------------------------------------------
@@ -480,6 +491,27 @@ floor_table() {
 		}
 	}' "$summary"
 }
+# The other floor: a Go forwarder with nginx's I/O model (event loops on
+# epoll, no goroutine per connection), against nginx, HAProxy and bare.
+epoll_table() {
+	awk -F'\t' '
+	function r(a, b) { return (a == "" || b == "" || a == "nan" || b == "nan" || b == 0) ? "-" : sprintf("%.2f", a / b) }
+	function f(x) { return (x == "" || x == "nan") ? "-" : sprintf("%.1f", x) }
+	{ rps[$1, $2] = $3; p99[$1, $2] = $5; cpu[$1, $2] = $6; usr[$1, $2] = $18; sys[$1, $2] = $19; order[++n] = $1 }
+	END {
+		print "| body | epoll/nginx req/s | epoll/HAProxy req/s | epoll/bare req/s | epoll/nginx p99 | CPU µs/req nginx / HAProxy / bare / epoll / kvca | user µs/req nginx / HAProxy / bare / epoll / kvca | system µs/req nginx / HAProxy / bare / epoll / kvca |"
+		print "|---|---:|---:|---:|---:|---|---|---|"
+		for (i = 1; i <= n; i++) {
+			b = order[i]; if (done[b]++) continue
+			if (rps[b, "epoll"] == "") continue
+			printf "| %s | %s | %s | %s | %s | %s / %s / %s / %s / %s | %s / %s / %s / %s / %s | %s / %s / %s / %s / %s |\n", b,
+				r(rps[b, "epoll"], rps[b, "nginx"]), r(rps[b, "epoll"], rps[b, "haproxy"]), r(rps[b, "epoll"], rps[b, "bare"]), r(p99[b, "epoll"], p99[b, "nginx"]),
+				f(cpu[b, "nginx"]), f(cpu[b, "haproxy"]), f(cpu[b, "bare"]), f(cpu[b, "epoll"]), f(cpu[b, "kvca"]),
+				f(usr[b, "nginx"]), f(usr[b, "haproxy"]), f(usr[b, "bare"]), f(usr[b, "epoll"]), f(usr[b, "kvca"]),
+				f(sys[b, "nginx"]), f(sys[b, "haproxy"]), f(sys[b, "bare"]), f(sys[b, "epoll"]), f(sys[b, "kvca"])
+		}
+	}' "$summary"
+}
 targets_check() {
 	awk -F'\t' '
 	{ rps[$1, $2] = $3; p99[$1, $2] = $5; seen[$1] = 1; order[++n] = $1 }
@@ -502,6 +534,10 @@ cores_table
 if [[ " $TARGETS " == *" bare "* ]]; then
 	echo
 	floor_table
+fi
+if [[ " $TARGETS " == *" epoll "* ]]; then
+	echo
+	epoll_table
 fi
 
 if [[ $OUT != "-" ]]; then
@@ -557,6 +593,14 @@ if [[ $OUT != "-" ]]; then
 			echo "How much of the distance to nginx a Go+fasthttp proxy that does nothing but forward already has (bare − nginx), and how much is kvca's own work (kvca − bare)."
 			echo
 			floor_table
+			echo
+		fi
+		if [[ " $TARGETS " == *" epoll "* ]]; then
+			echo "### The other floor: a Go event-loop forwarder (same run)"
+			echo
+			echo "[\`scripts/compare/epollproxy\`](../../scripts/compare/epollproxy/main.go), GOMAXPROCS=$PROXY_CPUS: nginx's I/O model written in Go, one event loop per core on its own OS thread (epoll, edge-triggered, its own SO_REUSEPORT listener and its own keep-alive backend connections, raw read and write system calls), no goroutine per connection, no HTTP library; headers forwarded as they came and bodies relayed as they arrive, Content-Length messages only. What separates it from bare is Go's scheduler and fasthttp; what separates it from nginx is Go itself."
+			echo
+			epoll_table
 			echo
 		fi
 		echo "### Issue 5 targets (same run)"
