@@ -421,6 +421,43 @@ func TestRepeatedTouchSkipsOnlyNoOps(t *testing.T) {
 	}
 }
 
+// TestTouchSlack: a touch within slack of the chain's last touch by the
+// same backend keeps the earlier time (the location expires TTL after it);
+// a later one, another backend's, or one after Forget is applied; a touch
+// dated earlier than the recorded one does not move the record back.
+func TestTouchSlack(t *testing.T) {
+	const ttl = 1000
+	c := &clock{t: time.Unix(1000, 0)}
+	tb := NewTable(Config{TTL: ttl * time.Millisecond, MaxBlocks: 1 << 12, Now: c.now, TouchSlack: 10 * time.Millisecond})
+	ch := []uint64{21, 22, 23}
+	t0 := tb.Now()
+	tb.Touch(ch, 0, t0)
+	tb.Touch(ch, 0, t0+10) // within slack: skipped
+	if got := tb.Lookup(23, t0+ttl+5); !got.Empty() {
+		t.Fatalf("a touch within the slack was applied: %v at t0+ttl+5", got)
+	}
+	tb.Touch(ch, 0, t0+11) // beyond it: applied
+	if got := tb.Lookup(23, t0+ttl+5); got != set(0) {
+		t.Fatalf("a touch beyond the slack was skipped: %v", got)
+	}
+	tb.Touch(ch, 1, t0+12) // another backend: its own record
+	if got := tb.Lookup(22, t0+12); got != set(0, 1) {
+		t.Fatalf("another backend's touch: %v", got)
+	}
+	tb.Forget(ch, 1)
+	tb.Touch(ch, 1, t0+13)
+	if got := tb.Lookup(21, t0+13); got != set(0, 1) {
+		t.Fatalf("a touch right after Forget: %v", got)
+	}
+	// A peer's older touch walks (and changes nothing newer), then the
+	// next local touch within slack of t0+11 is still skipped.
+	tb.TouchAt(ch, 0, t0+1)
+	tb.Touch(ch, 0, t0+21)
+	if got := tb.Lookup(23, t0+ttl+15); got.Has(0) {
+		t.Fatalf("the record moved back to an older touch: %v at t0+ttl+15", got)
+	}
+}
+
 // BenchmarkHotChainParallel is what concurrent requests carrying one long
 // prompt do to the table: every goroutine walks the same 512-block (128 KB)
 // chain as routing does (Prefix), then touches it as learning does, so

@@ -106,7 +106,10 @@ func New(cfg Config) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	table := chain.NewTable(chain.Config{TTL: cfg.TTL, MaxBlocks: cfg.MaxBlocks, Now: cfg.Now})
+	// A location refreshed within TTL/4096 (at most 10 ms) of its last
+	// refresh keeps that time: expiry comes at most that much early.
+	slack := min(cfg.TTL/4096, 10*time.Millisecond)
+	table := chain.NewTable(chain.Config{TTL: cfg.TTL, MaxBlocks: cfg.MaxBlocks, Now: cfg.Now, TouchSlack: slack})
 	backends := make([]*sched.Backend, len(cfg.Backends))
 	addrs := make([]backendAddr, len(cfg.Backends))
 	for i, raw := range cfg.Backends {
