@@ -39,7 +39,15 @@ func (a API) String() string {
 
 // preamble starts each API's CBR, so equal bodies of different APIs never
 // share blocks.
-func (a API) preamble() string { return a.String() + "\n" }
+func (a API) preamble() string {
+	switch a {
+	case Completions:
+		return "completions\n"
+	case Responses:
+		return "responses\n"
+	}
+	return "chat\n"
+}
 
 // promptKey is the member that carries the prompt items.
 func (a API) promptKey() string {

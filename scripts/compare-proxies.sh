@@ -2,12 +2,15 @@
 # compare-proxies.sh — kvca against nginx and HAProxy, in one run, on loopback.
 #
 # Starts kvca's mock engine in fast mode (fixed small responses) as the
-# backend, then nginx, HAProxy, a bare fasthttp forwarder (the floor: Go and
-# fasthttp with none of kvca's work, scripts/compare/bareproxy) and kvca in
+# backend, then nginx, HAProxy, two floors (bare: a fasthttp forwarder, Go
+# and fasthttp with none of kvca's work, scripts/compare/bareproxy; epoll: a
+# Go forwarder on event loops, nginx's I/O model without the runtime's
+# scheduler or an HTTP library, scripts/compare/epollproxy) and kvca in
 # front of it, and measures with wrk, interleaved and repeated: for every
-# body, ROUNDS rounds of [direct, nginx, haproxy, bare, kvca], each a
-# WARMUP-second warm-up and a
-# DURATION-second measured run at a fixed concurrency. It reports medians of
+# body, ROUNDS rounds of [direct, nginx, haproxy, bare, epoll, loopkvca,
+# kvca] (loopkvca: the epoll forwarder doing kvca's routing work), each a
+# WARMUP-second warm-up and a DURATION-second measured run at a fixed
+# concurrency. It reports medians of
 # requests/s, p50 and p99 latency, and CPU time per request of each proxy's
 # processes, with ratios to direct and to nginx, prints the table and writes it
 # to bench/results/proxies.md together with the machine description.
@@ -17,16 +20,19 @@
 #   ROUNDS=5 DURATION=10 CONNS=64 scripts/compare-proxies.sh
 #
 # Environment (defaults in brackets):
-#   ROUNDS [3]        rounds of [direct nginx haproxy bare kvca] per body
+#   ROUNDS [3]        rounds of [direct nginx haproxy bare epoll loopkvca kvca]
+#                     per body
 #   DURATION [5]      seconds of each measured wrk run
 #   WARMUP [1]        seconds of wrk warm-up before each measured run (0: none)
 #   CONNS [32]        wrk connections;  THREADS [1] wrk threads
 #   PROXY_CPUS [nproc] nginx worker_processes = HAProxy nbthread = GOMAXPROCS
 #                     of kvca and of the bare forwarder
 #   BODIES [1k-nostream 1k-stream 4k-nostream 4k-stream 128k-nostream 128k-stream]
-#   TARGETS [direct nginx haproxy bare kvca]  (bare: plain HTTP only, dropped
-#                     with TLS=1); add "epoll" for the event-loop forwarder
-#                     (scripts/compare/epollproxy, Linux, plain HTTP only)
+#   TARGETS [direct nginx haproxy bare epoll loopkvca kvca]  (bare, the
+#                     fasthttp forwarder, epoll, the event-loop forwarder of
+#                     scripts/compare/epollproxy, and loopkvca, the same with
+#                     -route, kvca's routing work on every request: plain HTTP
+#                     only, dropped with TLS=1)
 #   BASE_PORT [18780] first loopback port tried (busy ports are skipped)
 #   OUT [bench/results/proxies.md]  markdown report ("-": none)
 #   PROFILE_DIR []    if set: after the rounds, one extra kvca run per body with
@@ -59,7 +65,7 @@ CONNS=${CONNS:-32}
 THREADS=${THREADS:-1}
 PROXY_CPUS=${PROXY_CPUS:-$(nproc)}
 BODIES=${BODIES:-"1k-nostream 1k-stream 4k-nostream 4k-stream 128k-nostream 128k-stream"}
-TARGETS=${TARGETS:-"direct nginx haproxy bare kvca"}
+TARGETS=${TARGETS:-"direct nginx haproxy bare epoll loopkvca kvca"}
 BASE_PORT=${BASE_PORT:-18780}
 TLS=${TLS:-0}
 if [[ $TLS == 1 ]]; then OUT=${OUT:-bench/results/proxies-tls.md}; else OUT=${OUT:-bench/results/proxies.md}; fi
@@ -100,8 +106,8 @@ fi
 export PATH=$PATH:/usr/sbin
 for c in wrk nginx haproxy curl go; do command -v "$c" >/dev/null || die "$c not found"; done
 [[ $TLS != 1 ]] || command -v openssl >/dev/null || die "TLS=1 needs openssl"
-if [[ $TLS == 1 && " $TARGETS " == *" "@(bare|epoll)" "* ]]; then
-	TARGETS=$(tr ' ' '\n' <<<"$TARGETS" | grep -vxE 'bare|epoll' | xargs)
+if [[ $TLS == 1 && " $TARGETS " == *" "@(bare|epoll|loopkvca)" "* ]]; then
+	TARGETS=$(tr ' ' '\n' <<<"$TARGETS" | grep -vxE 'bare|epoll|loopkvca' | xargs)
 	log "TLS=1: the bare and epoll forwarders speak plain HTTP only, measuring [$TARGETS]"
 fi
 
@@ -161,7 +167,7 @@ else
 fi
 timeout 300 go build -o "$tmp/genbody" ./scripts/compare/genbody || die "go build genbody failed"
 timeout 300 go build -o "$tmp/bareproxy" ./scripts/compare/bareproxy || die "go build bareproxy failed"
-if [[ " $TARGETS " == *" epoll "* ]]; then
+if [[ " $TARGETS " == *" "@(epoll|loopkvca)" "* ]]; then
 	timeout 300 go build -o "$tmp/epollproxy" ./scripts/compare/epollproxy || die "go build epollproxy failed"
 fi
 mkdir -p "$tmp/bodies" "$tmp/raw"
@@ -185,6 +191,7 @@ alloc_port; nginx_port=$REPLY
 alloc_port; haproxy_port=$REPLY
 alloc_port; bare_port=$REPLY
 alloc_port; epoll_port=$REPLY
+alloc_port; loopkvca_port=$REPLY
 alloc_port; kvca_port=$REPLY
 alloc_port; admin_port=$REPLY
 
@@ -203,6 +210,7 @@ declare -A url=(
 	[haproxy]=$scheme://127.0.0.1:$haproxy_port/v1/chat/completions
 	[bare]=http://127.0.0.1:$bare_port/v1/chat/completions
 	[epoll]=http://127.0.0.1:$epoll_port/v1/chat/completions
+	[loopkvca]=http://127.0.0.1:$loopkvca_port/v1/chat/completions
 	[kvca]=$scheme://127.0.0.1:$kvca_port/v1/chat/completions
 )
 for t in $TARGETS; do [[ -n ${url[$t]:-} ]] || die "unknown target '$t'"; done
@@ -262,6 +270,11 @@ if [[ " $TARGETS " == *" epoll "* ]]; then
 	log "starting the epoll forwarder on 127.0.0.1:$epoll_port (GOMAXPROCS $PROXY_CPUS, as many event loops)"
 	start epoll env GOMAXPROCS="$PROXY_CPUS" "$tmp/epollproxy" -listen "127.0.0.1:$epoll_port" -backend "127.0.0.1:$mock_port"
 	wait_http epoll "http://127.0.0.1:$epoll_port/health" # relayed to the mock
+fi
+if [[ " $TARGETS " == *" loopkvca "* ]]; then
+	log "starting the epoll forwarder with kvca's routing work on 127.0.0.1:$loopkvca_port (GOMAXPROCS $PROXY_CPUS)"
+	start loopkvca env GOMAXPROCS="$PROXY_CPUS" "$tmp/epollproxy" -route -listen "127.0.0.1:$loopkvca_port" -backend "127.0.0.1:$mock_port"
+	wait_http loopkvca "http://127.0.0.1:$loopkvca_port/health"
 fi
 
 # ---- kvca --------------------------------------------------------------------
@@ -499,16 +512,18 @@ epoll_table() {
 	function f(x) { return (x == "" || x == "nan") ? "-" : sprintf("%.1f", x) }
 	{ rps[$1, $2] = $3; p99[$1, $2] = $5; cpu[$1, $2] = $6; usr[$1, $2] = $18; sys[$1, $2] = $19; order[++n] = $1 }
 	END {
-		print "| body | epoll/nginx req/s | epoll/HAProxy req/s | epoll/bare req/s | epoll/nginx p99 | CPU µs/req nginx / HAProxy / bare / epoll / kvca | user µs/req nginx / HAProxy / bare / epoll / kvca | system µs/req nginx / HAProxy / bare / epoll / kvca |"
-		print "|---|---:|---:|---:|---:|---|---|---|"
+		print "| body | epoll/nginx req/s | epoll/HAProxy req/s | epoll/bare req/s | loopkvca/nginx req/s | loopkvca/HAProxy req/s | epoll/nginx p99 | loopkvca/nginx p99 | CPU µs/req nginx / HAProxy / bare / epoll / loopkvca / kvca | user µs/req nginx / HAProxy / bare / epoll / loopkvca / kvca | system µs/req nginx / HAProxy / bare / epoll / loopkvca / kvca |"
+		print "|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|"
 		for (i = 1; i <= n; i++) {
 			b = order[i]; if (done[b]++) continue
-			if (rps[b, "epoll"] == "") continue
-			printf "| %s | %s | %s | %s | %s | %s / %s / %s / %s / %s | %s / %s / %s / %s / %s | %s / %s / %s / %s / %s |\n", b,
-				r(rps[b, "epoll"], rps[b, "nginx"]), r(rps[b, "epoll"], rps[b, "haproxy"]), r(rps[b, "epoll"], rps[b, "bare"]), r(p99[b, "epoll"], p99[b, "nginx"]),
-				f(cpu[b, "nginx"]), f(cpu[b, "haproxy"]), f(cpu[b, "bare"]), f(cpu[b, "epoll"]), f(cpu[b, "kvca"]),
-				f(usr[b, "nginx"]), f(usr[b, "haproxy"]), f(usr[b, "bare"]), f(usr[b, "epoll"]), f(usr[b, "kvca"]),
-				f(sys[b, "nginx"]), f(sys[b, "haproxy"]), f(sys[b, "bare"]), f(sys[b, "epoll"]), f(sys[b, "kvca"])
+			if (rps[b, "epoll"] == "" && rps[b, "loopkvca"] == "") continue
+			printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s / %s / %s / %s / %s / %s | %s / %s / %s / %s / %s / %s | %s / %s / %s / %s / %s / %s |\n", b,
+				r(rps[b, "epoll"], rps[b, "nginx"]), r(rps[b, "epoll"], rps[b, "haproxy"]), r(rps[b, "epoll"], rps[b, "bare"]),
+				r(rps[b, "loopkvca"], rps[b, "nginx"]), r(rps[b, "loopkvca"], rps[b, "haproxy"]),
+				r(p99[b, "epoll"], p99[b, "nginx"]), r(p99[b, "loopkvca"], p99[b, "nginx"]),
+				f(cpu[b, "nginx"]), f(cpu[b, "haproxy"]), f(cpu[b, "bare"]), f(cpu[b, "epoll"]), f(cpu[b, "loopkvca"]), f(cpu[b, "kvca"]),
+				f(usr[b, "nginx"]), f(usr[b, "haproxy"]), f(usr[b, "bare"]), f(usr[b, "epoll"]), f(usr[b, "loopkvca"]), f(usr[b, "kvca"]),
+				f(sys[b, "nginx"]), f(sys[b, "haproxy"]), f(sys[b, "bare"]), f(sys[b, "epoll"]), f(sys[b, "loopkvca"]), f(sys[b, "kvca"])
 		}
 	}' "$summary"
 }
@@ -535,7 +550,7 @@ if [[ " $TARGETS " == *" bare "* ]]; then
 	echo
 	floor_table
 fi
-if [[ " $TARGETS " == *" epoll "* ]]; then
+if [[ " $TARGETS " == *" "@(epoll|loopkvca)" "* ]]; then
 	echo
 	epoll_table
 fi
@@ -575,7 +590,7 @@ if [[ $OUT != "-" ]]; then
 		echo
 		other_med=$(tail -n +2 "$results" | cut -f16 | median)
 		irq_med=$(tail -n +2 "$results" | cut -f17 | median)
-		echo "Nothing is pinned. wrk (-t$THREADS), the mock backend and the proxy under test all run at once on the same $(nproc) cores, and each proxy gets as many workers/threads as there are cores, the same for all: nginx \`worker_processes $PROXY_CPUS\`, HAProxy \`nbthread $PROXY_CPUS\`, kvca (and the bare forwarder) \`GOMAXPROCS=$PROXY_CPUS\`. No proxy has a core to itself: its throughput is bounded by what wrk and the backend leave it, so a proxy that spends less CPU per request leaves more to the other two and serves more requests/s; that is the point of the comparison, and why CPU µs/request is the steadier figure. The proxies not under test sit idle in epoll. Pinning was not used: on $(nproc) cores any split (say proxy on one core, wrk and backend on the other) caps every proxy at one core and changes the direct baseline, and it cannot keep out other processes."
+		echo "Nothing is pinned. wrk (-t$THREADS), the mock backend and the proxy under test all run at once on the same $(nproc) cores, and each proxy gets as many workers/threads as there are cores, the same for all: nginx \`worker_processes $PROXY_CPUS\`, HAProxy \`nbthread $PROXY_CPUS\`, kvca and the bare and epoll forwarders \`GOMAXPROCS=$PROXY_CPUS\` (the epoll forwarder runs as many event loops). No proxy has a core to itself: its throughput is bounded by what wrk and the backend leave it, so a proxy that spends less CPU per request leaves more to the other two and serves more requests/s; that is the point of the comparison, and why CPU µs/request is the steadier figure. The proxies not under test sit idle in epoll. Pinning was not used: on $(nproc) cores any split (say proxy on one core, wrk and backend on the other) caps every proxy at one core and changes the direct baseline, and it cannot keep out other processes."
 		echo
 		echo "The machine is shared: other processes (other sessions' builds and tests, kernel threads) used a median of $other_med cores during the measured runs, and interrupts/softirq (mostly loopback TCP) $irq_med cores. Rounds are interleaved so that such load hits all targets alike, but single rounds still vary (see the req/s range column). Median cores used during the measured runs (CPU-seconds per second of wall time; \"whole machine\" is all busy CPU time from /proc/stat):"
 		echo
@@ -595,10 +610,10 @@ if [[ $OUT != "-" ]]; then
 			floor_table
 			echo
 		fi
-		if [[ " $TARGETS " == *" epoll "* ]]; then
+		if [[ " $TARGETS " == *" "@(epoll|loopkvca)" "* ]]; then
 			echo "### The other floor: a Go event-loop forwarder (same run)"
 			echo
-			echo "[\`scripts/compare/epollproxy\`](../../scripts/compare/epollproxy/main.go), GOMAXPROCS=$PROXY_CPUS: nginx's I/O model written in Go, one event loop per core on its own OS thread (epoll, edge-triggered, its own SO_REUSEPORT listener and its own keep-alive backend connections, raw read and write system calls), no goroutine per connection, no HTTP library; headers forwarded as they came and bodies relayed as they arrive, Content-Length messages only. What separates it from bare is Go's scheduler and fasthttp; what separates it from nginx is Go itself."
+			echo "[\`scripts/compare/epollproxy\`](../../scripts/compare/epollproxy/main.go), GOMAXPROCS=$PROXY_CPUS: nginx's I/O model written in Go, one event loop per core on its own OS thread (epoll, edge-triggered, its own SO_REUSEPORT listener and its own keep-alive backend connections, raw read and write system calls), no goroutine per connection, no HTTP library; headers forwarded as they came and bodies relayed as they arrive, Content-Length messages only. What separates it from bare is Go's scheduler and fasthttp; what separates it from nginx is Go itself. loopkvca is the same forwarder run with \`-route\`: on every request it reads the whole body and does kvca's routing work inline, with kvca's packages (canonicalise and hash with the CBR memo, scheduler pick with policy kvca and load reservation, the table learning the chain from a 2xx, the load released after the answer): what kvca's work costs on event loops. Neither is kvca: no retries, timeouts, health, metrics, chunked bodies or header rewriting."
 			echo
 			epoll_table
 			echo

@@ -14,6 +14,14 @@
 //
 //	epollproxy -listen 127.0.0.1:8081 -backend 127.0.0.1:8000
 //
+// With -route it also does kvca's routing work on every request, inline in
+// the loop, with kvca's own packages: the whole body is read, canonicalised
+// and hashed into a block chain (with the CBR memo), the scheduler (policy
+// kvca) picks among the backends and reserves the load, a 2xx answer
+// teaches the block table the chain, and the load is released when the
+// answer has been relayed. That is kvca's per-request work without its
+// HTTP library and goroutines: what kvca on event loops would cost.
+//
 // It is a measurement tool, not a proxy to deploy: HTTP/1.1 with
 // Content-Length bodies only (wrk's requests and the mock's answers), no
 // pipelining, no timeouts, headers forwarded as they came, bodies relayed
@@ -26,18 +34,42 @@ import (
 	"flag"
 	"log"
 	"net"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"syscall"
+	"time"
 	"unsafe"
+
+	"github.com/kvca/kvca/canon"
+	"github.com/kvca/kvca/chain"
+	"github.com/kvca/kvca/sched"
 )
 
 func main() {
 	listen := flag.String("listen", "127.0.0.1:8081", "address to serve on")
 	backend := flag.String("backend", "127.0.0.1:8000", "backend host:port (plain HTTP)")
 	loops := flag.Int("loops", runtime.GOMAXPROCS(0), "event loops (one OS thread each)")
+	route := flag.Bool("route", false, "do kvca's routing work on every request (canon, chain, memo, scheduler, table)")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the first -profile-seconds to this file")
+	profileSecs := flag.Int("profile-seconds", 10, "length of the -cpuprofile profile")
 	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Fatal(err)
+		}
+		time.AfterFunc(time.Duration(*profileSecs)*time.Second, func() {
+			pprof.StopCPUProfile()
+			f.Close()
+			log.Printf("epollproxy: CPU profile written to %s", *cpuprofile)
+		})
+	}
 
 	la, err := net.ResolveTCPAddr("tcp4", *listen)
 	if err != nil {
@@ -47,11 +79,20 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	var r *router
+	if *route {
+		r = newRouter()
+	}
 	var wg sync.WaitGroup
 	for i := 0; i < *loops; i++ {
 		l, err := newLoop(sockaddr(la), sockaddr(ba))
 		if err != nil {
 			log.Fatal(err)
+		}
+		if r != nil {
+			l.r = r
+			l.h = chain.NewHasher(r.key, 256)
+			l.h.UseMemo(r.memo)
 		}
 		wg.Add(1)
 		go func() {
@@ -82,6 +123,30 @@ type conn struct {
 	left   int    // body bytes still to relay from this side
 	busy   bool   // client: a request is in flight; backend: not idle
 	closed bool
+	// -route, client side: the request's chain and reservation.
+	chain []uint64
+	res   sched.Reservation
+	now   int64
+}
+
+// router is kvca's routing state, shared by the loops as kvca serve
+// shares it between its goroutines.
+type router struct {
+	key   chain.Key
+	canon *canon.Canonicalizer
+	memo  *chain.Memo
+	table *chain.Table
+	sched *sched.Scheduler
+}
+
+func newRouter() *router {
+	table := chain.NewTable(chain.Config{TTL: 10 * 60e9, MaxBlocks: 4 << 20, TouchSlack: 10e6})
+	sc, err := sched.New([]*sched.Backend{sched.NewBackend(0, "backend", "backend")}, table, 4, "kvca")
+	if err != nil {
+		log.Fatal(err)
+	}
+	return &router{key: chain.RandomKey(), canon: canon.NewWithOptions(nil, canon.Options{NoSession: true}),
+		memo: chain.NewMemo(64 << 20), table: table, sched: sc}
 }
 
 type loop struct {
@@ -91,6 +156,11 @@ type loop struct {
 	conns   map[int]*conn
 	idle    []*conn // keep-alive backend connections
 	events  [256]syscall.EpollEvent
+	r       *router // nil without -route
+	h       *chain.Hasher
+	info    canon.Info
+	req     sched.Request
+	dec     sched.Decision
 }
 
 const bufSize = 64 << 10
@@ -253,6 +323,36 @@ func (l *loop) head(c *conn) bool {
 		l.fail(c) // pipelined request or extra bytes
 		return false
 	}
+	if c.client && l.r != nil {
+		c.res, c.chain = sched.Reservation{}, c.chain[:0]
+	}
+	if c.client && l.r != nil && cl > 0 {
+		// The whole body first: routing reads all of it.
+		need := end + cl
+		if need > 8<<20 {
+			l.reply(c, "413 Content Too Large")
+			return false
+		}
+		if need > len(c.in) {
+			c.in = append(c.in, make([]byte, need-len(c.in))...)
+		}
+		if c.inN < need {
+			return true
+		}
+		if !l.route(c, c.in[end:need]) {
+			l.reply(c, "400 Bad Request")
+			return false
+		}
+		have = cl
+	}
+	if !c.client && c.peer != nil && c.peer.res.Backend() != nil {
+		// Response headers: the prefill is done; a 2xx teaches the table.
+		cl := c.peer
+		cl.res.ReleasePrefill()
+		if end > 12 && c.in[9] == '2' && len(cl.chain) > 0 {
+			l.r.table.Touch(cl.chain, 0, cl.now)
+		}
+	}
 	if c.client {
 		b := l.backendConn()
 		if b == nil {
@@ -280,6 +380,7 @@ func (l *loop) done(c *conn) {
 		return
 	}
 	cl := c.peer
+	cl.res.ReleaseActive()
 	c.peer, cl.peer, cl.busy = nil, nil, false
 	l.idle = append(l.idle, c)
 	if len(cl.out) == 0 {
@@ -330,6 +431,19 @@ func (l *loop) flush(c *conn) bool {
 	return true
 }
 
+// route is kvca's routing work for one request body; false if the body
+// is not a chat request kvca would route.
+func (l *loop) route(c *conn, body []byte) bool {
+	l.h.Reset()
+	if l.r.canon.Canonicalize(canon.Chat, body, l.h, &l.info) != nil {
+		return false
+	}
+	c.chain = append(c.chain[:0], l.h.Sum()...)
+	c.now = l.r.table.Now()
+	l.req = sched.Request{Chain: c.chain, Followup: l.info.Followup, Now: c.now}
+	return l.r.sched.Route(&l.req, &l.dec, &c.res)
+}
+
 func (l *loop) backendConn() *conn {
 	if n := len(l.idle); n > 0 {
 		b := l.idle[n-1]
@@ -359,6 +473,11 @@ func (l *loop) backendConn() *conn {
 // exchange cannot be resumed on either connection.
 func (l *loop) fail(c *conn) {
 	if p := c.peer; p != nil {
+		if c.client {
+			c.res.ReleaseActive()
+		} else {
+			p.res.ReleaseActive()
+		}
 		c.peer, p.peer = nil, nil
 		l.close(p)
 	}
