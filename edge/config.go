@@ -63,6 +63,11 @@ type Config struct {
 	ClientIdleTimeout     time.Duration
 	MaxConnsPerBackend    int
 
+	// IO is how the public listener is served: "fasthttp" (a goroutine
+	// per connection) or "epoll" (event loops, one per core, Linux; see
+	// evloop_linux.go). Empty means fasthttp.
+	IO string
+
 	Pprof bool
 	// AccessLog writes one line per request to Logger (--access-log).
 	AccessLog bool
@@ -84,6 +89,12 @@ type Config struct {
 	// Now overrides the table clock in tests.
 	Now func() time.Time
 }
+
+// Values of Config.IO.
+const (
+	IOFasthttp = "fasthttp"
+	IOEpoll    = "epoll"
+)
 
 // DefaultConfig returns the defaults documented in the README.
 func DefaultConfig() Config {
@@ -265,6 +276,25 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxConnsPerBackend <= 0 {
 		c.MaxConnsPerBackend = d.MaxConnsPerBackend
+	}
+	switch c.IO {
+	case "":
+		c.IO = IOFasthttp
+	case IOFasthttp:
+	case IOEpoll:
+		if !epollSupported {
+			return fmt.Errorf("--io epoll is only available on Linux")
+		}
+		if c.TLSCert != "" {
+			return fmt.Errorf("--io epoll does not terminate TLS: use --io fasthttp with --tls-cert")
+		}
+		for _, b := range c.Backends {
+			if a, _ := parseBackend(b); a.tls {
+				return fmt.Errorf("--io epoll speaks plain HTTP to backends: %q is https (use --io fasthttp)", b)
+			}
+		}
+	default:
+		return fmt.Errorf("--io must be %q or %q, got %q", IOFasthttp, IOEpoll, c.IO)
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -28,6 +29,7 @@ func startProxy(t *testing.T, mod func(*Config), backends ...*testBackend) *Serv
 	if mod != nil {
 		mod(&cfg)
 	}
+	testIO(&cfg)
 	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -41,6 +43,21 @@ func startProxy(t *testing.T, mod func(*Config), backends ...*testBackend) *Serv
 		_ = s.Shutdown(ctx)
 	})
 	return s
+}
+
+// testIO lets one run of the package test the event-loop edge:
+// KVCA_TEST_IO=epoll serves every test proxy with --io epoll.
+func testIO(cfg *Config) {
+	v := os.Getenv("KVCA_TEST_IO")
+	if v == "" || cfg.TLSCert != "" {
+		return
+	}
+	for _, b := range cfg.Backends {
+		if a, _ := parseBackend(b); a.tls {
+			return // TLS stays with fasthttp
+		}
+	}
+	cfg.IO = v
 }
 
 var client = &http.Client{Timeout: 20 * time.Second}

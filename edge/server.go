@@ -52,6 +52,7 @@ type Server struct {
 	modelsWake  chan struct{} // a backend came back: ask for its models
 	tlsPub      *certSource   // nil unless --tls-cert
 	tlsAdmin    *certSource   // nil unless --admin-tls-cert
+	evl         *evLoops      // nil unless --io epoll
 }
 
 // Peer shares what this replica learns with other replicas. Its methods
@@ -253,6 +254,16 @@ func (s *Server) StartOn(ln, adln net.Listener) {
 		s.loops.Add(1)
 		go func() { defer s.loops.Done(); s.healthLoop(s.bg, u) }()
 	}
+	if s.cfg.IO == IOEpoll {
+		// The loops serve the routed endpoints; fasthttp serves the
+		// connections they hand over.
+		hand, err := s.startLoops(s.ln)
+		if err != nil {
+			s.log.Error("--io epoll: cannot start the event loops; serving with fasthttp", "err", err)
+		} else {
+			ln = hand
+		}
+	}
 	s.serving.Add(1)
 	go func() { defer s.serving.Done(); _ = s.srv.Serve(ln) }()
 	if adln != nil {
@@ -295,7 +306,18 @@ func (s *Server) AdminAddr() string { return addrOf(s.adln) }
 // until ctx ends, then closes what is left and stops the loops.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.draining.Store(true)
+	var loopErr chan error
+	if s.evl != nil {
+		loopErr = make(chan error, 1)
+		go func() { loopErr <- s.evl.stop(ctx.Done()) }()
+	}
 	err := s.srv.ShutdownWithContext(ctx)
+	if loopErr != nil {
+		if lerr := <-loopErr; err == nil {
+			err = lerr
+		}
+		s.ln.Close()
+	}
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		s.log.Warn("shutdown timeout: closing remaining connections")
 	}

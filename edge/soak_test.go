@@ -82,6 +82,7 @@ func TestSoak(t *testing.T) {
 	if os.Getenv("KVCA_SOAK_DEBUG") != "" {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
+	testIO(&cfg)
 	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -208,6 +209,12 @@ func TestSoak(t *testing.T) {
 		t.Fatalf("goroutines leaked: %d → %d\n%s", goroutinesBefore, goroutinesAfter, stacks)
 	}
 	if fdsAfter > fdsBefore+2 {
-		t.Fatalf("file descriptors leaked: %d → %d", fdsBefore, fdsAfter)
+		ents, _ := os.ReadDir("/proc/self/fd")
+		var names []string
+		for _, e := range ents {
+			l, _ := os.Readlink("/proc/self/fd/" + e.Name())
+			names = append(names, e.Name()+"→"+l)
+		}
+		t.Fatalf("file descriptors leaked: %d → %d: %v", fdsBefore, fdsAfter, names)
 	}
 }

@@ -31,6 +31,18 @@ type upstream struct {
 	wake chan struct{}
 	// models the backend serves; nil until known.
 	models atomic.Pointer[modelList]
+	// --io epoll: the resolved address, and connections open across loops.
+	la        atomic.Pointer[loopAddr]
+	loopConns atomic.Int32
+}
+
+// loopAddr is a backend's resolved address for the event loops. It is
+// kept as values: a syscall.Sockaddr is written to by every Connect, so
+// loops cannot share one.
+type loopAddr struct {
+	ip   [16]byte
+	port int
+	v6   bool
 }
 
 func newUpstream(b *sched.Backend, a backendAddr, maxConns int, m *backendMetrics, tc *tls.Config) *upstream {

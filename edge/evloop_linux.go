@@ -1,0 +1,491 @@
+//go:build linux
+
+package edge
+
+import (
+	"errors"
+	"net"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+)
+
+const epollSupported = true
+
+// The event-loop edge (--io epoll) serves the routed endpoints the way
+// nginx does: one loop per core, each on its own OS thread with its own
+// epoll set, reading a request, routing it, writing it to a keep-alive
+// backend connection and relaying the answer back with non-blocking raw
+// system calls, with no goroutine per connection and no HTTP library in
+// between. compare-proxies measured why: with fasthttp, Go's scheduler
+// (parking and waking a goroutine on every read, sysmon retaking Ps in
+// system calls) costs about 8 µs per request at 1 KB, more than kvca's
+// routing work; on loops the same work runs at nginx's throughput.
+//
+// Everything that is not a routed POST with a Content-Length body over
+// HTTP/1.1 (GET /v1/models, /health, passthrough paths, chunked uploads,
+// Expect, HTTP/1.0, oversized or malformed heads) is handed over with its
+// connection, bytes already read included, to the fasthttp server, which
+// serves it as in --io fasthttp and keeps the connection from then on.
+// So the loop only ever needs the narrow parser of h1.go, and every
+// refusal keeps fasthttp's exact answers.
+
+// evHandler is one file descriptor of a loop.
+type evHandler interface {
+	event(ev uint32)
+	deadline() int64 // unix ns; 0: none
+	timeout()
+}
+
+type evLoop struct {
+	s      *Server
+	ep     int
+	wakeFd int
+	lfd    int // the shared listening socket; -1 once no longer accepted on
+	fds    map[int32]evHandler
+	idle   [][]*upConn // per backend: keep-alive connections
+	events [128]syscall.EpollEvent
+	now    int64 // unix ns, at the last wake-up
+	scanAt int64 // when deadlines are next checked
+	bufs   [][]byte
+	iov    [3]syscall.Iovec
+	nCli   int // client connections open
+	hand   *handoffListener
+
+	drain atomic.Bool // stop accepting; close connections once idle
+	kill  atomic.Bool // abort everything
+	done  chan struct{}
+}
+
+// loopBufSize is a connection's read buffer: a whole 1–4 KB request or a
+// stream's read; bodies above it get a buffer of their own size.
+const loopBufSize = 16 << 10
+
+// deadlineTick is how often deadlines are checked: timeouts fire up to
+// this much late.
+const deadlineTick = 50 * time.Millisecond
+
+// evLoops is the loop edge of one Server.
+type evLoops struct {
+	loops []*evLoop
+	lfd   int
+	hand  *handoffListener
+	wg    sync.WaitGroup
+}
+
+// startLoops starts one loop per GOMAXPROCS on ln's socket and returns
+// the listener fasthttp serves the handed-over connections from.
+func (s *Server) startLoops(ln net.Listener) (net.Listener, error) {
+	tl, ok := ln.(*net.TCPListener)
+	if !ok {
+		return nil, errors.New("--io epoll needs a TCP listener")
+	}
+	f, err := tl.File()
+	if err != nil {
+		return nil, err
+	}
+	lfd, err := syscall.Dup(int(f.Fd()))
+	f.Close()
+	if err != nil {
+		return nil, err
+	}
+	syscall.CloseOnExec(lfd)
+	if err := syscall.SetNonblock(lfd, true); err != nil {
+		syscall.Close(lfd)
+		return nil, err
+	}
+	for _, u := range s.ups {
+		if err := u.resolve(); err != nil {
+			syscall.Close(lfd)
+			return nil, err
+		}
+	}
+	// Backends named by host name are looked up again now and then, as
+	// fasthttp's dialer would on every new connection.
+	for _, u := range s.ups {
+		if !u.literalHost() {
+			s.loops.Add(1)
+			go func() { defer s.loops.Done(); s.reresolve(u) }()
+		}
+	}
+	el := &evLoops{lfd: lfd, hand: newHandoffListener(ln.Addr())}
+	n := runtime.GOMAXPROCS(0)
+	for i := 0; i < n; i++ {
+		l, err := newEvLoop(s, lfd)
+		if err != nil {
+			for _, l := range el.loops {
+				l.closeFds()
+			}
+			syscall.Close(lfd)
+			return nil, err
+		}
+		l.hand = el.hand
+		el.loops = append(el.loops, l)
+	}
+	s.evl = el
+	for _, l := range el.loops {
+		el.wg.Add(1)
+		go func() {
+			defer el.wg.Done()
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			l.run()
+		}()
+	}
+	return el.hand, nil
+}
+
+// stop drains the loops until ctx's deadline (nil channel: wait), then
+// aborts what is left.
+func (el *evLoops) stop(deadline <-chan struct{}) error {
+	// Shutting the listening socket down makes the kernel refuse new
+	// connections at once (closing it would not: the listener the caller
+	// gave still holds it open).
+	_ = syscall.Shutdown(el.lfd, syscall.SHUT_RD)
+	for _, l := range el.loops {
+		l.drain.Store(true)
+		l.wakeUp()
+	}
+	all := make(chan struct{})
+	go func() { el.wg.Wait(); close(all) }()
+	var err error
+	select {
+	case <-all:
+	case <-deadline:
+		err = errDrainTimeout
+		for _, l := range el.loops {
+			l.kill.Store(true)
+			l.wakeUp()
+		}
+		<-all
+	}
+	syscall.Close(el.lfd)
+	return err
+}
+
+// resolveInterval is how often a backend's host name is looked up again.
+const resolveInterval = 10 * time.Second
+
+func (s *Server) reresolve(u *upstream) {
+	t := time.NewTicker(resolveInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.bg.Done():
+			return
+		case <-t.C:
+			if err := u.resolve(); err != nil {
+				s.log.Warn("backend address lookup failed; keeping the last one", "backend", u.b.Name, "err", err)
+			}
+		}
+	}
+}
+
+var errDrainTimeout = errors.New("shutdown timeout: in-flight requests aborted")
+
+func newEvLoop(s *Server, lfd int) (*evLoop, error) {
+	ep, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, err
+	}
+	r, _, e := syscall.RawSyscall(syscall.SYS_EVENTFD2, 0, syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	if e != 0 {
+		syscall.Close(ep)
+		return nil, e
+	}
+	l := &evLoop{s: s, ep: ep, wakeFd: int(r), lfd: lfd, fds: map[int32]evHandler{},
+		idle: make([][]*upConn, len(s.ups)), done: make(chan struct{})}
+	// The listening socket is level-triggered and exclusive: one loop
+	// wakes per new connection, and takes it if no other did.
+	const epollExclusive = 1 << 28
+	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | epollExclusive, Fd: int32(lfd)}
+	if err := syscall.EpollCtl(ep, syscall.EPOLL_CTL_ADD, lfd, &ev); err != nil {
+		l.closeFds()
+		return nil, err
+	}
+	ev = syscall.EpollEvent{Events: syscall.EPOLLIN, Fd: int32(l.wakeFd)}
+	if err := syscall.EpollCtl(ep, syscall.EPOLL_CTL_ADD, l.wakeFd, &ev); err != nil {
+		l.closeFds()
+		return nil, err
+	}
+	return l, nil
+}
+
+func (l *evLoop) closeFds() {
+	syscall.Close(l.ep)
+	syscall.Close(l.wakeFd)
+}
+
+func (l *evLoop) wakeUp() {
+	one := uint64(1)
+	syscall.Write(l.wakeFd, (*[8]byte)(unsafe.Pointer(&one))[:])
+}
+
+// add registers fd edge-triggered for reading and writing: an event comes
+// whenever data arrives or the send buffer drains, so interest never has
+// to change.
+func (l *evLoop) add(fd int, h evHandler) error {
+	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLOUT | syscall.EPOLLRDHUP | epollET, Fd: int32(fd)}
+	if err := syscall.EpollCtl(l.ep, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
+		return err
+	}
+	l.fds[int32(fd)] = h
+	return nil
+}
+
+const epollET = 1 << 31
+
+// forget removes fd from the loop; the caller closes it.
+func (l *evLoop) forget(fd int) {
+	delete(l.fds, int32(fd))
+	_ = syscall.EpollCtl(l.ep, syscall.EPOLL_CTL_DEL, fd, nil)
+}
+
+func (l *evLoop) run() {
+	defer func() {
+		for _, h := range l.fds {
+			if c, ok := h.(*cliConn); ok {
+				c.abort()
+			}
+		}
+		// Closing removes from the map and the idle lists; deleting from
+		// a map while ranging over it is safe.
+		for _, h := range l.fds {
+			if u, ok := h.(*upConn); ok {
+				u.close()
+			}
+		}
+		l.closeFds()
+		close(l.done)
+	}()
+	draining := false
+	for {
+		n := l.wait()
+		l.now = time.Now().UnixNano()
+		for i := 0; i < n; i++ {
+			ev := &l.events[i]
+			switch fd := int(ev.Fd); fd {
+			case l.lfd:
+				if !draining {
+					l.accept()
+				}
+			case l.wakeFd:
+				var b [8]byte
+				syscall.Read(l.wakeFd, b[:])
+			default:
+				if h := l.fds[ev.Fd]; h != nil {
+					h.event(ev.Events)
+				}
+			}
+		}
+		if l.kill.Load() {
+			return
+		}
+		if !draining && l.drain.Load() {
+			draining = true
+			_ = syscall.EpollCtl(l.ep, syscall.EPOLL_CTL_DEL, l.lfd, nil)
+			for _, h := range l.fds {
+				if c, ok := h.(*cliConn); ok {
+					c.drain()
+				}
+			}
+		}
+		if draining && l.nCli == 0 {
+			return
+		}
+		if l.now >= l.scanAt {
+			l.scanAt = l.now + int64(deadlineTick)
+			for _, h := range l.fds {
+				if d := h.deadline(); d != 0 && d <= l.now {
+					h.timeout()
+				}
+			}
+		}
+	}
+}
+
+// wait returns the number of ready events. Under load something is
+// nearly always ready, and a non-blocking look as a raw system call keeps
+// the thread's P; only an empty look blocks, through the runtime.
+func (l *evLoop) wait() int {
+	r, _, e := syscall.RawSyscall6(syscall.SYS_EPOLL_WAIT, uintptr(l.ep), uintptr(unsafe.Pointer(&l.events[0])), uintptr(len(l.events)), 0, 0, 0)
+	if e == 0 && r > 0 {
+		return int(r)
+	}
+	ms := int(deadlineTick / time.Millisecond)
+	if l.nCli == 0 && len(l.fds) == 0 {
+		ms = -1
+	}
+	n, err := syscall.EpollWait(l.ep, l.events[:], ms)
+	if err != nil {
+		return 0 // EINTR
+	}
+	return n
+}
+
+func (l *evLoop) accept() {
+	// A few per wake-up, so that a burst of connections spreads over the
+	// loops instead of landing on whichever woke first.
+	for i := 0; i < 4; i++ {
+		fd, sa, err := syscall.Accept4(l.lfd, syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC)
+		if err != nil {
+			return
+		}
+		_ = syscall.SetsockoptInt(fd, syscall.IPPROTO_TCP, syscall.TCP_NODELAY, 1)
+		c := &cliConn{l: l, fd: fd, ip: appendSockaddrIP(nil, sa)}
+		if l.add(fd, c) != nil {
+			syscall.Close(fd)
+			continue
+		}
+		l.nCli++
+		c.idle()
+	}
+}
+
+func appendSockaddrIP(b []byte, sa syscall.Sockaddr) []byte {
+	switch a := sa.(type) {
+	case *syscall.SockaddrInet4:
+		b, _ = net.IP(a.Addr[:]).AppendText(b)
+	case *syscall.SockaddrInet6:
+		b, _ = net.IP(a.Addr[:]).AppendText(b)
+	}
+	return b
+}
+
+func (l *evLoop) getBuf() []byte {
+	if n := len(l.bufs); n > 0 {
+		b := l.bufs[n-1]
+		l.bufs = l.bufs[:n-1]
+		return b
+	}
+	return make([]byte, loopBufSize)
+}
+
+func (l *evLoop) putBuf(b []byte) {
+	if cap(b) == loopBufSize && len(l.bufs) < 64 {
+		l.bufs = append(l.bufs, b[:loopBufSize])
+	}
+}
+
+// handoffListener hands connections from the loops to fasthttp's Serve,
+// which then tracks and drains them like the ones it accepts itself.
+type handoffListener struct {
+	addr   net.Addr
+	ch     chan net.Conn
+	closed chan struct{}
+	once   sync.Once
+}
+
+func newHandoffListener(addr net.Addr) *handoffListener {
+	return &handoffListener{addr: addr, ch: make(chan net.Conn, 64), closed: make(chan struct{})}
+}
+
+func (h *handoffListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-h.ch:
+		return c, nil
+	case <-h.closed:
+		return nil, net.ErrClosed
+	}
+}
+
+func (h *handoffListener) Close() error {
+	h.once.Do(func() { close(h.closed) })
+	return nil
+}
+
+func (h *handoffListener) Addr() net.Addr { return h.addr }
+
+// give queues c for fasthttp; false if it is shutting down.
+func (h *handoffListener) give(c net.Conn) bool {
+	select {
+	case <-h.closed:
+		return false
+	default:
+	}
+	select {
+	case h.ch <- c:
+		return true
+	case <-h.closed:
+		return false
+	}
+}
+
+// prefixConn replays the bytes a loop had already read before the rest
+// of the connection.
+type prefixConn struct {
+	net.Conn
+	pre []byte
+}
+
+func (c *prefixConn) Read(p []byte) (int, error) {
+	if len(c.pre) > 0 {
+		n := copy(p, c.pre)
+		c.pre = c.pre[n:]
+		return n, nil
+	}
+	return c.Conn.Read(p)
+}
+
+// handoff gives the client connection, with pre as its first bytes, to
+// fasthttp; the loop forgets it.
+func (l *evLoop) handoff(fd int, pre []byte) {
+	l.forget(fd)
+	l.nCli--
+	f := os.NewFile(uintptr(fd), "client")
+	nc, err := net.FileConn(f) // a duplicate, in the runtime's poller
+	f.Close()
+	if err != nil {
+		return
+	}
+	c := &prefixConn{Conn: wrapConn(nc), pre: append([]byte(nil), pre...)}
+	if !l.hand.give(c) {
+		nc.Close()
+	}
+}
+
+// Raw non-blocking system calls: they never block, so they keep the P.
+func rawRead(fd int, p []byte) (int, syscall.Errno) {
+	for {
+		n, _, e := syscall.RawSyscall(syscall.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+		if e == 0 {
+			return int(n), 0
+		}
+		if e != syscall.EINTR {
+			return 0, e
+		}
+	}
+}
+
+// rawWritev writes a then b (either may be empty) and returns how many
+// bytes went out.
+func (l *evLoop) rawWritev(fd int, a, b []byte) (int, syscall.Errno) {
+	n := 0
+	if len(a) > 0 {
+		l.iov[n].Base = &a[0]
+		l.iov[n].SetLen(len(a))
+		n++
+	}
+	if len(b) > 0 {
+		l.iov[n].Base = &b[0]
+		l.iov[n].SetLen(len(b))
+		n++
+	}
+	if n == 0 {
+		return 0, 0
+	}
+	for {
+		r, _, e := syscall.RawSyscall(syscall.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&l.iov[0])), uintptr(n))
+		if e != syscall.EINTR {
+			l.iov[0].Base, l.iov[1].Base = nil, nil
+			if e != 0 {
+				return 0, e
+			}
+			return int(r), 0
+		}
+	}
+}
