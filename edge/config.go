@@ -63,9 +63,11 @@ type Config struct {
 	ClientIdleTimeout     time.Duration
 	MaxConnsPerBackend    int
 
-	// IO is how the public listener is served: "fasthttp" (a goroutine
-	// per connection) or "epoll" (event loops, one per core, Linux; see
-	// evloop_linux.go). Empty means fasthttp.
+	// IO is how the public listener is served: "epoll" (event loops, one
+	// per core, Linux, plain HTTP; see evloop_linux.go), "fasthttp" (a
+	// goroutine per connection), or "auto" (empty): epoll where it can
+	// serve, fasthttp with TLS at the edge, https backends or off Linux.
+	// Validate replaces auto with the choice.
 	IO string
 
 	Pprof bool
@@ -92,6 +94,7 @@ type Config struct {
 
 // Values of Config.IO.
 const (
+	IOAuto     = "auto"
 	IOFasthttp = "fasthttp"
 	IOEpoll    = "epoll"
 )
@@ -278,8 +281,16 @@ func (c *Config) Validate() error {
 		c.MaxConnsPerBackend = d.MaxConnsPerBackend
 	}
 	switch c.IO {
-	case "":
-		c.IO = IOFasthttp
+	case "", IOAuto:
+		c.IO = IOEpoll
+		if !epollSupported || c.TLSCert != "" {
+			c.IO = IOFasthttp
+		}
+		for _, b := range c.Backends {
+			if a, _ := parseBackend(b); a.tls {
+				c.IO = IOFasthttp
+			}
+		}
 	case IOFasthttp:
 	case IOEpoll:
 		if !epollSupported {
@@ -294,7 +305,7 @@ func (c *Config) Validate() error {
 			}
 		}
 	default:
-		return fmt.Errorf("--io must be %q or %q, got %q", IOFasthttp, IOEpoll, c.IO)
+		return fmt.Errorf("--io must be %q, %q or %q, got %q", IOAuto, IOEpoll, IOFasthttp, c.IO)
 	}
 	return nil
 }

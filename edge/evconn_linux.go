@@ -39,6 +39,12 @@ type cliConn struct {
 	route      int
 	dl         int64
 	closeAfter bool
+	// rd: the socket may hold unread bytes. Edge-triggered epoll reports
+	// each arrival once; a short read means the socket was drained, so the
+	// next arrival raises a new event and no read has to end in EAGAIN.
+	// Once the peer has hung up (hup) reads go on to the end of file,
+	// which arrived with the last bytes and raises no event of its own.
+	rd, hup bool
 
 	// The exchange in progress.
 	c        *call
@@ -63,6 +69,10 @@ func (c *cliConn) event(ev uint32) {
 	if ev&(syscall.EPOLLERR|syscall.EPOLLHUP) != 0 {
 		c.gone()
 		return
+	}
+	if ev&(syscall.EPOLLIN|syscall.EPOLLRDHUP) != 0 {
+		c.rd = true
+		c.hup = c.hup || ev&syscall.EPOLLRDHUP != 0
 	}
 	if ev&syscall.EPOLLOUT != 0 && c.pending() {
 		if !c.flush() || c.pending() {
@@ -101,23 +111,31 @@ func (c *cliConn) idle() {
 func (c *cliConn) read() {
 	for c.state == cliIdle || c.state == cliHead || c.state == cliBody {
 		if c.buf == nil {
-			c.buf = c.l.getBuf()
+			c.buf = c.l.getBuf(loopBufSize)
 		}
 		if c.n == len(c.buf) {
 			// A head larger than the buffer: fasthttp answers it.
 			c.handoff()
 			return
 		}
-		n, e := rawRead(c.fd, c.buf[c.n:])
-		if e == syscall.EAGAIN {
+		if !c.rd {
 			if c.n == 0 {
 				c.idle()
 			}
 			return
 		}
+		space := len(c.buf) - c.n
+		n, e := rawRead(c.fd, c.buf[c.n:])
+		if e == syscall.EAGAIN {
+			c.rd = false
+			continue
+		}
 		if e != 0 || n == 0 {
 			c.close() // a request cut short dies with its connection
 			return
+		}
+		if n < space && !c.hup {
+			c.rd = false
 		}
 		if c.state == cliIdle {
 			c.state = cliHead
@@ -149,7 +167,7 @@ func (c *cliConn) process() {
 		}
 		c.need = c.h.size + int(c.h.contentLen)
 		if c.need > len(c.buf) {
-			nb := make([]byte, c.need)
+			nb := c.l.getBuf(c.need)
 			copy(nb, c.buf[:c.n])
 			c.l.putBuf(c.buf)
 			c.buf = nb
@@ -580,8 +598,9 @@ func (c *cliConn) next0() {
 	c.n, c.need = rest, 0
 	if cap(c.buf) != loopBufSize && rest <= loopBufSize {
 		// A large body's buffer goes; the next request gets a pooled one.
-		nb := c.l.getBuf()
+		nb := c.l.getBuf(loopBufSize)
 		copy(nb, c.buf[:rest])
+		c.l.putBuf(c.buf)
 		c.buf = nb
 	}
 	c.out, c.outOff, c.data = c.out[:0], 0, nil
@@ -687,6 +706,8 @@ type upConn struct {
 	buf    []byte
 	off, n int
 	hoff   int // where the response head starts in buf
+	rd     bool // as cliConn.rd
+	hup    bool
 	h      respHead
 	wa, wb []byte // request bytes still to write
 	dl     int64
@@ -762,6 +783,7 @@ var errNoAddress = errors.New("backend address not resolved")
 // begin takes the connection for c's request.
 func (up *upConn) begin(c *cliConn, reused bool) {
 	up.cli, up.reused, up.gotAny, up.err = c, reused, false, nil
+	up.rd = up.rd && !reused
 	up.off, up.n, up.hoff = 0, 0, 0
 	up.bodyDone, up.reusable = false, false
 	up.wa, up.wb = c.uhead, c.buf[c.h.size:c.need]
@@ -799,6 +821,10 @@ func (up *upConn) writeReq() syscall.Errno {
 }
 
 func (up *upConn) event(ev uint32) {
+	if ev&(syscall.EPOLLIN|syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0 {
+		up.rd = true
+		up.hup = up.hup || ev&(syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0
+	}
 	switch up.state {
 	case upConnecting:
 		if ev&(syscall.EPOLLOUT|syscall.EPOLLERR|syscall.EPOLLHUP) == 0 {
@@ -845,13 +871,21 @@ func (up *upConn) readHead() {
 			copy(nb, up.buf[:up.n])
 			up.buf = nb
 		}
+		if !up.rd {
+			return
+		}
+		space := len(up.buf) - up.n
 		n, e := rawRead(up.fd, up.buf[up.n:])
 		if e == syscall.EAGAIN {
+			up.rd = false
 			return
 		}
 		if e != 0 {
 			up.failBefore(e)
 			return
+		}
+		if n < space && !up.hup {
+			up.rd = false
 		}
 		if n == 0 {
 			up.failBefore(io.EOF)
@@ -952,7 +986,14 @@ func (up *upConn) pump() {
 			return
 		}
 		up.off, up.n = 0, 0
-		n, e := rawRead(up.fd, up.buf)
+		var n int
+		e := syscall.EAGAIN
+		if up.rd {
+			n, e = rawRead(up.fd, up.buf)
+			if e == syscall.EAGAIN || (e == 0 && n > 0 && n < len(up.buf) && !up.hup) {
+				up.rd = false
+			}
+		}
 		if e == syscall.EAGAIN {
 			if c.pending() && !c.flush() {
 				return // the head goes out before any body byte has come

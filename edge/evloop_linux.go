@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -42,19 +43,20 @@ type evHandler interface {
 }
 
 type evLoop struct {
-	s      *Server
-	ep     int
-	wakeFd int
-	lfd    int // the shared listening socket; -1 once no longer accepted on
-	fds    map[int32]evHandler
-	idle   [][]*upConn // per backend: keep-alive connections
-	events [128]syscall.EpollEvent
-	now    int64 // unix ns, at the last wake-up
-	scanAt int64 // when deadlines are next checked
-	bufs   [][]byte
-	iov    [3]syscall.Iovec
-	nCli   int // client connections open
-	hand   *handoffListener
+	s        *Server
+	ep       int
+	wakeFd   int
+	lfd      int // the shared listening socket; -1 once no longer accepted on
+	fds      map[int32]evHandler
+	idle     [][]*upConn // per backend: keep-alive connections
+	events   [128]syscall.EpollEvent
+	now      int64       // unix ns, at the last wake-up
+	scanAt   int64       // when deadlines are next checked
+	bufs     [8][][]byte // free buffers by size class (bufClass)
+	bufBytes int
+	iov      [3]syscall.Iovec
+	nCli     int // client connections open
+	hand     *handoffListener
 
 	drain atomic.Bool // stop accepting; close connections once idle
 	kill  atomic.Bool // abort everything
@@ -278,7 +280,7 @@ func (l *evLoop) run() {
 				syscall.Read(l.wakeFd, b[:])
 			default:
 				if h := l.fds[ev.Fd]; h != nil {
-					h.event(ev.Events)
+					l.event(h, ev.Events)
 				}
 			}
 		}
@@ -306,6 +308,28 @@ func (l *evLoop) run() {
 			}
 		}
 	}
+}
+
+// event hands ev to h. A panic (a bug) must not take the process and
+// every other connection down: it is logged, and the connection it
+// happened on is closed and its load released as for a client that left.
+func (l *evLoop) event(h evHandler, ev uint32) {
+	defer func() {
+		if r := recover(); r != nil {
+			l.s.log.Error("event loop: panic serving a connection; closing it", "panic", r, "stack", string(debug.Stack()))
+			defer func() { _ = recover() }() // state may be too broken to clean up
+			switch x := h.(type) {
+			case *cliConn:
+				x.gone()
+			case *upConn:
+				if c := x.cli; c != nil {
+					c.gone()
+				}
+				x.close()
+			}
+		}
+	}()
+	h.event(ev)
 }
 
 // wait returns the number of ready events. Under load something is
@@ -356,20 +380,45 @@ func appendSockaddrIP(b []byte, sa syscall.Sockaddr) []byte {
 	return b
 }
 
-func (l *evLoop) getBuf() []byte {
-	if n := len(l.bufs); n > 0 {
-		b := l.bufs[n-1]
-		l.bufs = l.bufs[:n-1]
-		return b
+// getBuf returns a buffer of at least n bytes. Buffers come in powers of
+// two from loopBufSize and are reused by the loop: a 128 KB request must
+// not cost a fresh 128 KB (zeroed, then collected) each time.
+func (l *evLoop) getBuf(n int) []byte {
+	k := bufClass(n)
+	if k < 0 {
+		return make([]byte, n) // too large to keep
 	}
-	return make([]byte, loopBufSize)
+	if list := l.bufs[k]; len(list) > 0 {
+		b := list[len(list)-1]
+		l.bufs[k] = list[:len(list)-1]
+		l.bufBytes -= cap(b)
+		return b[:cap(b)]
+	}
+	return make([]byte, loopBufSize<<k)
 }
 
 func (l *evLoop) putBuf(b []byte) {
-	if cap(b) == loopBufSize && len(l.bufs) < 64 {
-		l.bufs = append(l.bufs, b[:loopBufSize])
+	k := bufClass(cap(b))
+	if k < 0 || cap(b) != loopBufSize<<k || l.bufBytes+cap(b) > maxPooledBytes {
+		return
 	}
+	l.bufs[k] = append(l.bufs[k], b[:cap(b)])
+	l.bufBytes += cap(b)
 }
+
+// bufClass is the smallest k with loopBufSize<<k >= n, or -1 past the
+// largest class.
+func bufClass(n int) int {
+	for k := 0; k < len(evLoop{}.bufs); k++ {
+		if n <= loopBufSize<<k {
+			return k
+		}
+	}
+	return -1
+}
+
+// maxPooledBytes bounds the free buffers a loop keeps.
+const maxPooledBytes = 32 << 20
 
 // handoffListener hands connections from the loops to fasthttp's Serve,
 // which then tracks and drains them like the ones it accepts itself.

@@ -305,6 +305,9 @@ func parseResponseHead(b []byte, h *respHead) int {
 			}
 		}
 	}
+	if h.otherTE {
+		return headOther // a coding kvca cannot frame for the client
+	}
 	if h.minor == 0 && !h.keepAlive {
 		h.close = true
 	}

@@ -194,15 +194,19 @@ func (s *Server) done(c *call, status int) {
 
 // hopHeaders are connection-scoped and must not cross the proxy (RFC 9110
 // §7.6.1); fasthttp manages Content-Length and Transfer-Encoding itself.
+//
+// Expect goes too: fasthttp has answered a client's 100-continue and read
+// the whole body, so a backend must not be asked again; its interim 100
+// would be taken for the answer.
 var hopHeaders = []string{
 	"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate",
-	"Proxy-Authorization", "Te", "Trailer", "Upgrade",
+	"Proxy-Authorization", "Te", "Trailer", "Upgrade", "Expect",
 }
 
 // isHop reports whether key names a hop-by-hop header (any case).
 func isHop(key []byte) bool {
 	switch len(key) {
-	case 2, 7, 10, 16, 18, 19:
+	case 2, 6, 7, 10, 16, 18, 19:
 	default:
 		return false
 	}

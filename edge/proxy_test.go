@@ -45,12 +45,13 @@ func startProxy(t *testing.T, mod func(*Config), backends ...*testBackend) *Serv
 	return s
 }
 
-// testIO lets one run of the package test the event-loop edge:
-// KVCA_TEST_IO=epoll serves every test proxy with --io epoll.
+// testIO lets one run of the package test the other I/O model:
+// KVCA_TEST_IO=fasthttp serves every test proxy with --io fasthttp (the
+// default, auto, is epoll on Linux).
 func testIO(cfg *Config) {
 	v := os.Getenv("KVCA_TEST_IO")
-	if v == "" || cfg.TLSCert != "" {
-		return
+	if v == "" || cfg.TLSCert != "" || cfg.IO != "" {
+		return // unset, TLS, or a test that wants one model
 	}
 	for _, b := range cfg.Backends {
 		if a, _ := parseBackend(b); a.tls {

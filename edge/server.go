@@ -260,6 +260,7 @@ func (s *Server) StartOn(ln, adln net.Listener) {
 		hand, err := s.startLoops(s.ln)
 		if err != nil {
 			s.log.Error("--io epoll: cannot start the event loops; serving with fasthttp", "err", err)
+			s.cfg.IO = IOFasthttp
 		} else {
 			ln = hand
 		}
@@ -272,7 +273,7 @@ func (s *Server) StartOn(ln, adln net.Listener) {
 	}
 	s.log.Info("kvca serving", "listen", ln.Addr().String(), "admin", addrOf(adln),
 		"backends", len(s.ups), "policy", s.cfg.Policy, "block_size", s.cfg.BlockSize,
-		"ttl", s.cfg.TTL, "max_blocks", s.cfg.MaxBlocks, "hash_key_from_flag", s.cfg.HashKey != "")
+		"ttl", s.cfg.TTL, "max_blocks", s.cfg.MaxBlocks, "hash_key_from_flag", s.cfg.HashKey != "", "io", s.cfg.IO)
 }
 
 func addrOf(ln net.Listener) string {

@@ -8,7 +8,9 @@
 # scheduler or an HTTP library, scripts/compare/epollproxy) and kvca in
 # front of it, and measures with wrk, interleaved and repeated: for every
 # body, ROUNDS rounds of [direct, nginx, haproxy, bare, epoll, loopkvca,
-# kvca] (loopkvca: the epoll forwarder doing kvca's routing work), each a
+# kvca, kvca_fasthttp] (loopkvca: the epoll forwarder doing kvca's routing
+# work; kvca: kvca serve as deployed, --io auto, its event loops on Linux;
+# kvca_fasthttp: kvca serve --io fasthttp), each a
 # WARMUP-second warm-up and a DURATION-second measured run at a fixed
 # concurrency. It reports medians of
 # requests/s, p50 and p99 latency, and CPU time per request of each proxy's
@@ -20,15 +22,17 @@
 #   ROUNDS=5 DURATION=10 CONNS=64 scripts/compare-proxies.sh
 #
 # Environment (defaults in brackets):
-#   ROUNDS [3]        rounds of [direct nginx haproxy bare epoll loopkvca kvca]
-#                     per body
+#   ROUNDS [3]        rounds of [direct nginx haproxy bare epoll loopkvca kvca
+#                     kvca_fasthttp] per body
 #   DURATION [5]      seconds of each measured wrk run
 #   WARMUP [1]        seconds of wrk warm-up before each measured run (0: none)
 #   CONNS [32]        wrk connections;  THREADS [1] wrk threads
 #   PROXY_CPUS [nproc] nginx worker_processes = HAProxy nbthread = GOMAXPROCS
 #                     of kvca and of the bare forwarder
 #   BODIES [1k-nostream 1k-stream 4k-nostream 4k-stream 128k-nostream 128k-stream]
-#   TARGETS [direct nginx haproxy bare epoll loopkvca kvca]  (bare, the
+#   TARGETS [direct nginx haproxy bare epoll loopkvca kvca kvca_fasthttp]
+#                     (kvca_fasthttp is dropped with TLS=1, where kvca is
+#                     fasthttp anyway; bare, the
 #                     fasthttp forwarder, epoll, the event-loop forwarder of
 #                     scripts/compare/epollproxy, and loopkvca, the same with
 #                     -route, kvca's routing work on every request: plain HTTP
@@ -65,7 +69,7 @@ CONNS=${CONNS:-32}
 THREADS=${THREADS:-1}
 PROXY_CPUS=${PROXY_CPUS:-$(nproc)}
 BODIES=${BODIES:-"1k-nostream 1k-stream 4k-nostream 4k-stream 128k-nostream 128k-stream"}
-TARGETS=${TARGETS:-"direct nginx haproxy bare epoll loopkvca kvca"}
+TARGETS=${TARGETS:-"direct nginx haproxy bare epoll loopkvca kvca kvca_fasthttp"}
 BASE_PORT=${BASE_PORT:-18780}
 TLS=${TLS:-0}
 if [[ $TLS == 1 ]]; then OUT=${OUT:-bench/results/proxies-tls.md}; else OUT=${OUT:-bench/results/proxies.md}; fi
@@ -106,8 +110,8 @@ fi
 export PATH=$PATH:/usr/sbin
 for c in wrk nginx haproxy curl go; do command -v "$c" >/dev/null || die "$c not found"; done
 [[ $TLS != 1 ]] || command -v openssl >/dev/null || die "TLS=1 needs openssl"
-if [[ $TLS == 1 && " $TARGETS " == *" "@(bare|epoll|loopkvca)" "* ]]; then
-	TARGETS=$(tr ' ' '\n' <<<"$TARGETS" | grep -vxE 'bare|epoll|loopkvca' | xargs)
+if [[ $TLS == 1 && " $TARGETS " == *" "@(bare|epoll|loopkvca|kvca_fasthttp)" "* ]]; then
+	TARGETS=$(tr ' ' '\n' <<<"$TARGETS" | grep -vxE 'bare|epoll|loopkvca|kvca_fasthttp' | xargs)
 	log "TLS=1: the bare and epoll forwarders speak plain HTTP only, measuring [$TARGETS]"
 fi
 
@@ -194,6 +198,8 @@ alloc_port; epoll_port=$REPLY
 alloc_port; loopkvca_port=$REPLY
 alloc_port; kvca_port=$REPLY
 alloc_port; admin_port=$REPLY
+alloc_port; kvcafh_port=$REPLY
+alloc_port; kvcafh_admin_port=$REPLY
 
 scheme=http
 if [[ $TLS == 1 ]]; then
@@ -212,6 +218,7 @@ declare -A url=(
 	[epoll]=http://127.0.0.1:$epoll_port/v1/chat/completions
 	[loopkvca]=http://127.0.0.1:$loopkvca_port/v1/chat/completions
 	[kvca]=$scheme://127.0.0.1:$kvca_port/v1/chat/completions
+	[kvca_fasthttp]=http://127.0.0.1:$kvcafh_port/v1/chat/completions
 )
 for t in $TARGETS; do [[ -n ${url[$t]:-} ]] || die "unknown target '$t'"; done
 
@@ -287,6 +294,16 @@ kvca_args=(serve --listen "127.0.0.1:$kvca_port" --backend "http://127.0.0.1:$mo
 log "starting kvca on 127.0.0.1:$kvca_port (GOMAXPROCS $PROXY_CPUS)"
 start kvca env GOMAXPROCS="$PROXY_CPUS" "$tmp/kvca" "${kvca_args[@]}"
 wait_http kvca "$scheme://127.0.0.1:$kvca_port/health"
+if [[ " $TARGETS " == *" kvca_fasthttp "* ]]; then
+	fh_args=(serve --listen "127.0.0.1:$kvcafh_port" --backend "http://127.0.0.1:$mock_port"
+		--policy kvca --admin-listen "127.0.0.1:$kvcafh_admin_port" --health-interval 0 --log-level warn)
+	# shellcheck disable=SC2206 # word splitting is what KVCA_ARGS is for
+	[[ -n $KVCA_ARGS ]] && fh_args+=($KVCA_ARGS)
+	fh_args+=(--io fasthttp)
+	log "starting kvca --io fasthttp on 127.0.0.1:$kvcafh_port (GOMAXPROCS $PROXY_CPUS)"
+	start kvca_fasthttp env GOMAXPROCS="$PROXY_CPUS" "$tmp/kvca" "${fh_args[@]}"
+	wait_http kvca_fasthttp "http://127.0.0.1:$kvcafh_port/health"
+fi
 
 # ---- smoke test: every body through every target ----------------------------
 for b in $BODIES; do
@@ -490,17 +507,18 @@ floor_table() {
 	function d(a, b) { return (a == "" || b == "" || a == "nan" || b == "nan") ? "-" : sprintf("%+.1f", a - b) }
 	{ rps[$1, $2] = $3; cpu[$1, $2] = $6; usr[$1, $2] = $18; sys[$1, $2] = $19; order[++n] = $1 }
 	END {
-		print "| body | bare/nginx req/s | kvca/nginx req/s | kvca/bare req/s | CPU µs/req nginx / bare / kvca | user µs/req nginx / bare / kvca | system µs/req nginx / bare / kvca | bare − nginx µs/req | kvca − bare µs/req |"
+		print "| body | bare/nginx req/s | kvca_fasthttp/nginx req/s | kvca_fasthttp/bare req/s | CPU µs/req nginx / bare / kvca_fasthttp | user µs/req nginx / bare / kvca_fasthttp | system µs/req nginx / bare / kvca_fasthttp | bare − nginx µs/req | kvca_fasthttp − bare µs/req |"
 		print "|---|---:|---:|---:|---|---|---|---:|---:|"
 		for (i = 1; i <= n; i++) {
 			b = order[i]; if (done[b]++) continue
-			if (rps[b, "bare"] == "" || rps[b, "nginx"] == "" || rps[b, "kvca"] == "") continue
+			k = "kvca_fasthttp"
+			if (rps[b, "bare"] == "" || rps[b, "nginx"] == "" || rps[b, k] == "") continue
 			printf "| %s | %s | %s | %s | %s / %s / %s | %s / %s / %s | %s / %s / %s | %s | %s |\n", b, r(rps[b, "bare"], rps[b, "nginx"]),
-				r(rps[b, "kvca"], rps[b, "nginx"]), r(rps[b, "kvca"], rps[b, "bare"]),
-				f(cpu[b, "nginx"]), f(cpu[b, "bare"]), f(cpu[b, "kvca"]),
-				f(usr[b, "nginx"]), f(usr[b, "bare"]), f(usr[b, "kvca"]),
-				f(sys[b, "nginx"]), f(sys[b, "bare"]), f(sys[b, "kvca"]),
-				d(cpu[b, "bare"], cpu[b, "nginx"]), d(cpu[b, "kvca"], cpu[b, "bare"])
+				r(rps[b, k], rps[b, "nginx"]), r(rps[b, k], rps[b, "bare"]),
+				f(cpu[b, "nginx"]), f(cpu[b, "bare"]), f(cpu[b, k]),
+				f(usr[b, "nginx"]), f(usr[b, "bare"]), f(usr[b, k]),
+				f(sys[b, "nginx"]), f(sys[b, "bare"]), f(sys[b, k]),
+				d(cpu[b, "bare"], cpu[b, "nginx"]), d(cpu[b, k], cpu[b, "bare"])
 		}
 	}' "$summary"
 }
@@ -512,14 +530,14 @@ epoll_table() {
 	function f(x) { return (x == "" || x == "nan") ? "-" : sprintf("%.1f", x) }
 	{ rps[$1, $2] = $3; p99[$1, $2] = $5; cpu[$1, $2] = $6; usr[$1, $2] = $18; sys[$1, $2] = $19; order[++n] = $1 }
 	END {
-		print "| body | epoll/nginx req/s | epoll/HAProxy req/s | epoll/bare req/s | loopkvca/nginx req/s | loopkvca/HAProxy req/s | epoll/nginx p99 | loopkvca/nginx p99 | CPU µs/req nginx / HAProxy / bare / epoll / loopkvca / kvca | user µs/req nginx / HAProxy / bare / epoll / loopkvca / kvca | system µs/req nginx / HAProxy / bare / epoll / loopkvca / kvca |"
-		print "|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|"
+		print "| body | epoll/nginx req/s | epoll/HAProxy req/s | epoll/bare req/s | loopkvca/nginx req/s | loopkvca/HAProxy req/s | kvca/loopkvca req/s | epoll/nginx p99 | loopkvca/nginx p99 | CPU µs/req nginx / HAProxy / bare / epoll / loopkvca / kvca | user µs/req nginx / HAProxy / bare / epoll / loopkvca / kvca | system µs/req nginx / HAProxy / bare / epoll / loopkvca / kvca |"
+		print "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|"
 		for (i = 1; i <= n; i++) {
 			b = order[i]; if (done[b]++) continue
 			if (rps[b, "epoll"] == "" && rps[b, "loopkvca"] == "") continue
-			printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s / %s / %s / %s / %s / %s | %s / %s / %s / %s / %s / %s | %s / %s / %s / %s / %s / %s |\n", b,
+			printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s / %s / %s / %s / %s / %s | %s / %s / %s / %s / %s / %s | %s / %s / %s / %s / %s / %s |\n", b,
 				r(rps[b, "epoll"], rps[b, "nginx"]), r(rps[b, "epoll"], rps[b, "haproxy"]), r(rps[b, "epoll"], rps[b, "bare"]),
-				r(rps[b, "loopkvca"], rps[b, "nginx"]), r(rps[b, "loopkvca"], rps[b, "haproxy"]),
+				r(rps[b, "loopkvca"], rps[b, "nginx"]), r(rps[b, "loopkvca"], rps[b, "haproxy"]), r(rps[b, "kvca"], rps[b, "loopkvca"]),
 				r(p99[b, "epoll"], p99[b, "nginx"]), r(p99[b, "loopkvca"], p99[b, "nginx"]),
 				f(cpu[b, "nginx"]), f(cpu[b, "haproxy"]), f(cpu[b, "bare"]), f(cpu[b, "epoll"]), f(cpu[b, "loopkvca"]), f(cpu[b, "kvca"]),
 				f(usr[b, "nginx"]), f(usr[b, "haproxy"]), f(usr[b, "bare"]), f(usr[b, "epoll"]), f(usr[b, "loopkvca"]), f(usr[b, "kvca"]),
@@ -581,7 +599,9 @@ if [[ $OUT != "-" ]]; then
 		[[ " $TARGETS " != *" bare "* ]] || echo "- bare: the floor, [\`scripts/compare/bareproxy\`](../../scripts/compare/bareproxy/main.go), GOMAXPROCS=$PROXY_CPUS: a fasthttp server with kvca's server options forwarding every request with \`HostClient.Do\` over a keep-alive pool built like kvca's (hop-by-hop headers removed, no body parsing, no metrics, no upstream timeouts). What it costs per request is Go's runtime and fasthttp on this machine; kvca minus bare is kvca's own work (canonicalise, hash, table, scheduler, metrics, streaming relay)."
 		memo_note=" Every run repeats one body, so strings of 256 bytes or more (every string of the bodies but the 1k body's system prompt) are found in the CBR memo after the first requests and compared rather than canonicalised and hashed again; \`KVCA_ARGS=\"--cbr-memo-bytes 0\"\` measures without it."
 		[[ $KVCA_ARGS != *"cbr-memo-bytes 0"* ]] || memo_note=" The CBR memo is off: every string of every body is canonicalised and hashed."
-		echo "- kvca: \`kvca serve --policy kvca --health-interval 0 --log-level warn${KVCA_ARGS:+ $KVCA_ARGS}\`, GOMAXPROCS=$PROXY_CPUS, one backend; it reads, canonicalises and hashes every body, which nginx and HAProxy do not.$memo_note"
+		io_note=" Its public listener is served as deployed by default (\`--io auto\`): by its event loops (one per core, epoll, no goroutine per connection) with plain HTTP, by fasthttp with TLS."
+		echo "- kvca: \`kvca serve --policy kvca --health-interval 0 --log-level warn${KVCA_ARGS:+ $KVCA_ARGS}\`, GOMAXPROCS=$PROXY_CPUS, one backend; it reads, canonicalises and hashes every body, which nginx and HAProxy do not.$memo_note$io_note"
+		[[ " $TARGETS " != *" kvca_fasthttp "* ]] || echo "- kvca_fasthttp: the same with \`--io fasthttp\`: fasthttp's server and a goroutine per connection, as kvca served everything before its event loops."
 		echo "- Bodies: from \`scripts/compare/genbody\` (deterministic): 1k = system prompt + one user message; 4k = system prompt plus three user turns with two assistant answers; 128k = a ~110 KB system prompt plus three turns. Each is exactly 1024, 4096 or 131072 bytes; \`-stream\` sets \`\"stream\":true\`."
 		[[ $TLS != 1 ]] || echo "- TLS: nginx, HAProxy and kvca terminate TLS 1.2/1.3 with the same throwaway P-256 certificate (openssl); wrk speaks HTTPS over keep-alive connections, so handshakes are rare and the cost measured is record encryption; the backend (and the direct target) stay plain HTTP."
 		echo "- CPU per request: utime+stime of the proxy's processes (nginx master and workers, HAProxy's process, kvca's and the bare forwarder's process) from /proc/PID/stat before and after the measured run, divided by the requests wrk completed."
@@ -605,7 +625,7 @@ if [[ $OUT != "-" ]]; then
 		if [[ " $TARGETS " == *" bare "* ]]; then
 			echo "### The floor: a bare Go+fasthttp forwarder (same run)"
 			echo
-			echo "How much of the distance to nginx a Go+fasthttp proxy that does nothing but forward already has (bare − nginx), and how much is kvca's own work (kvca − bare)."
+			echo "How much of the distance to nginx a Go+fasthttp proxy that does nothing but forward already has (bare − nginx), and how much is kvca's own work on fasthttp (kvca_fasthttp − bare)."
 			echo
 			floor_table
 			echo

@@ -1,0 +1,148 @@
+//go:build linux
+
+package edge
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// startLoopProxy is startProxy with the event-loop edge, whatever
+// KVCA_TEST_IO says.
+func startLoopProxy(t *testing.T, mod func(*Config), backends ...*testBackend) *Server {
+	t.Helper()
+	s := startProxy(t, func(c *Config) {
+		if mod != nil {
+			mod(c)
+		}
+		c.IO = IOEpoll
+	}, backends...)
+	if s.evl == nil {
+		t.Fatal("event loops not running")
+	}
+	return s
+}
+
+// Pipelined requests are answered in order on one connection, each routed
+// and relayed by the loop.
+func TestLoopPipelined(t *testing.T) {
+	b := newTestBackend(t, "a")
+	s := startLoopProxy(t, nil, b)
+	conn, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var wire strings.Builder
+	const n = 5
+	for i := 0; i < n; i++ {
+		body := conversation(i, 0, i%2 == 0)
+		fmt.Fprintf(&wire, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Request-Id: req-%d\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", i, len(body), body)
+	}
+	if _, err := io.WriteString(conn, wire.String()); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(conn)
+	for i := 0; i < n; i++ {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("response %d: %v", i, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 || len(body) == 0 {
+			t.Fatalf("response %d: status %d, %d bytes, %v", i, resp.StatusCode, len(body), err)
+		}
+		if got := resp.Header.Get("X-Request-Id"); got != fmt.Sprintf("req-%d", i) {
+			t.Fatalf("response %d answers request %q", i, got)
+		}
+	}
+	b.mu.Lock()
+	got := len(b.bodies)
+	b.mu.Unlock()
+	if got != n {
+		t.Fatalf("backend saw %d requests, want %d", got, n)
+	}
+	waitIdle(t, s)
+}
+
+// What the loop does not serve itself (a chunked upload, Expect, a GET,
+// HTTP/1.0) goes to fasthttp with the bytes already read, and is answered
+// exactly as with --io fasthttp.
+func TestLoopHandsOver(t *testing.T) {
+	b := newTestBackend(t, "a")
+	s := startLoopProxy(t, nil, b)
+	body := conversation(1, 0, false)
+	for _, tc := range []struct {
+		name, req string
+		status    int
+	}{
+		{"chunked upload", fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", len(body), body), 200},
+		{"expect", fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n%s", len(body), body), 200},
+		{"HTTP/1.0", fmt.Sprintf("POST /v1/chat/completions HTTP/1.0\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", len(body), body), 200},
+		{"models", "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n", 200},
+		{"health", "GET /health HTTP/1.1\r\nHost: x\r\n\r\n", 200},
+		{"GET on a routed path", "GET /v1/chat/completions HTTP/1.1\r\nHost: x\r\n\r\n", 405},
+		{"garbage", "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n", 400},
+	} {
+		conn, err := net.Dial("tcp", s.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+		// Byte by byte for one case: the loop must keep what it read.
+		if tc.name == "chunked upload" {
+			for i := 0; i < len(tc.req); i++ {
+				if _, err := conn.Write([]byte{tc.req[i]}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		} else if _, err := io.WriteString(conn, tc.req); err != nil {
+			t.Fatal(err)
+		}
+		br := bufio.NewReader(conn)
+		resp, err := http.ReadResponse(br, nil)
+		if err == nil && resp.StatusCode == 100 {
+			resp, err = http.ReadResponse(br, nil) // after 100 Continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		conn.Close()
+		if resp.StatusCode != tc.status {
+			t.Errorf("%s: status %d, want %d", tc.name, resp.StatusCode, tc.status)
+		}
+	}
+	waitIdle(t, s)
+}
+
+// A client that sends its request and leaves before the answer releases
+// the backend's load at once, and the backend connection is closed.
+func TestLoopClientLeavesBeforeAnswer(t *testing.T) {
+	b := newTestBackend(t, "a")
+	b.delayHeaders = 3 * time.Second
+	s := startLoopProxy(t, nil, b)
+	conn, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := conversation(1, 0, true)
+	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	waitFor(t, "request at the backend", func() bool { return s.sched.Backends[0].Active() == 1 })
+	conn.Close()
+	waitFor(t, "load released", func() bool {
+		return s.sched.Backends[0].Active() == 0 && s.sched.Backends[0].Prefill() == 0
+	})
+	if got := s.m.disconnects.Get(); got != 1 {
+		t.Fatalf("disconnects %d, want 1", got)
+	}
+}
