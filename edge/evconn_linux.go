@@ -705,7 +705,7 @@ type upConn struct {
 	cli    *cliConn
 	buf    []byte
 	off, n int
-	hoff   int // where the response head starts in buf
+	hoff   int  // where the response head starts in buf
 	rd     bool // as cliConn.rd
 	hup    bool
 	h      respHead
@@ -855,7 +855,16 @@ func (up *upConn) event(ev uint32) {
 			up.pump()
 		}
 	case upIdle:
-		// An idle connection that speaks or hangs up is done for.
+		// An edge can arrive for bytes already read with the last answer;
+		// that one is stale. An idle connection that really speaks or
+		// hangs up is done for.
+		if ev&(syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) == 0 {
+			var b [1]byte
+			if _, e := rawRead(up.fd, b[:]); e == syscall.EAGAIN {
+				up.rd = false
+				return
+			}
+		}
 		up.close()
 	}
 }

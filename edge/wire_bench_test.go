@@ -88,9 +88,10 @@ func (w *wireStream) Read(p []byte) (int, error) {
 	return 0, io.EOF
 }
 
-func startWireProxy(tb testing.TB, backend string) *Server {
+func startWireProxy(tb testing.TB, backend, model string) *Server {
 	cfg := DefaultConfig()
-	cfg.Listen = "127.0.0.1:0"
+	cfg.IO = model
+	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", ""
 	cfg.Backends = []string{backend}
 	cfg.HealthInterval = 0
 	cfg.Policy = "kvca"
@@ -206,53 +207,69 @@ func (c *wireClient) roundTrip() error {
 	}
 }
 
+// wireIOs are the I/O models this platform serves with.
+func wireIOs() []string {
+	if epollSupported {
+		return []string{IOEpoll, IOFasthttp}
+	}
+	return []string{IOFasthttp}
+}
+
 func BenchmarkWire(b *testing.B) {
-	s := startWireProxy(b, startWireBackend(b))
+	backend := startWireBackend(b)
 	names, bs := pathBodies()
-	for _, stream := range []bool{false, true} {
-		path := "/v1/chat/completions"
-		suffix := ""
-		if stream {
-			path += "?stream"
-			suffix = "/stream"
-		}
-		for i, body := range bs {
-			b.Run(names[i]+suffix, func(b *testing.B) {
-				c := newWireClient(b, s, path, body)
-				c.do(b)
-				b.SetBytes(int64(len(body)))
-				b.ReportAllocs()
-				for b.Loop() {
+	for _, model := range wireIOs() {
+		s := startWireProxy(b, backend, model)
+		for _, stream := range []bool{false, true} {
+			path := "/v1/chat/completions"
+			suffix := ""
+			if stream {
+				path += "?stream"
+				suffix = "/stream"
+			}
+			for i, body := range bs {
+				b.Run(model+"/"+names[i]+suffix, func(b *testing.B) {
+					c := newWireClient(b, s, path, body)
 					c.do(b)
-				}
-			})
+					b.SetBytes(int64(len(body)))
+					b.ReportAllocs()
+					for b.Loop() {
+						c.do(b)
+					}
+				})
+			}
 		}
 	}
 }
 
 // TestWireNoAllocs: in steady state a proxied request allocates nothing
-// anywhere in the process. A streamed (chunked) one allocates once, in
-// fasthttp: writeBodyChunked's chunk-framing writer escapes to the heap
-// when kvca's relay writes the body with WriteTo. Taking fasthttp's Read
-// path instead would avoid it at the price of one more copy of every chunk.
+// anywhere in the process, with either I/O model. With fasthttp a
+// streamed (chunked) one allocates once: writeBodyChunked's chunk-framing
+// writer escapes to the heap when kvca's relay writes the body with
+// WriteTo. Taking fasthttp's Read path instead would avoid it at the
+// price of one more copy of every chunk. The event loops relay chunks as
+// they came and allocate nothing.
 func TestWireNoAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts need a build without -race")
 	}
-	s := startWireProxy(t, startWireBackend(t))
+	backend := startWireBackend(t)
 	names, bs := pathBodies()
-	for _, path := range []string{"/v1/chat/completions", "/v1/chat/completions?stream"} {
-		for i, body := range bs {
-			c := newWireClient(t, s, path, body)
-			for range 200 {
-				c.do(t)
-			}
-			want := 0.0
-			if strings.HasSuffix(path, "?stream") {
-				want = 1
-			}
-			if n := testing.AllocsPerRun(100, func() { c.do(t) }); n > want {
-				t.Errorf("%s %s: %v allocs per request, want %v", path, names[i], n, want)
+	for _, model := range wireIOs() {
+		s := startWireProxy(t, backend, model)
+		for _, path := range []string{"/v1/chat/completions", "/v1/chat/completions?stream"} {
+			for i, body := range bs {
+				c := newWireClient(t, s, path, body)
+				for range 200 {
+					c.do(t)
+				}
+				want := 0.0
+				if model == IOFasthttp && strings.HasSuffix(path, "?stream") {
+					want = 1
+				}
+				if n := testing.AllocsPerRun(100, func() { c.do(t) }); n > want {
+					t.Errorf("--io %s %s %s: %v allocs per request, want %v", model, path, names[i], n, want)
+				}
 			}
 		}
 	}
