@@ -678,6 +678,7 @@ func (c *cliConn) close() {
 	c.l.forget(c.fd)
 	syscall.Close(c.fd)
 	c.l.nCli--
+	c.l.open.Add(-1)
 	if c.buf != nil {
 		c.l.putBuf(c.buf)
 		c.buf = nil

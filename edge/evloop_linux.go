@@ -55,7 +55,12 @@ type evLoop struct {
 	bufs     [8][][]byte // free buffers by size class (bufClass)
 	bufBytes int
 	iov      [3]syscall.Iovec
-	nCli     int // client connections open
+	nCli     int          // client connections open
+	open     atomic.Int32 // nCli as other loops see it, plus those given to l
+	peers    []*evLoop    // every loop of the server, l included
+	inMu     sync.Mutex
+	inbox    []newConn // connections other loops accepted for l
+	inClosed bool
 	hand     *handoffListener
 
 	drain atomic.Bool // stop accepting; close connections once idle
@@ -127,6 +132,9 @@ func (s *Server) startLoops(ln net.Listener) (net.Listener, error) {
 		}
 		l.hand = el.hand
 		el.loops = append(el.loops, l)
+	}
+	for _, l := range el.loops {
+		l.peers = el.loops
 	}
 	s.evl = el
 	for _, l := range el.loops {
@@ -249,6 +257,7 @@ func (l *evLoop) forget(fd int) {
 
 func (l *evLoop) run() {
 	defer func() {
+		l.takeInbox(true)
 		for _, h := range l.fds {
 			if c, ok := h.(*cliConn); ok {
 				c.abort()
@@ -278,9 +287,10 @@ func (l *evLoop) run() {
 			case l.wakeFd:
 				var b [8]byte
 				syscall.Read(l.wakeFd, b[:])
+				l.takeInbox(draining)
 			default:
 				if h := l.fds[ev.Fd]; h != nil {
-					l.event(h, ev.Events)
+					l.event(h, ev.Events, false)
 				}
 			}
 		}
@@ -303,17 +313,18 @@ func (l *evLoop) run() {
 			l.scanAt = l.now + int64(deadlineTick)
 			for _, h := range l.fds {
 				if d := h.deadline(); d != 0 && d <= l.now {
-					h.timeout()
+					l.event(h, 0, true)
 				}
 			}
 		}
 	}
 }
 
-// event hands ev to h. A panic (a bug) must not take the process and
-// every other connection down: it is logged, and the connection it
-// happened on is closed and its load released as for a client that left.
-func (l *evLoop) event(h evHandler, ev uint32) {
+// event hands ev, or its deadline, to h. A panic (a bug) must not take
+// the process and every other connection down: it is logged, and the
+// connection it happened on is closed and its load released as for a
+// client that left.
+func (l *evLoop) event(h evHandler, ev uint32, timeout bool) {
 	defer func() {
 		if r := recover(); r != nil {
 			l.s.log.Error("event loop: panic serving a connection; closing it", "panic", r, "stack", string(debug.Stack()))
@@ -329,7 +340,11 @@ func (l *evLoop) event(h evHandler, ev uint32) {
 			}
 		}
 	}()
-	h.event(ev)
+	if timeout {
+		h.timeout()
+	} else {
+		h.event(ev)
+	}
 }
 
 // wait returns the number of ready events. Under load something is
@@ -351,23 +366,85 @@ func (l *evLoop) wait() int {
 	return n
 }
 
+// accept takes new connections and gives each to the loop with the
+// fewest: whichever loop the kernel wakes for the listening socket, the
+// connections (and so the cores) stay evenly shared, where a burst of
+// connections would otherwise land on one loop and leave a core idle.
 func (l *evLoop) accept() {
-	// A few per wake-up, so that a burst of connections spreads over the
-	// loops instead of landing on whichever woke first.
-	for i := 0; i < 4; i++ {
+	for {
 		fd, sa, err := syscall.Accept4(l.lfd, syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC)
 		if err != nil {
 			return
 		}
 		_ = syscall.SetsockoptInt(fd, syscall.IPPROTO_TCP, syscall.TCP_NODELAY, 1)
-		c := &cliConn{l: l, fd: fd, ip: appendSockaddrIP(nil, sa)}
-		if l.add(fd, c) != nil {
-			syscall.Close(fd)
+		nc := newConn{fd: fd, ip: appendSockaddrIP(nil, sa)}
+		if t := l.least(); t != l && t.give(nc) {
 			continue
 		}
-		l.nCli++
-		c.idle()
+		l.adopt(nc)
 	}
+}
+
+// newConn is an accepted connection on its way to a loop.
+type newConn struct {
+	fd int
+	ip []byte
+}
+
+// least returns the loop with the fewest client connections (l on a tie).
+func (l *evLoop) least() *evLoop {
+	best, n := l, l.open.Load()
+	for _, o := range l.peers {
+		if m := o.open.Load(); m < n {
+			best, n = o, m
+		}
+	}
+	return best
+}
+
+// give queues nc for l, which adopts it when it wakes; false once l has
+// stopped (the caller keeps it).
+func (l *evLoop) give(nc newConn) bool {
+	l.inMu.Lock()
+	if l.inClosed {
+		l.inMu.Unlock()
+		return false
+	}
+	l.inbox = append(l.inbox, nc)
+	l.open.Add(1) // counted at once, so the next choice sees it
+	l.inMu.Unlock()
+	l.wakeUp()
+	return true
+}
+
+// takeInbox adopts the connections other loops gave l; with closing, it
+// closes them instead and takes no more.
+func (l *evLoop) takeInbox(closing bool) {
+	l.inMu.Lock()
+	q := l.inbox
+	l.inbox = nil
+	l.inClosed = l.inClosed || closing
+	l.inMu.Unlock()
+	for _, nc := range q {
+		l.open.Add(-1)
+		if closing {
+			syscall.Close(nc.fd)
+			continue
+		}
+		l.adopt(nc)
+	}
+}
+
+// adopt registers a client connection with l.
+func (l *evLoop) adopt(nc newConn) {
+	c := &cliConn{l: l, fd: nc.fd, ip: nc.ip}
+	if l.add(nc.fd, c) != nil {
+		syscall.Close(nc.fd)
+		return
+	}
+	l.nCli++
+	l.open.Add(1)
+	c.idle()
 }
 
 func appendSockaddrIP(b []byte, sa syscall.Sockaddr) []byte {
@@ -485,6 +562,7 @@ func (c *prefixConn) Read(p []byte) (int, error) {
 func (l *evLoop) handoff(fd int, pre []byte) {
 	l.forget(fd)
 	l.nCli--
+	l.open.Add(-1)
 	f := os.NewFile(uintptr(fd), "client")
 	nc, err := net.FileConn(f) // a duplicate, in the runtime's poller
 	f.Close()
