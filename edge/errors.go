@@ -8,15 +8,7 @@ func writeError(ctx *fasthttp.RequestCtx, status int, typ, code, msg string) {
 	ctx.Response.Reset()
 	ctx.SetStatusCode(status)
 	ctx.SetContentType("application/json")
-	b := make([]byte, 0, 128+len(msg))
-	b = append(b, `{"error":{"message":`...)
-	b = appendJSONString(b, msg)
-	b = append(b, `,"type":`...)
-	b = appendJSONString(b, typ)
-	b = append(b, `,"param":null,"code":`...)
-	b = appendJSONString(b, code)
-	b = append(b, "}}\n"...)
-	ctx.Response.SetBodyRaw(b)
+	ctx.Response.SetBodyRaw(appendErrorBody(make([]byte, 0, 128+len(msg)), typ, code, msg))
 }
 
 // appendJSONString quotes s as a JSON string.

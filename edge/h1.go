@@ -87,26 +87,13 @@ func parseRequestHead(b []byte, h *reqHead) int {
 	}
 	for rest < int32(end+2) {
 		line, rest = cutLine(b[:end+2], rest)
-		l := line.of(b)
-		colon := bytes.IndexByte(l, ':')
-		if colon <= 0 || l[0] == ' ' || l[0] == '\t' || h.nh == maxHeaders {
+		ns, v, ok := headerLine(b, line)
+		if !ok || h.nh == maxHeaders || !validName(ns.of(b)) {
 			return headOther // obs-fold, no name, or too many headers
 		}
-		name := l[:colon]
-		if !validName(name) {
-			return headOther
-		}
-		v := span{line.off + int32(colon) + 1, line.end}
-		for v.off < v.end && (b[v.off] == ' ' || b[v.off] == '\t') {
-			v.off++
-		}
-		for v.end > v.off && (b[v.end-1] == ' ' || b[v.end-1] == '\t') {
-			v.end--
-		}
-		h.names[h.nh] = span{line.off, line.off + int32(colon)}
-		h.vals[h.nh] = v
+		h.names[h.nh], h.vals[h.nh] = ns, v
 		h.nh++
-		val := v.of(b)
+		name, val := ns.of(b), v.of(b)
 		switch len(name) {
 		case 6:
 			h.expect = h.expect || equalFoldASCII("Expect", name)
@@ -146,6 +133,24 @@ func parseRequestHead(b []byte, h *reqHead) int {
 }
 
 var crlfcrlf = []byte("\r\n\r\n")
+
+// headerLine splits a header line into its name and its value without
+// surrounding blanks; false for a line without a name (or a folded one).
+func headerLine(b []byte, line span) (name, val span, ok bool) {
+	l := line.of(b)
+	colon := bytes.IndexByte(l, ':')
+	if colon <= 0 || l[0] == ' ' || l[0] == '\t' {
+		return span{}, span{}, false
+	}
+	val = span{line.off + int32(colon) + 1, line.end}
+	for val.off < val.end && (b[val.off] == ' ' || b[val.off] == '\t') {
+		val.off++
+	}
+	for val.end > val.off && (b[val.end-1] == ' ' || b[val.end-1] == '\t') {
+		val.end--
+	}
+	return span{line.off, line.off + int32(colon)}, val, true
+}
 
 // cutLine returns the line of b starting at off without its CRLF, and the
 // offset of the next line.
@@ -254,23 +259,13 @@ func parseResponseHead(b []byte, h *respHead) int {
 	h.statusLine = line
 	for rest < int32(end+2) {
 		line, rest = cutLine(b[:end+2], rest)
-		l := line.of(b)
-		colon := bytes.IndexByte(l, ':')
-		if colon <= 0 || l[0] == ' ' || l[0] == '\t' || h.nh == maxHeaders {
+		ns, v, ok := headerLine(b, line)
+		if !ok || h.nh == maxHeaders {
 			return headOther
 		}
-		name := l[:colon]
-		v := span{line.off + int32(colon) + 1, line.end}
-		for v.off < v.end && (b[v.off] == ' ' || b[v.off] == '\t') {
-			v.off++
-		}
-		for v.end > v.off && (b[v.end-1] == ' ' || b[v.end-1] == '\t') {
-			v.end--
-		}
-		h.names[h.nh] = span{line.off, line.off + int32(colon)}
-		h.vals[h.nh] = v
+		h.names[h.nh], h.vals[h.nh] = ns, v
 		h.nh++
-		val := v.of(b)
+		name, val := ns.of(b), v.of(b)
 		switch len(name) {
 		case 10:
 			if equalFoldASCII("Connection", name) {
