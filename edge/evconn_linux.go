@@ -118,24 +118,16 @@ func (c *cliConn) read() {
 			c.handoff()
 			return
 		}
-		if !c.rd {
+		n, e := readSome(c.fd, c.buf[c.n:], &c.rd, c.hup)
+		if e == syscall.EAGAIN {
 			if c.n == 0 {
 				c.idle()
 			}
 			return
 		}
-		space := len(c.buf) - c.n
-		n, e := rawRead(c.fd, c.buf[c.n:])
-		if e == syscall.EAGAIN {
-			c.rd = false
-			continue
-		}
 		if e != 0 || n == 0 {
 			c.close() // a request cut short dies with its connection
 			return
-		}
-		if n < space && !c.hup {
-			c.rd = false
 		}
 		if c.state == cliIdle {
 			c.state = cliHead
@@ -144,6 +136,21 @@ func (c *cliConn) read() {
 		c.n += n
 		c.process()
 	}
+}
+
+// readSome reads into p if bytes may be waiting (*rd), and clears *rd
+// once the socket is drained: on EAGAIN, or after a short read unless the
+// peer hung up (its end of file comes with the last bytes and raises no
+// event of its own). EAGAIN also means "not now, wait for an event".
+func readSome(fd int, p []byte, rd *bool, hup bool) (int, syscall.Errno) {
+	if !*rd {
+		return 0, syscall.EAGAIN
+	}
+	n, e := rawRead(fd, p)
+	if e == syscall.EAGAIN || (e == 0 && n > 0 && n < len(p) && !hup) {
+		*rd = false
+	}
+	return n, e
 }
 
 // process acts on the bytes in buf: parse the head, wait for the body,
@@ -881,21 +888,13 @@ func (up *upConn) readHead() {
 			copy(nb, up.buf[:up.n])
 			up.buf = nb
 		}
-		if !up.rd {
-			return
-		}
-		space := len(up.buf) - up.n
-		n, e := rawRead(up.fd, up.buf[up.n:])
+		n, e := readSome(up.fd, up.buf[up.n:], &up.rd, up.hup)
 		if e == syscall.EAGAIN {
-			up.rd = false
 			return
 		}
 		if e != 0 {
 			up.failBefore(e)
 			return
-		}
-		if n < space && !up.hup {
-			up.rd = false
 		}
 		if n == 0 {
 			up.failBefore(io.EOF)
@@ -996,14 +995,7 @@ func (up *upConn) pump() {
 			return
 		}
 		up.off, up.n = 0, 0
-		var n int
-		e := syscall.EAGAIN
-		if up.rd {
-			n, e = rawRead(up.fd, up.buf)
-			if e == syscall.EAGAIN || (e == 0 && n > 0 && n < len(up.buf) && !up.hup) {
-				up.rd = false
-			}
-		}
+		n, e := readSome(up.fd, up.buf, &up.rd, up.hup)
 		if e == syscall.EAGAIN {
 			if c.pending() && !c.flush() {
 				return // the head goes out before any body byte has come

@@ -401,15 +401,13 @@ func (s *chunkScan) scan(p []byte) (n int, done bool, err error) {
 			}
 			continue
 		case csDataCR:
-			if c != '\r' {
+			if !s.expect(c, '\r', csDataLF) {
 				return n, false, errBadChunk
 			}
-			s.state = csDataLF
 		case csDataLF:
-			if c != '\n' {
+			if !s.expect(c, '\n', csSize) {
 				return n, false, errBadChunk
 			}
-			s.state = csSize
 		case csTrailer:
 			if c == '\r' {
 				s.state = csEndLF
@@ -421,15 +419,13 @@ func (s *chunkScan) scan(p []byte) (n int, done bool, err error) {
 				s.state = csTrailerLF
 			}
 		case csTrailerLF:
-			if c != '\n' {
+			if !s.expect(c, '\n', csTrailer) {
 				return n, false, errBadChunk
 			}
-			s.state = csTrailer
 		case csEndLF:
-			if c != '\n' {
+			if !s.expect(c, '\n', csDone) {
 				return n, false, errBadChunk
 			}
-			s.state = csDone
 			return n + 1, true, nil
 		case csDone:
 			return n, true, nil
@@ -437,6 +433,15 @@ func (s *chunkScan) scan(p []byte) (n int, done bool, err error) {
 		n++
 	}
 	return n, s.state == csDone, nil
+}
+
+// expect moves to next if c is want.
+func (s *chunkScan) expect(c, want byte, next int) bool {
+	if c != want {
+		return false
+	}
+	s.state = next
+	return true
 }
 
 // between reports whether the bytes scanned so far end on a chunk
