@@ -18,8 +18,8 @@ import (
 const epollSupported = true
 
 // The event-loop edge (--io epoll) serves the routed endpoints the way
-// nginx does: one loop per core, each on its own OS thread with its own
-// epoll set, reading a request, routing it, writing it to a keep-alive
+// nginx does: one loop per core (a goroutine), each with its own epoll
+// set, reading a request, routing it, writing it to a keep-alive
 // backend connection and relaying the answer back with non-blocking raw
 // system calls, with no goroutine per connection and no HTTP library in
 // between. compare-proxies measured why: with fasthttp, Go's scheduler
@@ -43,11 +43,17 @@ type evHandler interface {
 }
 
 type evLoop struct {
-	s        *Server
-	ep       int
-	wakeFd   int
-	lfd      int // the shared listening socket; -1 once no longer accepted on
-	fds      map[int32]evHandler
+	s      *Server
+	ep     int
+	wakeFd int
+	lfd    int // the shared listening socket; -1 once no longer accepted on
+	fds    map[int32]evHandler
+	// gens holds the generation each fd was registered with: a batch of
+	// events can hold one for a descriptor closed earlier in the batch
+	// whose number a new connection has taken since, and that event must
+	// not reach the new connection (nginx's "instance" bit).
+	gens     map[int32]int32
+	gen      int32
 	idle     [][]*upConn // per backend: keep-alive connections
 	events   [128]syscall.EpollEvent
 	now      int64       // unix ns, at the last wake-up
@@ -71,6 +77,10 @@ type evLoop struct {
 // loopBufSize is a connection's read buffer: a whole 1–4 KB request or a
 // stream's read; bodies above it get a buffer of their own size.
 const loopBufSize = 16 << 10
+
+// yieldEvery is how long a busy loop runs before it lets other goroutines
+// have its P.
+const yieldEvery = time.Millisecond
 
 // deadlineTick is how often deadlines are checked: timeouts fire up to
 // this much late.
@@ -141,8 +151,6 @@ func (s *Server) startLoops(ln net.Listener) (net.Listener, error) {
 		el.wg.Add(1)
 		go func() {
 			defer el.wg.Done()
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
 			l.run()
 		}()
 	}
@@ -207,7 +215,7 @@ func newEvLoop(s *Server, lfd int) (*evLoop, error) {
 		syscall.Close(ep)
 		return nil, e
 	}
-	l := &evLoop{s: s, ep: ep, wakeFd: int(r), lfd: lfd, fds: map[int32]evHandler{},
+	l := &evLoop{s: s, ep: ep, wakeFd: int(r), lfd: lfd, fds: map[int32]evHandler{}, gens: map[int32]int32{},
 		idle: make([][]*upConn, len(s.ups)), done: make(chan struct{})}
 	// The listening socket is level-triggered and exclusive: one loop
 	// wakes per new connection, and takes it if no other did.
@@ -239,11 +247,13 @@ func (l *evLoop) wakeUp() {
 // whenever data arrives or the send buffer drains, so interest never has
 // to change.
 func (l *evLoop) add(fd int, h evHandler) error {
-	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLOUT | syscall.EPOLLRDHUP | epollET, Fd: int32(fd)}
+	l.gen++
+	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLOUT | syscall.EPOLLRDHUP | epollET, Fd: int32(fd), Pad: l.gen}
 	if err := syscall.EpollCtl(l.ep, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
 		return err
 	}
 	l.fds[int32(fd)] = h
+	l.gens[int32(fd)] = l.gen
 	return nil
 }
 
@@ -252,6 +262,7 @@ const epollET = 1 << 31
 // forget removes fd from the loop; the caller closes it.
 func (l *evLoop) forget(fd int) {
 	delete(l.fds, int32(fd))
+	delete(l.gens, int32(fd))
 	_ = syscall.EpollCtl(l.ep, syscall.EPOLL_CTL_DEL, fd, nil)
 }
 
@@ -274,9 +285,19 @@ func (l *evLoop) run() {
 		close(l.done)
 	}()
 	draining := false
+	yielded := time.Now().UnixNano()
 	for {
 		n := l.wait()
 		l.now = time.Now().UnixNano()
+		if l.now-yielded > int64(yieldEvery) {
+			// A loop under load never blocks, and would keep its P from
+			// the process's other goroutines (health checks, the admin
+			// listener, handed-over connections) until the runtime
+			// preempts it every 10 ms: it makes way itself, which costs a
+			// scheduler round now and then.
+			runtime.Gosched()
+			yielded = l.now
+		}
 		for i := 0; i < n; i++ {
 			ev := &l.events[i]
 			switch fd := int(ev.Fd); fd {
@@ -289,7 +310,7 @@ func (l *evLoop) run() {
 				syscall.Read(l.wakeFd, b[:])
 				l.takeInbox(draining)
 			default:
-				if h := l.fds[ev.Fd]; h != nil {
+				if h := l.fds[ev.Fd]; h != nil && l.gens[ev.Fd] == ev.Pad {
 					l.event(h, ev.Events, false)
 				}
 			}
