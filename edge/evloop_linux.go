@@ -60,7 +60,7 @@ type evLoop struct {
 	scanAt   int64       // when deadlines are next checked
 	bufs     [8][][]byte // free buffers by size class (bufClass)
 	bufBytes int
-	iov      [3]syscall.Iovec
+	iov      [2]syscall.Iovec
 	nCli     int          // client connections open
 	open     atomic.Int32 // nCli as other loops see it, plus those given to l
 	peers    []*evLoop    // every loop of the server, l included
