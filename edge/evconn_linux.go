@@ -352,7 +352,6 @@ func (c *cliConn) buildHead(u *upstream) {
 	o = append(o, " HTTP/1.1\r\nHost: "...)
 	o = append(o, u.host...)
 	o = append(o, "\r\n"...)
-	xff := 0
 	for i := 0; i < h.nh; i++ {
 		name := h.names[i].of(b)
 		switch len(name) {
@@ -378,12 +377,11 @@ func (c *cliConn) buildHead(u *upstream) {
 		o = append(o, "\r\n"...)
 	}
 	o = append(o, "X-Forwarded-For: "...)
-	for i := 0; i < h.nh; i++ {
+	for i := 0; i < h.nh && h.xffN > 0; i++ {
 		if name := h.names[i].of(b); len(name) == 15 && equalFoldASCII("X-Forwarded-For", name) {
 			if v := h.vals[i].of(b); len(v) > 0 {
 				o = append(o, v...)
 				o = append(o, ", "...)
-				xff++
 			}
 		}
 	}

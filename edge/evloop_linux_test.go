@@ -43,7 +43,7 @@ func TestLoopPipelined(t *testing.T) {
 	const n = 5
 	for i := 0; i < n; i++ {
 		body := conversation(i, 0, i%2 == 0)
-		fmt.Fprintf(&wire, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Request-Id: req-%d\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", i, len(body), body)
+		fmt.Fprintf(&wire, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Request-Id: req-%d\r\nX-Forwarded-For: 10.0.0.%d\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", i, i, len(body), body)
 	}
 	if _, err := io.WriteString(conn, wire.String()); err != nil {
 		t.Fatal(err)
@@ -69,6 +69,13 @@ func TestLoopPipelined(t *testing.T) {
 	b.mu.Unlock()
 	if got != n {
 		t.Fatalf("backend saw %d requests, want %d", got, n)
+	}
+	// Earlier hops are extended, not replaced.
+	b.mu.Lock()
+	h := b.hdrs[0]
+	b.mu.Unlock()
+	if !strings.Contains(h, "X-Forwarded-For: 10.0.0.0, 127.0.0.1") {
+		t.Fatalf("X-Forwarded-For not extended: %q", h)
 	}
 	waitIdle(t, s)
 }

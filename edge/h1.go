@@ -2,6 +2,7 @@ package edge
 
 import (
 	"bytes"
+	"errors"
 
 	"github.com/valyala/fasthttp"
 )
@@ -35,8 +36,7 @@ type reqHead struct {
 	expect      bool // Expect: (100-continue or anything else)
 	upgrade     bool
 	close       bool // Connection: close
-	xff         span // the last X-Forwarded-For line's value, if any
-	xffN        int  // number of X-Forwarded-For lines
+	xffN        int  // X-Forwarded-For lines (earlier hops to extend)
 	rid         span // X-Request-Id value, if any
 	nh          int
 	names, vals [maxHeaders]span
@@ -122,7 +122,6 @@ func parseRequestHead(b []byte, h *reqHead) int {
 			}
 		case 15:
 			if equalFoldASCII("X-Forwarded-For", name) {
-				h.xff = v
 				h.xffN++
 			}
 		case 17:
@@ -229,11 +228,7 @@ type respHead struct {
 }
 
 // errBadResponse is an upstream answer kvca cannot frame.
-type badResponseError struct{}
-
-func (badResponseError) Error() string { return "malformed response head from upstream" }
-
-var errBadResponse error = badResponseError{}
+var errBadResponse = errors.New("malformed response head from upstream")
 
 // parseResponseHead parses the response head at the start of b: headMore,
 // headOK, or headOther for a head kvca refuses (answered 502).
