@@ -69,6 +69,10 @@ type Config struct {
 	// serve, fasthttp with TLS at the edge, https backends or off Linux.
 	// Validate replaces auto with the choice.
 	IO string
+	// Loops is how many event loops serve --io epoll; 0: one per P
+	// (GOMAXPROCS). The process should run at least one P more than it
+	// has loops: see SpareP.
+	Loops int
 
 	Pprof bool
 	// AccessLog writes one line per request to Logger (--access-log).

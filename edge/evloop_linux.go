@@ -94,7 +94,7 @@ type evLoops struct {
 	wg    sync.WaitGroup
 }
 
-// startLoops starts one loop per GOMAXPROCS on ln's socket and returns
+// startLoops starts Config.Loops loops (default one per GOMAXPROCS) on ln's socket and returns
 // the listener fasthttp serves the handed-over connections from.
 func (s *Server) startLoops(ln net.Listener) (net.Listener, error) {
 	tl, ok := ln.(*net.TCPListener)
@@ -130,7 +130,10 @@ func (s *Server) startLoops(ln net.Listener) (net.Listener, error) {
 		}
 	}
 	el := &evLoops{lfd: lfd, hand: newHandoffListener(ln.Addr())}
-	n := runtime.GOMAXPROCS(0)
+	n := s.cfg.Loops
+	if n <= 0 {
+		n = runtime.GOMAXPROCS(0)
+	}
 	for i := 0; i < n; i++ {
 		l, err := newEvLoop(s, lfd)
 		if err != nil {

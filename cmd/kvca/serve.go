@@ -46,6 +46,7 @@ func serveFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "stream-idle-timeout", Value: d.StreamIdleTimeout, Usage: "end a response whose body stalls longer than this", EnvVars: env("stream-idle-timeout")},
 		&cli.DurationFlag{Name: "shutdown-timeout", Value: d.ShutdownTimeout, Usage: "on SIGTERM, let in-flight requests finish for up to this", EnvVars: env("shutdown-timeout")},
 		&cli.DurationFlag{Name: "client-read-timeout", Value: d.ClientReadTimeout, Usage: "cut clients that take longer than this to send a request", EnvVars: env("client-read-timeout")},
+		&cli.IntFlag{Name: "loops", Usage: "event loops serving --io epoll (0: one per core, GOMAXPROCS); the process runs one Go P more than this", EnvVars: env("loops")},
 		&cli.StringFlag{Name: "io", Value: edge.IOAuto, Usage: "how the public listener is served: epoll (an event loop per core: Linux, plain HTTP; requests other than routed POSTs are handed to fasthttp), fasthttp (a goroutine per connection), or auto: epoll unless --tls-cert, an https backend or another OS asks for fasthttp", EnvVars: env("io")},
 		&cli.IntFlag{Name: "max-conns-per-backend", Value: d.MaxConnsPerBackend, Usage: "keep-alive pool size per backend", EnvVars: env("max-conns-per-backend")},
 		&cli.StringFlag{Name: "prefill-release", Value: "first-byte", Usage: "when a streamed response's novel-block load is released: first-byte (when the backend has prefilled: vLLM and SGLang send stream headers before they prefill) or headers (the seed's letter)", EnvVars: env("prefill-release")},
@@ -81,6 +82,12 @@ func serveCommand() *cli.Command {
 			cfg.Logger = log
 			if pr := c.String("prefill-release"); pr != "headers" && pr != "first-byte" {
 				return fmt.Errorf("--prefill-release must be headers or first-byte, got %q", pr)
+			}
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
+			if cfg.IO == edge.IOEpoll {
+				cfg.Loops = edge.SpareP(cfg.Loops)
 			}
 			srv, err := edge.New(cfg)
 			if err != nil {
@@ -143,6 +150,7 @@ func configFrom(c *cli.Context) edge.Config {
 		ClientReadTimeout:     c.Duration("client-read-timeout"),
 		MaxConnsPerBackend:    c.Int("max-conns-per-backend"),
 		IO:                    c.String("io"),
+		Loops:                 c.Int("loops"),
 		Pprof:                 c.Bool("pprof"),
 		PrefillAtHeaders:      c.String("prefill-release") == "headers",
 		AccessLog:             c.Bool("access-log"),

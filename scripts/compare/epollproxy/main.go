@@ -56,6 +56,12 @@ func main() {
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the first -profile-seconds to this file")
 	profileSecs := flag.Int("profile-seconds", 10, "length of the -cpuprofile profile")
 	flag.Parse()
+	// One P more than there are loops, as kvca serve runs (edge.SpareP):
+	// with every P held by a loop blocked in epoll_wait, the runtime's
+	// monitor would take Ps back from those system calls every 20 µs.
+	if runtime.GOMAXPROCS(0) < *loops+1 {
+		runtime.GOMAXPROCS(*loops + 1)
+	}
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
 		if err != nil {
