@@ -94,6 +94,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Now overrides the table clock in tests.
 	Now func() time.Time
+	// testHook, when set (tests only), is called by the event loops as a
+	// request is dispatched (at "request") and as its answer's head
+	// arrives (at "answer"), with the request body: a test makes it panic
+	// to prove the loops' panic guard.
+	testHook func(at string, body []byte)
 }
 
 // Values of Config.IO.

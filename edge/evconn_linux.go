@@ -217,6 +217,9 @@ func (c *cliConn) handoff() {
 // dispatch is body → canon → chain → sched for a complete request.
 func (c *cliConn) dispatch() {
 	s := c.l.s
+	if h := s.cfg.testHook; h != nil {
+		h("request", c.buf[c.h.size:c.need])
+	}
 	call := s.getCall()
 	call.start = time.Now()
 	call.route = c.route
@@ -399,6 +402,9 @@ func (c *cliConn) buildHead(u *upstream) {
 // learn the chain on success, and start relaying.
 func (c *cliConn) onHead(up *upConn) {
 	s := c.l.s
+	if h := s.cfg.testHook; h != nil {
+		h("answer", c.buf[c.h.size:c.need])
+	}
 	call := c.c
 	u := up.u
 	h := &up.h

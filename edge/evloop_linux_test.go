@@ -4,11 +4,14 @@ package edge
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -152,4 +155,69 @@ func TestLoopClientLeavesBeforeAnswer(t *testing.T) {
 	if got := s.m.disconnects.Get(); got != 1 {
 		t.Fatalf("disconnects %d, want 1", got)
 	}
+}
+
+// A panic while serving one connection (a bug) is caught by its loop:
+// that connection is closed without an answer, its load released once,
+// the panic logged, and the loop goes on serving.
+func TestLoopPanicGuard(t *testing.T) {
+	b := newTestBackend(t, "a")
+	logs := &lockedBuffer{}
+	s := startLoopProxy(t, func(c *Config) {
+		c.Logger = slog.New(slog.NewTextHandler(logs, nil))
+		c.testHook = func(at string, body []byte) {
+			if bytes.Contains(body, []byte("boom-"+at)) {
+				panic("test: boom at " + at)
+			}
+		}
+	}, b)
+	for i, at := range []string{"request", "answer"} {
+		conn, err := net.Dial("tcp", s.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := strings.Replace(conversation(i, 0, false), "please", "please boom-"+at, 1)
+		fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+		_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if resp, err := http.ReadResponse(bufio.NewReader(conn), nil); err == nil {
+			t.Fatalf("panic at %s: got an answer (%d), want the connection closed", at, resp.StatusCode)
+		} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			t.Fatalf("panic at %s: connection left open", at)
+		}
+		conn.Close()
+		waitFor(t, "load released", func() bool {
+			return s.sched.Backends[0].Active() == 0 && s.sched.Backends[0].Prefill() == 0
+		})
+		if resp, _ := post(t, s, "/v1/chat/completions", conversation(i+10, 0, false)); resp.StatusCode != 200 {
+			t.Fatalf("after the panic at %s: status %d, want 200", at, resp.StatusCode)
+		}
+	}
+	if hits := b.hits.Load(); hits != 3 {
+		t.Fatalf("backend saw %d requests, want 3 (the panic at request never reaches it)", hits)
+	}
+	// Released once: a second release would leave the counts below zero.
+	if a, p := s.sched.Backends[0].Active(), s.sched.Backends[0].Prefill(); a != 0 || p != 0 {
+		t.Fatalf("active %d prefill %d after every request ended, want 0 0", a, p)
+	}
+	if got := strings.Count(logs.String(), "panic serving a connection"); got != 2 {
+		t.Fatalf("%d panics logged, want 2:\n%s", got, logs.String())
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
