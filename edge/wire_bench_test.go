@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -95,6 +96,12 @@ func startWireProxy(tb testing.TB, backend, model string) *Server {
 	cfg.Backends = []string{backend}
 	cfg.HealthInterval = 0
 	cfg.Policy = "kvca"
+	if model == IOEpoll {
+		// As kvca serve runs the loops: with a P to spare.
+		n := runtime.GOMAXPROCS(0)
+		cfg.Loops = SpareP(0)
+		tb.Cleanup(func() { runtime.GOMAXPROCS(n) })
+	}
 	s, err := New(cfg)
 	if err != nil {
 		tb.Fatal(err)
