@@ -196,6 +196,12 @@ func TestLoopPanicGuard(t *testing.T) {
 		t.Fatalf("backend saw %d requests, want 3 (the panic at request never reaches it)", hits)
 	}
 	// Released once: a second release would leave the counts below zero.
+	// (The loop releases just after the answer's last write, so the
+	// client can get there first.)
+	waitFor(t, "load released", func() bool {
+		return s.sched.Backends[0].Active() == 0 && s.sched.Backends[0].Prefill() == 0
+	})
+	time.Sleep(50 * time.Millisecond)
 	if a, p := s.sched.Backends[0].Active(), s.sched.Backends[0].Prefill(); a != 0 || p != 0 {
 		t.Fatalf("active %d prefill %d after every request ended, want 0 0", a, p)
 	}
