@@ -248,6 +248,9 @@ func (c *Config) Validate() error {
 	if c.HealthInterval < 0 {
 		return fmt.Errorf("--health-interval must not be negative")
 	}
+	if c.Loops < 0 {
+		return fmt.Errorf("--loops must not be negative (0: one per core)")
+	}
 	if c.FailThreshold <= 0 {
 		c.FailThreshold = d.FailThreshold
 	}

@@ -29,6 +29,7 @@ func TestServeRefusesBadSettings(t *testing.T) {
 		{[]string{"serve", "--backend", "http://a:1", "--policy", "fastest"}, "unknown policy"},
 		{[]string{"serve", "--backend", "http://a:1", "--log-format", "xml"}, "--log-format"},
 		{[]string{"serve", "--backend", "http://a:1", "--prefill-release", "never"}, "--prefill-release"},
+		{[]string{"serve", "--backend", "http://a:1", "--loops", "-1"}, "--loops must not be negative"},
 		{[]string{"serve", "--config", cfg}, `unknown setting "blok-size"`},
 		{[]string{"serve", "--config", cfg2}, "--block-size"},
 	} {
