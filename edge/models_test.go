@@ -71,6 +71,10 @@ func TestResponsesRouted(t *testing.T) {
 			if resp.StatusCode != 200 {
 				t.Fatalf("%d %s", resp.StatusCode, out)
 			}
+			// The load of an answer is released just after its last byte
+			// is written: the next request could find it still counted
+			// and rightly go to an idle backend.
+			waitIdle(t, s)
 			if n == 0 {
 				home[id] = backendOf(resp)
 			} else if backendOf(resp) != home[id] {

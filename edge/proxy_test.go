@@ -147,6 +147,9 @@ func TestConversationsStickAndFirstTurnsSpread(t *testing.T) {
 					if resp.StatusCode != 200 {
 						t.Fatalf("status %d: %s", resp.StatusCode, out)
 					}
+					// Released just after the answer's last byte: the next
+					// request must not find this one's load still counted.
+					waitIdle(t, s)
 					be := backendOf(resp)
 					if turn == 0 {
 						home[id] = be
