@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -17,6 +18,7 @@ const (
 	cliIdle  = iota // between requests, no byte of the next one yet
 	cliHead         // reading a request head
 	cliBody         // reading its body
+	cliPlan         // a large body is canonicalised off the loop (plan)
 	cliWait         // the request is with a backend, no answer yet
 	cliRelay        // relaying the backend's answer
 	cliReply        // writing kvca's own answer
@@ -45,6 +47,11 @@ type cliConn struct {
 	// Once the peer has hung up (hup) reads go on to the end of file,
 	// which arrived with the last bytes and raises no event of its own.
 	rd, hup bool
+	// planning: a goroutine reads buf (canonicalising a large body); buf
+	// is neither reused nor pooled until planned runs, even if the
+	// connection closes first.
+	planning bool
+	planErr  error
 
 	// The exchange in progress.
 	c        *call
@@ -63,6 +70,10 @@ func (c *cliConn) deadline() int64 { return c.dl }
 func (c *cliConn) pending() bool { return c.outOff < len(c.out) || len(c.data) > 0 }
 
 func (c *cliConn) event(ev uint32) {
+	if ev&evPlanned != 0 {
+		c.planned()
+		return
+	}
 	if c.state == cliClosed {
 		return
 	}
@@ -89,7 +100,7 @@ func (c *cliConn) event(ev uint32) {
 	switch c.state {
 	case cliIdle, cliHead, cliBody:
 		c.read()
-	case cliWait, cliRelay:
+	case cliPlan, cliWait, cliRelay:
 		// Pipelined bytes wait in the socket until the answer is out; a
 		// hang-up means the client left: stop the backend's work for it.
 		if ev&syscall.EPOLLRDHUP != 0 {
@@ -230,7 +241,72 @@ func (c *cliConn) dispatch() {
 	if c.h.close {
 		c.closeAfter = true
 	}
-	if err := s.plan(call, c.api, c.buf[c.h.size:c.need]); err != nil {
+	body := c.buf[c.h.size:c.need]
+	if len(body) >= offloadBody {
+		// Canonicalising a body this large takes long enough (~1 ms per
+		// MB) to hold up every other connection of the loop, streams
+		// included: a goroutine does it, and the loop carries on.
+		c.state = cliPlan
+		c.planning = true
+		l, api := c.l, c.api
+		go func() {
+			defer func() {
+				if r := recover(); r != nil {
+					s.log.Error("event loop: panic planning a large body; closing its connection", "panic", r, "stack", string(debug.Stack()))
+					l.postPlanned(c, errPlanPanic)
+				}
+			}()
+			if h := s.cfg.testHook; h != nil {
+				h("plan", body)
+			}
+			l.postPlanned(c, s.plan(call, api, body))
+		}()
+		return
+	}
+	c.afterPlan(s.plan(call, c.api, body))
+}
+
+// offloadBody is the body size from which dispatch canonicalises off the
+// loop: below it, canon takes at most ~0.25 ms and the hand-over to a
+// goroutine and back would cost more than it spares the loop.
+const offloadBody = 256 << 10
+
+// errPlanPanic: planning a body panicked (a bug).
+var errPlanPanic = errors.New("panic while planning the request")
+
+// planned continues a request whose body a goroutine has planned.
+func (c *cliConn) planned() {
+	c.planning = false
+	err := c.planErr
+	c.planErr = nil
+	if err == errPlanPanic && c.state != cliClosed {
+		c.close() // as the loops' panic guard does: this connection only
+	}
+	if c.state == cliClosed {
+		// The client left meanwhile (or the plan panicked); nothing was
+		// reserved for it yet.
+		s := c.l.s
+		status := 500
+		if err != errPlanPanic {
+			s.m.disconnects.Inc()
+			status = 499
+		}
+		call := c.c
+		c.c = nil
+		s.done(call, status)
+		c.l.putBuf(c.buf)
+		c.buf = nil
+		return
+	}
+	c.state = cliWait
+	c.afterPlan(err)
+}
+
+// afterPlan answers a request that cannot be routed, or routes it.
+func (c *cliConn) afterPlan(err error) {
+	s := c.l.s
+	call := c.c
+	if err != nil {
 		s.m.requests[c.route][numPhases].Inc()
 		if err == errUnknownModel {
 			c.reply(404, "invalid_request_error", "model_not_found",
@@ -627,6 +703,9 @@ func (c *cliConn) next0() {
 func (c *cliConn) gone() {
 	s := c.l.s
 	switch c.state {
+	case cliPlan:
+		c.close() // planned finishes the request, and frees buf
+		return
 	case cliWait:
 		s.m.disconnects.Inc()
 		if c.up != nil {
@@ -690,7 +769,7 @@ func (c *cliConn) close() {
 	syscall.Close(c.fd)
 	c.l.nCli--
 	c.l.open.Add(-1)
-	if c.buf != nil {
+	if c.buf != nil && !c.planning {
 		c.l.putBuf(c.buf)
 		c.buf = nil
 	}

@@ -65,7 +65,8 @@ type evLoop struct {
 	open     atomic.Int32 // nCli as other loops see it, plus those given to l
 	peers    []*evLoop    // every loop of the server, l included
 	inMu     sync.Mutex
-	inbox    []newConn // connections other loops accepted for l
+	inbox    []newConn     // connections other loops accepted for l
+	plans    []plannedBody // large bodies planned by goroutines
 	inClosed bool
 	hand     *handoffListener
 
@@ -312,6 +313,7 @@ func (l *evLoop) run() {
 				var b [8]byte
 				syscall.Read(l.wakeFd, b[:])
 				l.takeInbox(draining)
+				l.takePlanned()
 			default:
 				if h := l.fds[ev.Fd]; h != nil && l.gens[ev.Fd] == ev.Pad {
 					l.event(h, ev.Events, false)
@@ -456,6 +458,40 @@ func (l *evLoop) takeInbox(closing bool) {
 			continue
 		}
 		l.adopt(nc)
+	}
+}
+
+// plannedBody is a large body's plan, done off the loop (cliConn.dispatch).
+type plannedBody struct {
+	c   *cliConn
+	err error
+}
+
+// evPlanned is the event a loop gives a connection whose body has been
+// planned; epoll never reports this bit.
+const evPlanned = 1 << 24
+
+// postPlanned hands c's finished plan back to its loop; dropped if the
+// loop has stopped (it closed c on its way out).
+func (l *evLoop) postPlanned(c *cliConn, err error) {
+	l.inMu.Lock()
+	if l.inClosed {
+		l.inMu.Unlock()
+		return
+	}
+	l.plans = append(l.plans, plannedBody{c, err})
+	l.inMu.Unlock()
+	l.wakeUp()
+}
+
+func (l *evLoop) takePlanned() {
+	l.inMu.Lock()
+	q := l.plans
+	l.plans = nil
+	l.inMu.Unlock()
+	for i := range q {
+		q[i].c.planErr = q[i].err
+		l.event(q[i].c, evPlanned, false)
 	}
 }
 

@@ -227,3 +227,65 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// A large body is canonicalised off its loop: while one is being planned
+// the loop serves its other connections, and a client that leaves
+// meanwhile is counted as gone, its request never reaching a backend.
+func TestLoopPlansLargeBodiesOffLoop(t *testing.T) {
+	b := newTestBackend(t, "a")
+	entered := make(chan struct{}, 4)
+	release := make(chan struct{})
+	s := startLoopProxy(t, func(c *Config) {
+		c.Loops = 1 // one loop: were it blocked, nothing would be served
+		c.testHook = func(at string, body []byte) {
+			if at == "plan" {
+				entered <- struct{}{}
+				<-release
+			}
+		}
+	}, b)
+	l := s.evl.loops[0]
+	big := func(word string) string {
+		return `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat(word+" ", offloadBody/len(word)) + `"}]}`
+	}
+	send := func(body string) net.Conn {
+		conn, err := net.Dial("tcp", s.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+		select {
+		case <-entered:
+		case <-time.After(10 * time.Second):
+			t.Fatal("a large body was not planned off the loop")
+		}
+		return conn
+	}
+
+	conn := send(big("alpha"))
+	defer conn.Close()
+	for i := 0; i < 3; i++ {
+		if resp, out := post(t, s, "/v1/chat/completions", conversation(i, 0, false)); resp.StatusCode != 200 {
+			t.Fatalf("request while a large body is planned: %d %s", resp.StatusCode, out)
+		}
+	}
+	release <- struct{}{}
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("the large body's answer: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	waitIdle(t, s)
+
+	hits, open := b.hits.Load(), l.open.Load()
+	conn2 := send(big("beta"))
+	conn2.Close()
+	waitFor(t, "the loop to see the client leave", func() bool { return l.open.Load() == open })
+	release <- struct{}{}
+	waitFor(t, "the disconnect counted", func() bool { return s.m.disconnects.Get() == 1 })
+	waitIdle(t, s)
+	if got := b.hits.Load(); got != hits {
+		t.Fatalf("the backend got %d requests after the client left, want none", got-hits)
+	}
+}
