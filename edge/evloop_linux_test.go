@@ -229,8 +229,9 @@ func (l *lockedBuffer) String() string {
 }
 
 // A large body is canonicalised off its loop: while one is being planned
-// the loop serves its other connections, and a client that leaves
-// meanwhile is counted as gone, its request never reaching a backend.
+// the loop serves its other connections, a client that leaves meanwhile
+// is counted as gone, its request never reaching a backend, and a panic
+// there closes only its connection.
 func TestLoopPlansLargeBodiesOffLoop(t *testing.T) {
 	b := newTestBackend(t, "a")
 	entered := make(chan struct{}, 4)
@@ -238,10 +239,14 @@ func TestLoopPlansLargeBodiesOffLoop(t *testing.T) {
 	s := startLoopProxy(t, func(c *Config) {
 		c.Loops = 1 // one loop: were it blocked, nothing would be served
 		c.testHook = func(at string, body []byte) {
-			if at == "plan" {
-				entered <- struct{}{}
-				<-release
+			if at != "plan" {
+				return
 			}
+			if bytes.Contains(body, []byte("gamma ")) {
+				panic("test: boom while planning")
+			}
+			entered <- struct{}{}
+			<-release
 		}
 	}, b)
 	l := s.evl.loops[0]
@@ -288,4 +293,23 @@ func TestLoopPlansLargeBodiesOffLoop(t *testing.T) {
 	if got := b.hits.Load(); got != hits {
 		t.Fatalf("the backend got %d requests after the client left, want none", got-hits)
 	}
+
+	// A panic while planning (a bug) closes that connection only.
+	conn3, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn3.Close()
+	body := big("gamma")
+	fmt.Fprintf(conn3, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	_ = conn3.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if resp, err := http.ReadResponse(bufio.NewReader(conn3), nil); err == nil {
+		t.Fatalf("panic while planning: got an answer (%d), want the connection closed", resp.StatusCode)
+	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatal("panic while planning: connection left open")
+	}
+	if resp, out := post(t, s, "/v1/chat/completions", conversation(9, 0, false)); resp.StatusCode != 200 {
+		t.Fatalf("after a panic while planning: %d %s", resp.StatusCode, out)
+	}
+	waitIdle(t, s)
 }
