@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -78,7 +79,12 @@ func TestResponsesRouted(t *testing.T) {
 			if n == 0 {
 				home[id] = backendOf(resp)
 			} else if backendOf(resp) != home[id] {
-				t.Fatalf("responses conversation %d moved from %s to %s", id, home[id], backendOf(resp))
+				diag := ""
+				for _, u := range s.ups {
+					diag += fmt.Sprintf(" %s: connect %d timeout %d status %d busy %d;", u.b.Name,
+						u.m.errors[errConnect].Get(), u.m.errors[errTimeout].Get(), u.m.errors[errStatus].Get(), u.m.errors[errBusy].Get())
+				}
+				t.Fatalf("responses conversation %d moved from %s to %s (upstream errors:%s)", id, home[id], backendOf(resp), diag)
 			}
 		}
 	}
