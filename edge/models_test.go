@@ -57,8 +57,12 @@ func TestResponsesRouted(t *testing.T) {
 	// eject a backend and move its conversations, which is right but not
 	// what this test is about.
 	s := startProxy(t, func(c *Config) { c.HealthInterval = 0 }, bs...)
+	// Each conversation differs from the others from its first user
+	// message on: with "x" repeated id+40 times, conversation 0's prefix
+	// was a prefix of all the others', and a backend holding another
+	// conversation tied with its home on the longest match.
 	turn := func(id, n int) string {
-		items := []string{`{"role":"user","content":"conversation ` + strings.Repeat("x", id+40) + ` first question"}`}
+		items := []string{`{"role":"user","content":"conversation ` + fmt.Sprint(id) + `: ` + strings.Repeat("x", 40) + ` first question"}`}
 		for i := 1; i <= n; i++ {
 			items = append(items, `{"type":"message","role":"assistant","content":[{"type":"output_text","text":"an answer that is long enough to fill blocks"}]}`,
 				`{"role":"user","content":"follow-up question number `+strings.Repeat("y", i)+`"}`)
