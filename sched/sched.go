@@ -23,6 +23,8 @@ type Backend struct {
 	// by clustering; it weighs in selection but is never reserved here.
 	remote  atomic.Uint64
 	healthy atomic.Bool
+	// engine is what the engine's own metrics last reported (engine.go).
+	engine atomic.Pointer[EngineSignals]
 	// seed decorrelates backends in rendezvous hashing.
 	seed uint64
 }
