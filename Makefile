@@ -5,7 +5,7 @@ BIN      := bin/kvca
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -s -w -X main.version=$(VERSION)
 
-.PHONY: all build test vet fmt-check unit unit-fasthttp allocs fuzz-short fuzz soak bench-go demo bench soak clean
+.PHONY: all build test vet fmt-check unit allocs fuzz-short fuzz soak bench-go demo bench soak clean
 
 all: build
 
@@ -13,7 +13,7 @@ build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/kvca
 
 # make test: what CI runs. Race detector on, short fuzz runs, no timing asserts.
-test: fmt-check vet unit unit-fasthttp allocs fuzz-short
+test: fmt-check vet unit allocs fuzz-short
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -24,11 +24,6 @@ vet:
 
 unit:
 	$(GO) test -race -count=1 -timeout 12m $(PKGS)
-
-# The edge tests once more with the other I/O model: unit serves them with
-# the default (--io auto: the event loops on Linux), this with fasthttp.
-unit-fasthttp:
-	KVCA_TEST_IO=fasthttp $(GO) test -race -count=1 -timeout 8m ./edge
 
 # Zero-allocation checks (testing.AllocsPerRun); sync.Pool drops items at
 # random under -race, so these run without it.

@@ -110,3 +110,11 @@ func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
 	ctx.SetContentType("application/json")
 	ctx.SetBody(append(b, '\n'))
 }
+
+// writeError answers an admin request in OpenAI's error shape.
+func writeError(ctx *fasthttp.RequestCtx, status int, typ, code, msg string) {
+	ctx.Response.Reset()
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	ctx.Response.SetBodyRaw(appendErrorBody(make([]byte, 0, 128+len(msg)), typ, code, msg))
+}

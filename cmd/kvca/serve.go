@@ -45,9 +45,12 @@ func serveFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "upstream-header-timeout", Value: d.UpstreamHeaderTimeout, Usage: "504 when a backend sends no response headers within this", EnvVars: env("upstream-header-timeout")},
 		&cli.DurationFlag{Name: "stream-idle-timeout", Value: d.StreamIdleTimeout, Usage: "end a response whose body stalls longer than this", EnvVars: env("stream-idle-timeout")},
 		&cli.DurationFlag{Name: "shutdown-timeout", Value: d.ShutdownTimeout, Usage: "on SIGTERM, let in-flight requests finish for up to this", EnvVars: env("shutdown-timeout")},
-		&cli.DurationFlag{Name: "client-read-timeout", Value: d.ClientReadTimeout, Usage: "cut clients that take longer than this to send a request", EnvVars: env("client-read-timeout")},
-		&cli.IntFlag{Name: "loops", Usage: "event loops serving --io epoll (0: one per core, GOMAXPROCS); the process runs one Go P more than this", EnvVars: env("loops")},
-		&cli.StringFlag{Name: "io", Value: edge.IOAuto, Usage: "how the public listener is served: epoll (an event loop per core: Linux, plain HTTP; requests other than routed POSTs are handed to fasthttp), fasthttp (a goroutine per connection), or auto: epoll unless --tls-cert, an https backend or another OS asks for fasthttp", EnvVars: env("io")},
+		&cli.DurationFlag{Name: "client-read-timeout", Value: d.ClientReadTimeout, Usage: "cut clients that take longer than this to send a request body (408)", EnvVars: env("client-read-timeout")},
+		&cli.IntFlag{Name: "loops", Usage: "event loops serving the public listener (0: one per core, GOMAXPROCS); the process runs one Go P more than this", EnvVars: env("loops")},
+		&cli.StringFlag{Name: "io", Value: edge.IOAuto, Usage: "how the public listener is served: auto or epoll, the same thing: an event loop per core (Linux), for every connection, TLS included", EnvVars: env("io")},
+		&cli.DurationFlag{Name: "header-timeout", Value: d.HeaderTimeout, Usage: "cut clients that take longer than this to send a request head (408)", EnvVars: env("header-timeout")},
+		&cli.IntFlag{Name: "max-client-conns", Value: d.MaxClientConns, Usage: "open client connections at most; new ones beyond it are closed at once (0: no bound)", EnvVars: env("max-client-conns")},
+		&cli.BoolFlag{Name: "preserve-host", Usage: "send the client's Host to backends instead of the backend URL's host", EnvVars: env("preserve-host")},
 		&cli.IntFlag{Name: "max-conns-per-backend", Value: d.MaxConnsPerBackend, Usage: "keep-alive pool size per backend", EnvVars: env("max-conns-per-backend")},
 		&cli.StringFlag{Name: "prefill-release", Value: "first-byte", Usage: "when a streamed response's novel-block load is released: first-byte (when the backend has prefilled: vLLM and SGLang send stream headers before they prefill) or headers (the seed's letter)", EnvVars: env("prefill-release")},
 		&cli.StringFlag{Name: "tls-cert", Usage: "serve the public listener over TLS with this PEM certificate `FILE` (re-read when it changes or on SIGHUP)", EnvVars: env("tls-cert")},
@@ -86,9 +89,7 @@ func serveCommand() *cli.Command {
 			if err := cfg.Validate(); err != nil {
 				return err
 			}
-			if cfg.IO == edge.IOEpoll {
-				cfg.Loops = edge.SpareP(cfg.Loops)
-			}
+			cfg.Loops = edge.SpareP(cfg.Loops)
 			srv, err := edge.New(cfg)
 			if err != nil {
 				return err
@@ -108,9 +109,12 @@ func serveCommand() *cli.Command {
 			signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 			got := <-sig
 			for got == syscall.SIGHUP {
-				if err := srv.ReloadTLS(); err != nil {
+				switch err := srv.ReloadTLS(); {
+				case cfg.TLSCert == "" && cfg.AdminTLSCert == "":
+					log.Info("SIGHUP: no TLS certificates configured; nothing reloaded")
+				case err != nil:
 					log.Error("SIGHUP: certificate reload failed; the previous certificates stay in service", "err", err)
-				} else {
+				default:
 					log.Info("SIGHUP: certificates reloaded")
 				}
 				got = <-sig
@@ -120,6 +124,7 @@ func serveCommand() *cli.Command {
 			defer cancel()
 			if err := srv.Shutdown(ctx); err != nil {
 				log.Warn("shutdown incomplete", "err", err)
+				return cli.Exit("kvca: shutdown incomplete: "+err.Error(), 1)
 			}
 			log.Info("stopped")
 			return nil
@@ -148,6 +153,9 @@ func configFrom(c *cli.Context) edge.Config {
 		StreamIdleTimeout:     c.Duration("stream-idle-timeout"),
 		ShutdownTimeout:       c.Duration("shutdown-timeout"),
 		ClientReadTimeout:     c.Duration("client-read-timeout"),
+		HeaderTimeout:         c.Duration("header-timeout"),
+		MaxClientConns:        c.Int("max-client-conns"),
+		PreserveHost:          c.Bool("preserve-host"),
 		MaxConnsPerBackend:    c.Int("max-conns-per-backend"),
 		IO:                    c.String("io"),
 		Loops:                 c.Int("loops"),
