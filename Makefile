@@ -6,7 +6,7 @@ BENCHBIN := bin/kvca-bench
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -s -w -X main.version=$(VERSION)
 
-.PHONY: all build test vet fmt-check unit unit-fasthttp allocs fuzz-short fuzz soak bench-go demo bench clean
+.PHONY: all build test vet fmt-check unit unit-fasthttp allocs fuzz-short fuzz soak bench-go demo bench docs clean
 
 all: build
 
@@ -66,6 +66,11 @@ BENCH_ARGS ?= --trace bench/testdata/conversation_trace.jsonl --engines 8 --cach
 bench: build
 	mkdir -p bench/results
 	./$(BENCHBIN) bench $(BENCH_ARGS) --json bench/results/bench.json --charts bench/results | tee bench/results/bench.txt
+
+# The flag tables of docs/configuration.md, from the flags themselves
+# (make test fails when they differ).
+docs:
+	KVCA_UPDATE_DOCS=1 $(GO) test -count=1 -run '^TestConfigurationDoc$$' ./cmd/kvca
 
 clean:
 	rm -rf bin
