@@ -67,10 +67,10 @@ bench: build
 	mkdir -p bench/results
 	./$(BENCHBIN) bench $(BENCH_ARGS) --json bench/results/bench.json --charts bench/results | tee bench/results/bench.txt
 
-# The flag tables of docs/configuration.md, from the flags themselves
+# The flag tables of docs/configuration.md and docs/bench.md, from the flags themselves
 # (make test fails when they differ).
 docs:
-	KVCA_UPDATE_DOCS=1 $(GO) test -count=1 -run '^TestConfigurationDoc$$' ./cmd/kvca
+	KVCA_UPDATE_DOCS=1 $(GO) test -count=1 -run '^Test(Configuration|Bench)Doc$$' ./cmd/kvca ./cmd/kvca-bench
 
 clean:
 	rm -rf bin
