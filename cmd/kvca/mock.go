@@ -27,7 +27,7 @@ func mockCommand() *cli.Command {
 	d := mock.New(mock.Config{}).Config()
 	return &cli.Command{
 		Name:  "mock",
-		Usage: "run one mock OpenAI-compatible inference engine (prefix KV cache, queueing, SSE, vLLM metrics, faults)",
+		Usage: "run one mock OpenAI-compatible inference engine (chat, completions and responses; prefix KV cache, queueing, SSE, vLLM metrics, faults)",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8000", Usage: "listen `ADDR`", EnvVars: mockEnv("listen")},
 			&cli.StringFlag{Name: "name", Value: d.Name, Usage: "engine name (ids, metric label)", EnvVars: mockEnv("name")},
