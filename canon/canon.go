@@ -1,5 +1,5 @@
 // Package canon turns an OpenAI-style request body into its canonical byte
-// representation (CBR, format 1 of DESIGN.md) and classifies it as a
+// representation (CBR, format 1: docs/cbr.md) and classifies it as a
 // bootstrap or a follow-up request.
 //
 // The CBR is never materialised whole: it is streamed into a Sink (the chain

@@ -119,7 +119,7 @@ const (
 func DefaultConfig() Config {
 	return Config{
 		Listen:                ":8080",
-		AdminListen:           "127.0.0.1:9090",
+		AdminListen:           "127.0.0.1:8079",
 		BlockSize:             256,
 		TTL:                   10 * time.Minute,
 		MaxBlocks:             4 << 20,

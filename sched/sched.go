@@ -63,7 +63,8 @@ func (b *Backend) SetHealthy(v bool) bool { return b.healthy.Swap(v) != v }
 
 func loadOf(st, weight uint64) uint64 { return (st>>32)*weight + uint64(uint32(st)) }
 
-// Phase says how a request was routed, as the seed names the dispatch phases.
+// Phase says how a request was routed: which dispatch phase chose its
+// backend (docs/routing.md).
 type Phase uint8
 
 const (

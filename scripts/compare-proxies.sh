@@ -638,7 +638,7 @@ if [[ $OUT != "-" ]]; then
 			epoll_table
 			echo
 		fi
-		echo "### Issue 5 targets (same run)"
+		echo "### Targets (same run)"
 		echo
 		echo "| body | kvca/nginx req/s | kvca/HAProxy req/s | throughput target (≥1.0, ≥0.9 at 128k) | kvca/nginx p99 | p99 target (≤1.0) |"
 		echo "|---|---:|---:|---|---:|---|"

@@ -16,6 +16,8 @@ import (
 type job struct {
 	e            *Engine
 	chat         bool
+	responses    bool // the Responses API (chat is false)
+	seq          int  // next Responses event's sequence_number
 	stream       bool
 	usage        bool
 	model        string
@@ -36,16 +38,17 @@ type job struct {
 }
 
 // Handler serves the engine's HTTP API: /v1/chat/completions,
-// /v1/completions, /v1/models, /health, /metrics.
+// /v1/completions, /v1/responses, /v1/models, /health, /metrics.
 func (e *Engine) Handler(ctx *fasthttp.RequestCtx) {
 	path := ctx.Path()
 	switch string(path) {
-	case PathChat, PathCompletions:
+	case PathChat, PathCompletions, PathResponses:
 		if !ctx.IsPost() {
+			ctx.Response.Header.Set("Allow", "POST")
 			e.fail(ctx, fasthttp.StatusMethodNotAllowed, "MethodNotAllowed", "", "use POST")
 			return
 		}
-		e.complete(ctx, len(path) == len(PathChat))
+		e.complete(ctx, string(path))
 	case "/health", "/ping":
 		ctx.SetStatusCode(fasthttp.StatusOK)
 	case "/v1/models":
@@ -59,7 +62,8 @@ func (e *Engine) Handler(ctx *fasthttp.RequestCtx) {
 	}
 }
 
-func (e *Engine) complete(ctx *fasthttp.RequestCtx, chat bool) {
+func (e *Engine) complete(ctx *fasthttp.RequestCtx, path string) {
+	chat, responses := path == PathChat, path == PathResponses
 	f := e.faults.Load()
 	arrived := time.Now()
 	if f.SlowStart > 0 {
@@ -102,7 +106,7 @@ func (e *Engine) complete(ctx *fasthttp.RequestCtx, chat bool) {
 		e.badRequest(ctx, "stream_options", "stream_options.include_usage must be a boolean")
 		return
 	}
-	maxTokens, param, err := e.maxTokens(v)
+	maxTokens, param, err := e.maxTokens(v, responses)
 	if err != nil {
 		e.badRequest(ctx, param, err.Error())
 		return
@@ -114,7 +118,7 @@ func (e *Engine) complete(ctx *fasthttp.RequestCtx, chat bool) {
 			return
 		}
 		e.requests.Add(1)
-		e.fast.write(ctx, chat, stream, usage)
+		e.fast.write(ctx, path, stream, usage)
 		return
 	}
 
@@ -123,9 +127,12 @@ func (e *Engine) complete(ctx *fasthttp.RequestCtx, chat bool) {
 		j = &job{e: e}
 		j.streamFn = j.streamTo
 	}
-	if chat {
+	switch {
+	case chat:
 		j.prompt, err = renderChat(j.prompt[:0], v)
-	} else {
+	case responses:
+		j.prompt, err = renderResponses(j.prompt[:0], v)
+	default:
 		j.prompt, err = renderCompletion(j.prompt[:0], v)
 	}
 	if err != nil {
@@ -145,7 +152,7 @@ func (e *Engine) complete(ctx *fasthttp.RequestCtx, chat bool) {
 	}
 	e.requests.Add(1)
 
-	j.chat, j.stream, j.usage, j.model, j.maxTokens = chat, stream, usage, model, maxTokens
+	j.chat, j.responses, j.stream, j.usage, j.model, j.maxTokens = chat, responses, stream, usage, model, maxTokens
 	j.hashes = BlockHashes(j.hashes[:0], j.prompt, e.cfg.BlockTokens)
 	j.promptTokens = Tokens(j.prompt)
 	j.cached = 0
@@ -191,7 +198,11 @@ func (e *Engine) respond(ctx *fasthttp.RequestCtx, j *job) {
 	e.outTokens.Add(uint64(j.maxTokens))
 	e.mGen.Add(j.maxTokens)
 	e.mSuccess.Inc()
-	j.out = j.appendCompletion(j.out[:0])
+	if j.responses {
+		j.out = j.appendResponse(j.out[:0], true)
+	} else {
+		j.out = j.appendCompletion(j.out[:0])
+	}
 	ctx.SetContentType("application/json")
 	ctx.SetBody(j.out)
 }
@@ -273,7 +284,13 @@ func (j *job) run(w *bufio.Writer) bool {
 		}
 		return true
 	}
-	if j.chat {
+	switch {
+	case j.responses:
+		j.out = j.appendResponsesOpening(j.out[:0])
+		if !emit(false) {
+			return false
+		}
+	case j.chat:
 		j.out = j.appendChunk(j.out[:0], -1)
 		if !emit(false) {
 			return false
@@ -284,7 +301,11 @@ func (j *job) run(w *bufio.Writer) bool {
 		if k > 0 && !j.sleepUntil(j.firstAt.Add(time.Duration(k)*dec)) {
 			return false
 		}
-		j.out = j.appendChunk(j.out[:0], k)
+		if j.responses {
+			j.out = j.appendResponsesDelta(j.out[:0], k)
+		} else {
+			j.out = j.appendChunk(j.out[:0], k)
+		}
 		e.outTokens.Add(1)
 		e.mGen.Inc()
 		// The last token goes out with the end of the stream below.
@@ -297,6 +318,11 @@ func (j *job) run(w *bufio.Writer) bool {
 	e.sched.release()
 	e.mSuccess.Inc()
 	j.out = j.out[:0]
+	if j.responses {
+		j.out = j.appendResponsesClosing(j.out)
+		w.Write(j.out)
+		return w.Flush() == nil
+	}
 	if j.usage {
 		j.out = j.appendUsageChunk(j.out)
 	}
@@ -382,10 +408,13 @@ func (e *Engine) model(v *fastjson.Value) (string, bool) {
 	return "", false
 }
 
-func (e *Engine) maxTokens(v *fastjson.Value) (int, string, error) {
+func (e *Engine) maxTokens(v *fastjson.Value, responses bool) (int, string, error) {
 	param := "max_completion_tokens"
+	if responses {
+		param = "max_output_tokens"
+	}
 	mt := v.Get(param)
-	if mt == nil || mt.Type() == fastjson.TypeNull {
+	if !responses && (mt == nil || mt.Type() == fastjson.TypeNull) {
 		param = "max_tokens"
 		mt = v.Get(param)
 	}

@@ -43,7 +43,7 @@ func badParam(param, msg string) error { return &requestError{msg: msg, param: p
 func Tokens(prompt []byte) int { return (len(prompt) + BytesPerToken - 1) / BytesPerToken }
 
 // Render appends to dst the prompt an engine renders for a request body sent
-// to path (PathChat or PathCompletions). It is what the engine itself does,
+// to path (PathChat, PathCompletions or PathResponses). It is what the engine itself does,
 // exported so that workloads can compute ideal hit rates in the engine's units.
 func Render(dst []byte, path string, body []byte) ([]byte, error) {
 	var p fastjson.Parser
@@ -54,8 +54,11 @@ func Render(dst []byte, path string, body []byte) ([]byte, error) {
 	if v.Type() != fastjson.TypeObject {
 		return dst, errBadRequest
 	}
-	if path == PathCompletions {
+	switch path {
+	case PathCompletions:
 		return renderCompletion(dst, v)
+	case PathResponses:
+		return renderResponses(dst, v)
 	}
 	return renderChat(dst, v)
 }

@@ -3,16 +3,21 @@ package main
 import (
 	"context"
 	"os"
+	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/kvca/kvca/internal/cliflag"
+
 	"github.com/kvca/kvca/bench/run"
 	"github.com/kvca/kvca/chain"
 	"github.com/kvca/kvca/cluster"
+	"github.com/kvca/kvca/cluster/embednats"
 	"github.com/kvca/kvca/edge"
 )
 
@@ -21,14 +26,15 @@ func proxyFlags() []cli.Flag {
 	d := edge.DefaultConfig()
 	return []cli.Flag{
 		&cli.IntFlag{Name: "block-size", Value: d.BlockSize, Usage: "proxy: CBR block size in bytes", EnvVars: env("block-size")},
-		&cli.DurationFlag{Name: "ttl", Value: d.TTL, Usage: "proxy: location TTL (before --time-scale)", EnvVars: env("ttl")},
+		&cli.GenericFlag{Name: "ttl", Value: cliflag.Duration(d.TTL), Usage: "proxy: location TTL (before --time-scale)", EnvVars: env("ttl")},
 		&cli.IntFlag{Name: "max-blocks", Value: d.MaxBlocks, Usage: "proxy: block table bound", EnvVars: env("max-blocks")},
 		&cli.IntFlag{Name: "active-weight", Value: d.ActiveWeight, Usage: "proxy: load of one active request, in blocks", EnvVars: env("active-weight")},
 		&cli.StringFlag{Name: "prefill-release", Value: "first-byte", Usage: "proxy: first-byte or headers", EnvVars: env("prefill-release")},
-		&cli.DurationFlag{Name: "predict-ttl", Usage: "proxy: predicted locations at routing time (before --time-scale; 0: off)", EnvVars: env("predict-ttl")},
+		&cli.GenericFlag{Name: "predict-ttl", Value: cliflag.Duration(0), Usage: "proxy: predicted locations at routing time (before --time-scale; 0: off)", EnvVars: env("predict-ttl")},
 		&cli.IntFlag{Name: "replicas", Value: 1, Usage: "kvca replicas sharing state through an embedded NATS server; requests are spread over them in turn", EnvVars: env("replicas")},
 		&cli.BoolFlag{Name: "no-cluster", Usage: "with --replicas N: replicas do not share state (the baseline clustering fixes)", EnvVars: env("no-cluster")},
 		&cli.BoolFlag{Name: "proxy-process", Usage: "run each proxy as a `kvca serve` child process (exact proxy CPU per request)", EnvVars: env("proxy-process")},
+		&cli.StringFlag{Name: "kvca", Usage: "with --proxy-process: the kvca `BINARY` (default: kvca beside this executable, else on PATH)", EnvVars: env("kvca")},
 	}
 }
 
@@ -81,7 +87,7 @@ func startReplicas(cfg edge.Config, n int, clustered bool) (run.Proxy, error) {
 	var url string
 	if clustered {
 		var err error
-		if url, rs.stopNATS, err = cluster.StartEmbeddedNATS(""); err != nil {
+		if url, rs.stopNATS, err = embednats.Start(""); err != nil {
 			return nil, err
 		}
 	}
@@ -117,7 +123,7 @@ func proxyFactory(c *cli.Context, timeScale float64) run.ProxyFactory {
 		ttl = time.Second
 	}
 	if c.Bool("proxy-process") {
-		exe, _ := os.Executable()
+		exe := kvcaBinary(c.String("kvca"))
 		return run.ExecFactory(func(policy string, backends []string, listen string) []string {
 			argv := []string{exe, "serve", "--listen", listen, "--admin-listen", "", "--policy", policy,
 				"--block-size", strconv.Itoa(c.Int("block-size")), "--ttl", ttl.String(),
@@ -153,6 +159,29 @@ func proxyFactory(c *cli.Context, timeScale float64) run.ProxyFactory {
 		}
 		return benchProxy{s}, nil
 	}
+}
+
+// kvcaBinary finds the kvca binary that --proxy-process runs: the one
+// named, else the kvca beside this executable (make build puts both in
+// bin/), else kvca on PATH.
+func kvcaBinary(named string) string {
+	if named != "" {
+		return named
+	}
+	if self, err := os.Executable(); err == nil {
+		if p := filepath.Join(filepath.Dir(self), "kvca"); fileExists(p) {
+			return p
+		}
+	}
+	if p, err := exec.LookPath("kvca"); err == nil {
+		return p
+	}
+	return "kvca"
+}
+
+func fileExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir()
 }
 
 func benchCommand() *cli.Command {

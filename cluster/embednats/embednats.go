@@ -1,4 +1,8 @@
-package cluster
+// Package embednats runs a NATS server inside the process, for tests and
+// the bench that start several clustered replicas without an external NATS.
+// It lives apart from package cluster so that kvca serve, which only
+// connects to NATS, does not link the server.
+package embednats
 
 import (
 	"errors"
@@ -10,11 +14,10 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 )
 
-// StartEmbeddedNATS runs a NATS server inside this process, for the bench
-// and tests that start several replicas without an external NATS. addr is
-// host:port; "" means 127.0.0.1 on a free port. It returns the client URL
-// and a stop function that waits for the server to be gone.
-func StartEmbeddedNATS(addr string) (url string, stop func(), err error) {
+// Start runs a NATS server on addr (host:port; "" means 127.0.0.1 on a
+// free port). It returns the client URL and a stop function that waits for
+// the server to be gone.
+func Start(addr string) (url string, stop func(), err error) {
 	host, port := "127.0.0.1", -1 // -1: the server picks a free port
 	if addr != "" {
 		h, p, err := net.SplitHostPort(addr)
