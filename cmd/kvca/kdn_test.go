@@ -34,7 +34,7 @@ func (v kdnVector) input(t *testing.T) []byte {
 }
 
 func loadKDNVectors(t *testing.T) []kdnVector {
-	data, err := os.ReadFile(filepath.Join("..", "..", "edge", "kdn", "testdata", "vectors.json"))
+	data, err := os.ReadFile(filepath.Join("..", "..", "kdn", "testdata", "vectors.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

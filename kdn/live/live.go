@@ -1,0 +1,156 @@
+package live
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kvca/kvca/edge"
+	"github.com/kvca/kvca/kdn"
+	"github.com/kvca/kvca/kdn/gateway"
+)
+
+// Options configure a Gateway.
+type Options struct {
+	// CompatibilityProfileID names the deployment (--compatibility-profile-id);
+	// requests for another profile are incompatible. Default "kvca".
+	CompatibilityProfileID string
+	// StateDir holds the knowledge store (--state-dir); empty keeps it in
+	// memory only.
+	StateDir string
+	// MaxPinnedBlocks bounds the blocks pinned at once across endpoints
+	// (--max-pinned-blocks); pins beyond it are refused. Default 65536.
+	MaxPinnedBlocks int
+	// OpTimeout bounds one warm-up operation (all its attempts). Default 2m.
+	OpTimeout time.Duration
+	// Clock stamps answers; default the server's clock (Config.Now) or
+	// time.Now.
+	Clock  func() time.Time
+	Logger *slog.Logger
+}
+
+// DefaultMaxPinnedBlocks is the default of --max-pinned-blocks.
+const DefaultMaxPinnedBlocks = 65536
+
+// Gateway is kvca's own KDN gateway (runtime profile v1): every backend of
+// srv is an endpoint, knowledge is a registered prefix, and every answer
+// comes from the live block table and scheduler. It implements
+// gateway.Gateway and gateway.KnowledgeService.
+type Gateway struct {
+	srv     *edge.Server
+	compat  string
+	clock   func() time.Time
+	log     *slog.Logger
+	maxPins int
+	opTTL   time.Duration
+	cat     *catalog
+	tasks   *taskTable
+	byID    map[string]int // endpoint id → backend index (fixed at start)
+
+	ctx   context.Context // parent of every operation; Close cancels it
+	stop  context.CancelFunc
+	ops   sync.WaitGroup
+	pinMu sync.Mutex
+	pins  map[pinKey]pinRec
+}
+
+var (
+	_ gateway.Gateway          = (*Gateway)(nil)
+	_ gateway.KnowledgeService = (*Gateway)(nil)
+)
+
+// ErrCompatibilityProfile rejects a blank --compatibility-profile-id.
+var ErrCompatibilityProfile = errors.New("kdn: --compatibility-profile-id must not be blank")
+
+// New builds the gateway over srv and opens the knowledge store. It starts
+// no goroutine: operations run in their own, bounded by OpTimeout (or the
+// TTL for clear) and by Close.
+func New(srv *edge.Server, o Options) (*Gateway, error) {
+	cfg := srv.Config()
+	if o.CompatibilityProfileID == "" {
+		o.CompatibilityProfileID = "kvca"
+	}
+	if strings.TrimSpace(o.CompatibilityProfileID) == "" {
+		return nil, ErrCompatibilityProfile
+	}
+	if o.MaxPinnedBlocks <= 0 {
+		o.MaxPinnedBlocks = DefaultMaxPinnedBlocks
+	}
+	if o.OpTimeout <= 0 {
+		o.OpTimeout = 2 * time.Minute
+	}
+	if o.Clock == nil {
+		o.Clock = cfg.Now
+	}
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = cfg.Logger
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	der := deriver{compat: o.CompatibilityProfileID, blockSize: cfg.BlockSize, chain: srv.Chain}
+	cat, err := openCatalog(store{dir: o.StateDir}, der, o.Logger)
+	if err != nil {
+		return nil, err
+	}
+	g := &Gateway{
+		srv: srv, compat: o.CompatibilityProfileID, clock: o.Clock, log: o.Logger,
+		maxPins: o.MaxPinnedBlocks, opTTL: o.OpTimeout, cat: cat, tasks: newTaskTable(),
+		byID: map[string]int{}, pins: map[pinKey]pinRec{},
+	}
+	for _, b := range srv.Scheduler().Backends {
+		g.byID[edge.EndpointID(b.URL)] = b.Index
+	}
+	g.ctx, g.stop = context.WithCancel(context.Background())
+	return g, nil
+}
+
+// Close cancels every running operation and waits for them to stop.
+func (g *Gateway) Close() {
+	g.stop()
+	g.ops.Wait()
+}
+
+// now is the answer clock, at the wire's microsecond resolution.
+func (g *Gateway) now() time.Time { return g.clock().UTC().Truncate(time.Microsecond) }
+
+// endpoint resolves an endpoint id to a backend index.
+func (g *Gateway) endpoint(id string) (int, bool) {
+	i, ok := g.byID[id]
+	return i, ok
+}
+
+// generation is the endpoint generation a backend has now.
+func (g *Gateway) generation(b int) int64 { return int64(g.srv.Table().Generation(b)) }
+
+// begin stamps the reply to a targeted request and negotiates it against
+// the snapshot of the endpoint it names (§9). An unknown endpoint is
+// negotiated against the first backend's snapshot, which it cannot match:
+// incompatible, as the contract wants.
+func (g *Gateway) begin(env kdn.Envelope, t kdn.Target, gate kdn.Capability) (kdn.CacheServiceResponse, int, bool) {
+	now := g.now()
+	r := gateway.NewTargetedReply(env, t, now)
+	b, ok := g.endpoint(t.EndpointID)
+	if !ok {
+		b = 0
+	}
+	if f, refused := gateway.Negotiate(g.snapshotOf(b, now), env, t, gate); refused {
+		return gateway.Refuse(r, f), b, false
+	}
+	return r, b, true
+}
+
+func refuse(r kdn.CacheServiceResponse, outcome kdn.OutcomeCode, msg string) kdn.CacheServiceResponse {
+	return gateway.Refuse(r, gateway.Refusal{Outcome: outcome, Message: msg})
+}
+
+func (g *Gateway) endpointIDOf(b int) string {
+	return edge.EndpointID(g.srv.Scheduler().Backends[b].URL)
+}
