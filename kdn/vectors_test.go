@@ -46,7 +46,53 @@ func loadVectors(t testing.TB) []vectorCase {
 	return file.Cases
 }
 
+// rejection is the error an invalid vector must be rejected with
+// (testdata/rejections.json): the vector's reason, as kvca names it.
+type rejection struct {
+	Code  string `json:"code"`
+	Field string `json:"field"`
+	Rule  string `json:"rule"`
+}
+
+func loadRejections(t testing.TB) map[string]rejection {
+	data, err := os.ReadFile("testdata/rejections.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file struct {
+		Rejections map[string]rejection `json:"rejections"`
+	}
+	if err := json.Unmarshal(data, &file); err != nil {
+		t.Fatal(err)
+	}
+	return file.Rejections
+}
+
+// TestRejectionsCoverEveryInvalidVector keeps the expectations and the
+// vectors in step: no invalid vector goes unchecked, no expectation is
+// left over from a vector that no longer exists or became valid.
+func TestRejectionsCoverEveryInvalidVector(t *testing.T) {
+	want := loadRejections(t)
+	invalid := 0
+	for _, c := range loadVectors(t) {
+		_, listed := want[c.Name]
+		switch {
+		case !c.Valid && !listed:
+			t.Errorf("invalid vector %s has no expected rejection", c.Name)
+		case c.Valid && listed:
+			t.Errorf("valid vector %s has an expected rejection", c.Name)
+		}
+		if !c.Valid {
+			invalid++
+		}
+	}
+	if len(want) != invalid {
+		t.Errorf("%d expected rejections for %d invalid vectors", len(want), invalid)
+	}
+}
+
 func TestVectors(t *testing.T) {
+	rejections := loadRejections(t)
 	for _, c := range loadVectors(t) {
 		t.Run(c.Name, func(t *testing.T) {
 			msg, err := Decode(c.Model, c.Input(t))
@@ -55,10 +101,17 @@ func TestVectors(t *testing.T) {
 					out, _ := Encode(msg)
 					t.Fatalf("accepted invalid vector (%s); got %s", c.Reason, out)
 				}
-				if _, ok := err.(*ValidationError); !ok {
+				ve, ok := err.(*ValidationError)
+				if !ok {
 					t.Fatalf("error is %T, want *ValidationError", err)
 				}
-				t.Logf("rejected: %v (reason: %s)", err, c.Reason)
+				want, listed := rejections[c.Name]
+				if !listed {
+					t.Fatalf("no expected rejection for this vector (reason: %s)", c.Reason)
+				}
+				if got := (rejection{ve.Code, ve.Field, ve.Rule}); got != want {
+					t.Fatalf("rejected as %+v, want %+v (reason: %s)", got, want, c.Reason)
+				}
 				return
 			}
 			if err != nil {
