@@ -19,8 +19,9 @@ type Options struct {
 	// CompatibilityProfileID names the deployment (--compatibility-profile-id);
 	// requests for another profile are incompatible. Default "kvca".
 	CompatibilityProfileID string
-	// StateDir holds the knowledge store (--state-dir); empty keeps it in
-	// memory only.
+	// StateDir holds the knowledge store and the endpoint generations
+	// (--state-dir); empty keeps the store in memory only and starts every
+	// generation at 1.
 	StateDir string
 	// MaxPinnedBlocks bounds the blocks pinned at once across endpoints
 	// (--max-pinned-blocks); pins beyond it are refused. Default 65536.
@@ -48,6 +49,7 @@ type Gateway struct {
 	maxPins int
 	opTTL   time.Duration
 	cat     *catalog
+	gens    *generations
 	tasks   *taskTable
 	byID    map[string]int // endpoint id → backend index (fixed at start)
 
@@ -66,8 +68,9 @@ var (
 // ErrCompatibilityProfile rejects a blank --compatibility-profile-id.
 var ErrCompatibilityProfile = errors.New("kdn: --compatibility-profile-id must not be blank")
 
-// New builds the gateway over srv and opens the knowledge store. It starts
-// no goroutine: operations run in their own, bounded by OpTimeout (or the
+// New builds the gateway over srv, opens the knowledge store and restores
+// the endpoint generations (see generations); call it before srv.Start.
+// It starts no goroutine: operations run in their own, bounded by OpTimeout (or the
 // TTL for clear) and by Close.
 func New(srv *edge.Server, o Options) (*Gateway, error) {
 	cfg := srv.Config()
@@ -100,9 +103,14 @@ func New(srv *edge.Server, o Options) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
+	gens, err := openGenerations(o.StateDir, srv.Table(), srv.Scheduler().Backends, o.Logger)
+	if err != nil {
+		return nil, err
+	}
+	srv.OnBackendReset(gens.note)
 	g := &Gateway{
 		srv: srv, compat: o.CompatibilityProfileID, clock: o.Clock, log: o.Logger,
-		maxPins: o.MaxPinnedBlocks, opTTL: o.OpTimeout, cat: cat, tasks: newTaskTable(),
+		maxPins: o.MaxPinnedBlocks, opTTL: o.OpTimeout, cat: cat, gens: gens, tasks: newTaskTable(),
 		byID: map[string]int{}, pins: map[pinKey]pinRec{},
 	}
 	for _, b := range srv.Scheduler().Backends {
@@ -127,8 +135,18 @@ func (g *Gateway) endpoint(id string) (int, bool) {
 	return i, ok
 }
 
-// generation is the endpoint generation a backend has now.
-func (g *Gateway) generation(b int) int64 { return int64(g.srv.Table().Generation(b)) }
+// generation is the endpoint generation a backend has now, persisted
+// before it is shown.
+func (g *Gateway) generation(b int) int64 {
+	gen := g.srv.Table().Generation(b)
+	g.gens.note(b, gen)
+	return int64(gen)
+}
+
+// healthy reports whether kvca currently sends traffic to backend b: an
+// unhealthy one may have lost its cache or be unreachable, so nothing is
+// vouched for or sent there until it is re-admitted (with a new generation).
+func (g *Gateway) healthy(b int) bool { return g.srv.Scheduler().Backends[b].Healthy() }
 
 // begin stamps the reply to a targeted request and negotiates it against
 // the snapshot of the endpoint it names (§9). An unknown endpoint is

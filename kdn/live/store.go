@@ -109,8 +109,7 @@ func (s store) load() (map[string]*record, error) {
 	return out, nil
 }
 
-// save writes r atomically: temp file, fsync, rename, fsync of the
-// directory so the rename itself survives a power loss.
+// save writes r atomically (see writeAtomic).
 func (s store) save(r *record) error {
 	if s.dir == "" {
 		return nil
@@ -119,7 +118,13 @@ func (s store) save(r *record) error {
 	if err != nil {
 		return err
 	}
-	final := s.path(r.KnowledgeID)
+	return writeAtomic(s.path(r.KnowledgeID), b)
+}
+
+// writeAtomic replaces final with b: temp file, fsync, rename, fsync of
+// the directory so the rename itself survives a power loss. A crash
+// leaves the old or the new content, never a torn file.
+func writeAtomic(final string, b []byte) error {
 	dir := filepath.Dir(final)
 	f, err := os.CreateTemp(dir, ".tmp-*")
 	if err != nil {
