@@ -48,12 +48,13 @@ func holdingOf(t *chain.Table, c []uint64, b int, now int64) holding {
 	return h
 }
 
-// observe builds the observation of an artifact on one endpoint at ts:
+// observe builds the observation of an artifact on one endpoint, as of
+// generation gen (the caller checks it still holds), at ts:
 // available when every block is held, partial when a leading part is,
 // unavailable when none. It was seen at the latest access of its blocks
 // and counts until the first of its unpinned blocks expires; pinned blocks
 // do not expire, so an all-pinned hold is re-observed after one TTL.
-func (g *Gateway) observe(p *prefixInfo, b int, ts time.Time) (kdn.CacheReplicaObservation, holding) {
+func (g *Gateway) observe(p *prefixInfo, b int, gen int64, ts time.Time) (kdn.CacheReplicaObservation, holding) {
 	t := g.srv.Table()
 	h := holdingOf(t, p.chain, b, t.At(ts))
 	ttl := t.TTL()
@@ -79,7 +80,7 @@ func (g *Gateway) observe(p *prefixInfo, b int, ts time.Time) (kdn.CacheReplicaO
 		State:                  state,
 		Source:                 kdn.SourceCoordinator,
 		EndpointID:             g.endpointIDOf(b),
-		EndpointGeneration:     g.generation(b),
+		EndpointGeneration:     gen,
 		RuntimeProfile:         kdn.ProfileV1,
 		GatewayProfile:         kdn.GatewayUnknownFuture,
 		CompatibilityProfileID: g.compat,

@@ -1,6 +1,8 @@
 package live
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -16,6 +18,19 @@ import (
 // APIPrefix is where the contract operations live: POST APIPrefix+<name>,
 // one route per request model (gateway.Operations names them).
 const APIPrefix = "/kdn/v1/"
+
+// CapabilitiesOp is the capability discovery route of lmcache-gateway.v1:
+// GET (or POST) APIPrefix+CapabilitiesOp[?endpoint_id=ID] answers the
+// CapabilitySnapshot of that endpoint, or of the gateway's first one
+// without endpoint_id. It has no request model; a POST body, if any, may
+// only be {} or {"endpoint_id":ID}.
+const CapabilitiesOp = "discover_capabilities"
+
+// EndpointSnapshots is a gateway with one snapshot per endpoint; without
+// it, the discovery route knows only Snapshot's endpoint.
+type EndpointSnapshots interface {
+	SnapshotFor(endpointID string) (kdn.CapabilitySnapshot, bool)
+}
 
 // APIHandler serves the KDN operations of gw and ks (either may be nil) on
 // the admin listener: the body is decoded strictly as the route's request
@@ -39,6 +54,10 @@ func APIHandler(gw gateway.Gateway, ks gateway.KnowledgeService, clock func() ti
 	codec := kdn.Codec{Now: clock}
 	return func(ctx *fasthttp.RequestCtx) {
 		name := strings.TrimPrefix(string(ctx.Path()), APIPrefix)
+		if name == CapabilitiesOp && gw != nil {
+			serveCapabilities(ctx, gw, log)
+			return
+		}
 		op, ok := ops[name]
 		if !ok {
 			writeDetail(ctx, fasthttp.StatusNotFound, kdn.OutcomeUnsupported, "no such KDN operation")
@@ -69,6 +88,58 @@ func APIHandler(gw gateway.Gateway, ks gateway.KnowledgeService, clock func() ti
 		ctx.SetContentType("application/json")
 		ctx.SetBody(out)
 	}
+}
+
+// serveCapabilities answers the discovery route (CapabilitiesOp).
+func serveCapabilities(ctx *fasthttp.RequestCtx, gw gateway.Gateway, log *slog.Logger) {
+	if !ctx.IsGet() && !ctx.IsPost() {
+		ctx.Response.Header.Set("Allow", "GET, POST")
+		writeDetail(ctx, fasthttp.StatusMethodNotAllowed, kdn.OutcomeUnsupported, "use GET or POST")
+		return
+	}
+	id := string(ctx.QueryArgs().Peek("endpoint_id"))
+	if body := bytes.TrimSpace(ctx.PostBody()); ctx.IsPost() && len(body) > 0 {
+		var sel struct {
+			EndpointID *string `json:"endpoint_id"`
+		}
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&sel); err != nil || dec.More() {
+			writeDetail(ctx, fasthttp.StatusBadRequest, kdn.OutcomeFailed, "invalid request: the body may only be {} or {\"endpoint_id\":ID}")
+			return
+		}
+		if sel.EndpointID != nil {
+			if id != "" && id != *sel.EndpointID {
+				writeDetail(ctx, fasthttp.StatusBadRequest, kdn.OutcomeFailed, "invalid request: two different endpoint ids")
+				return
+			}
+			id = *sel.EndpointID
+		}
+	}
+	var snap kdn.CapabilitySnapshot
+	switch es, ok := gw.(EndpointSnapshots); {
+	case id != "" && ok:
+		s, found := es.SnapshotFor(id)
+		if !found {
+			writeDetail(ctx, fasthttp.StatusNotFound, kdn.OutcomeIncompatible, "no such endpoint")
+			return
+		}
+		snap = s
+	default:
+		snap = gw.Snapshot()
+		if id != "" && id != snap.EndpointID {
+			writeDetail(ctx, fasthttp.StatusNotFound, kdn.OutcomeIncompatible, "no such endpoint")
+			return
+		}
+	}
+	out, err := kdn.Encode(snap)
+	if err != nil {
+		log.Error("kdn: gateway produced an invalid capability snapshot", "err", err)
+		writeDetail(ctx, fasthttp.StatusInternalServerError, kdn.OutcomeFailed, "the gateway could not form a valid answer")
+		return
+	}
+	ctx.SetContentType("application/json")
+	ctx.SetBody(out)
 }
 
 // writeInvalid answers a request that broke a contract rule. The code is

@@ -70,7 +70,11 @@ func (g *Gateway) intent(req kdn.OperationIntentRequest, op kdn.CacheOperationTy
 	case conflict:
 		return refuse(r, kdn.OutcomeIdempotencyConflict, msgConflict)
 	case refused:
-		return gateway.Refuse(r, f)
+		r = gateway.Refuse(r, f)
+		if task.TaskID != "" {
+			r.Operation = kdn.Some(task)
+		}
+		return r
 	}
 	r.Operation = kdn.Some(task)
 	return r

@@ -165,6 +165,26 @@ func (g *Gateway) begin(env kdn.Envelope, t kdn.Target, gate kdn.Capability) (kd
 	return r, b, true
 }
 
+// Why an endpoint's answers cannot be vouched for right now; both are
+// retryable: a re-admitted endpoint, or a client that re-reads the
+// generation, may succeed.
+const msgUnhealthy = "endpoint is unhealthy: kvca sends it nothing and cannot vouch for its cache"
+
+// vouch refuses to speak for backend b at generation gen when kvca has
+// ejected it (unhealthy: its cache may be gone or unreachable), answering
+// outcome then, or when its generation moved on since negotiation (it was
+// reset in between: stale). Reads check it before reading the table and
+// again after, so that what they answer held for the whole read.
+func (g *Gateway) vouch(b int, gen int64, outcome kdn.OutcomeCode) (gateway.Refusal, bool) {
+	switch {
+	case !g.healthy(b):
+		return gateway.Refusal{Outcome: outcome, Message: msgUnhealthy, Retryable: true}, true
+	case g.generation(b) != gen:
+		return gateway.Refusal{Outcome: kdn.OutcomeStale, Message: gateway.MsgStaleGeneration, Retryable: true}, true
+	}
+	return gateway.Refusal{}, false
+}
+
 func refuse(r kdn.CacheServiceResponse, outcome kdn.OutcomeCode, msg string) kdn.CacheServiceResponse {
 	return gateway.Refuse(r, gateway.Refusal{Outcome: outcome, Message: msg})
 }

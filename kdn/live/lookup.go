@@ -17,7 +17,8 @@ const (
 
 // LookupArtifact implements gateway.Gateway: the artifact when the endpoint
 // holds all of its blocks, partial (with the artifact) when it holds a
-// leading part, stale when it holds none or the artifact is unknown.
+// leading part, stale when it holds none, the artifact is unknown, or the
+// endpoint is unhealthy.
 func (g *Gateway) LookupArtifact(_ context.Context, req kdn.LookupArtifactRequest) kdn.LookupArtifactResponse {
 	r, b, ok := g.begin(req.Envelope, req.Target, kdn.CapArtifactLookup)
 	if !ok {
@@ -27,7 +28,14 @@ func (g *Gateway) LookupArtifact(_ context.Context, req kdn.LookupArtifactReques
 	if !known {
 		return kdn.LookupArtifactResponse(refuse(r, kdn.OutcomeStale, msgArtifactUnknown))
 	}
-	_, h := g.observe(p, b, r.Timestamp)
+	gen := req.EndpointGeneration
+	if f, bad := g.vouch(b, gen, kdn.OutcomeStale); bad {
+		return kdn.LookupArtifactResponse(gateway.Refuse(r, f))
+	}
+	_, h := g.observe(p, b, gen, r.Timestamp)
+	if f, bad := g.vouch(b, gen, kdn.OutcomeStale); bad {
+		return kdn.LookupArtifactResponse(gateway.Refuse(r, f))
+	}
 	switch {
 	case h.blocks == 0:
 		return kdn.LookupArtifactResponse(refuse(r, kdn.OutcomeStale, msgNotCached))
@@ -41,7 +49,8 @@ func (g *Gateway) LookupArtifact(_ context.Context, req kdn.LookupArtifactReques
 
 // GetCacheObservation implements gateway.Gateway: what the block table
 // says about the artifact on the endpoint, observed at the response's own
-// timestamp. An unregistered artifact is stale with no observation.
+// timestamp. An unregistered artifact or an unhealthy endpoint is stale
+// with no observation.
 func (g *Gateway) GetCacheObservation(_ context.Context, req kdn.GetCacheObservationRequest) kdn.GetCacheObservationResponse {
 	r, b, ok := g.begin(req.Envelope, req.Target, kdn.CapCacheObservation)
 	if !ok {
@@ -51,7 +60,17 @@ func (g *Gateway) GetCacheObservation(_ context.Context, req kdn.GetCacheObserva
 	if !known {
 		return kdn.GetCacheObservationResponse(refuse(r, kdn.OutcomeStale, msgArtifactUnknown))
 	}
-	o, _ := g.observe(p, b, r.Timestamp)
+	// An ejected endpoint gets no observation at all: the table still
+	// lists its locations (they are dropped when it is re-admitted), and
+	// shown as an observation they would claim a cache kvca cannot reach.
+	gen := req.EndpointGeneration
+	if f, bad := g.vouch(b, gen, kdn.OutcomeStale); bad {
+		return kdn.GetCacheObservationResponse(gateway.Refuse(r, f))
+	}
+	o, _ := g.observe(p, b, gen, r.Timestamp)
+	if f, bad := g.vouch(b, gen, kdn.OutcomeStale); bad {
+		return kdn.GetCacheObservationResponse(gateway.Refuse(r, f))
+	}
 	r.Observation = kdn.Some(o)
 	if !o.FreshAt(r.Timestamp) {
 		return kdn.GetCacheObservationResponse(refuse(r, kdn.OutcomeStale, msgObsStale))

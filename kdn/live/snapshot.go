@@ -70,6 +70,16 @@ func (g *Gateway) snapshotOf(b int, now time.Time) kdn.CapabilitySnapshot {
 // Snapshots has one per backend.
 func (g *Gateway) Snapshot() kdn.CapabilitySnapshot { return g.snapshotOf(0, g.now()) }
 
+// SnapshotFor implements EndpointSnapshots: the snapshot of the backend
+// whose endpoint id is id.
+func (g *Gateway) SnapshotFor(id string) (kdn.CapabilitySnapshot, bool) {
+	b, ok := g.endpoint(id)
+	if !ok {
+		return kdn.CapabilitySnapshot{}, false
+	}
+	return g.snapshotOf(b, g.now()), true
+}
+
 // Snapshots returns every backend's snapshot, in backend order.
 func (g *Gateway) Snapshots() []kdn.CapabilitySnapshot {
 	now := g.now()

@@ -26,6 +26,7 @@ type logicalTarget struct {
 }
 
 type taskEntry struct {
+	key    string // idempotency key; bound in byKey unless the entry is a refusal
 	target logicalTarget
 	task   kdn.CacheOperationTask
 	cancel context.CancelFunc // stops the work; nil for synchronous tasks
@@ -37,7 +38,7 @@ type taskTable struct {
 	mu    sync.Mutex
 	byKey map[string]*taskEntry
 	byID  map[string]*taskEntry
-	order []string // idempotency keys, oldest first
+	order []*taskEntry // oldest first
 }
 
 func newTaskTable() *taskTable {
@@ -54,7 +55,10 @@ const (
 )
 
 // newEntry is what an intent builds when its key is new: the task, how to
-// stop its work, or a refusal that creates no task at all.
+// stop its work, or a refusal. A refusal may carry a task that already
+// failed (nothing was attempted): it can be looked up by its id, but it
+// does not bind the key, so the client may retry the same idempotency key
+// once the cause is gone.
 type newEntry struct {
 	task    kdn.CacheOperationTask
 	cancel  context.CancelFunc
@@ -76,32 +80,42 @@ func (tt *taskTable) create(key string, want logicalTarget, build func() newEntr
 	}
 	n := build()
 	if n.refused {
-		return kdn.CacheOperationTask{}, n.refusal, refused
+		if n.task.TaskID != "" {
+			tt.add(&taskEntry{key: key, target: want, task: n.task}, false)
+		}
+		return n.task, n.refusal, refused
 	}
-	e := &taskEntry{target: want, task: n.task, cancel: n.cancel}
-	tt.byKey[key] = e
-	tt.byID[n.task.TaskID] = e
-	tt.order = append(tt.order, key)
-	tt.trim()
+	tt.add(&taskEntry{key: key, target: want, task: n.task, cancel: n.cancel}, true)
 	return n.task, gateway.Refusal{}, created
+}
+
+func (tt *taskTable) add(e *taskEntry, bindKey bool) {
+	if bindKey {
+		tt.byKey[e.key] = e
+	}
+	tt.byID[e.task.TaskID] = e
+	tt.order = append(tt.order, e)
+	tt.trim()
 }
 
 // trim forgets the oldest finished tasks once the table is over its bound;
 // live tasks are never forgotten.
 func (tt *taskTable) trim() {
-	if len(tt.byKey) <= maxTasks {
+	if len(tt.byID) <= maxTasks {
 		return
 	}
 	kept := tt.order[:0]
-	for _, k := range tt.order {
-		e := tt.byKey[k]
-		if len(tt.byKey) > maxTasks*3/4 && e.task.State.Terminal() {
-			delete(tt.byKey, k)
+	for _, e := range tt.order {
+		if len(tt.byID) > maxTasks*3/4 && e.task.State.Terminal() {
 			delete(tt.byID, e.task.TaskID)
+			if tt.byKey[e.key] == e {
+				delete(tt.byKey, e.key)
+			}
 			continue
 		}
-		kept = append(kept, k)
+		kept = append(kept, e)
 	}
+	clear(tt.order[len(kept):])
 	tt.order = kept
 }
 

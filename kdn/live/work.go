@@ -29,6 +29,18 @@ func permanent(msg string) error { return &opError{msg: msg} }
 // until the task is in the table.
 func (g *Gateway) start(op kdn.CacheOperationType, p *prefixInfo, b int, task kdn.CacheOperationTask) newEntry {
 	gen := task.EndpointGeneration.Value()
+	if needsHealthy(op) {
+		// An unhealthy endpoint fails the operation on the spot, and the
+		// failed task is kept for status calls; a reset since negotiation
+		// is just stale, as negotiation would have said.
+		if f, bad := g.vouch(b, gen, kdn.OutcomeFailed); bad {
+			n := newEntry{refusal: f, refused: true}
+			if f.Outcome == kdn.OutcomeFailed {
+				n.task = failedUnattempted(task)
+			}
+			return n
+		}
+	}
 	switch op {
 	case kdn.OpPin, kdn.OpUnpin:
 		if op == kdn.OpPin {
@@ -45,6 +57,23 @@ func (g *Gateway) start(op kdn.CacheOperationType, p *prefixInfo, b int, task kd
 	default: // prefetch, rebuild
 		return g.launch(task, g.opTTL, warmAttempts, g.warmWork(p, b, gen, op == kdn.OpRebuild))
 	}
+}
+
+// needsHealthy says which operations need the endpoint to be serving:
+// a warm-up sends it a request, a pin vouches that it holds the prefix.
+// Unpin and clear only make kvca forget, which is true whatever the
+// endpoint's state.
+func needsHealthy(op kdn.CacheOperationType) bool {
+	return op == kdn.OpPrefetch || op == kdn.OpRebuild || op == kdn.OpPin
+}
+
+// failedUnattempted is a task refused before any attempt: failed with
+// attempt 0, so it cannot be mistaken for work that ran.
+func failedUnattempted(t kdn.CacheOperationTask) kdn.CacheOperationTask {
+	t.State = kdn.StateFailed
+	t.Attempt = 0
+	t.UpdatedAt = t.CreatedAt
+	return t
 }
 
 // finished is a synchronous task that ran at now: pending → running →
@@ -106,6 +135,12 @@ func (g *Gateway) run(ctx context.Context, cancel context.CancelFunc, task kdn.C
 func (g *Gateway) warmWork(p *prefixInfo, b int, gen int64, rebuild bool) func(context.Context) error {
 	return func(ctx context.Context) error {
 		t := g.srv.Table()
+		// Health first: the table keeps an ejected backend's locations
+		// until it is re-admitted, so "complete" below says nothing about
+		// a backend that is down.
+		if !g.healthy(b) {
+			return permanent(msgUnhealthy)
+		}
 		if g.generation(b) != gen {
 			return permanent("endpoint generation changed before the warm-up")
 		}
