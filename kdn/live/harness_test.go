@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,10 +30,13 @@ type harness struct {
 	engines []*mock.Engine
 	admin   string
 	client  *http.Client
+
+	closeOnce sync.Once
 }
 
 type setup struct {
 	engines  int
+	reuse    []*mock.Engine // engines started by the test (a kvca restart); engines is then ignored
 	ttl      time.Duration
 	stateDir string
 	maxPins  int
@@ -54,13 +58,12 @@ func newHarness(t *testing.T, s setup) *harness {
 	cfg.BlockSize = 64
 	cfg.HealthInterval = 50 * time.Millisecond
 	cfg.HashKey = "000102030405060708090a0b0c0d0e0f"
-	for i := 0; i < s.engines; i++ {
-		e := mock.New(mock.Config{Name: fmt.Sprintf("e%d", i), TimeScale: 0.01, RecordBodies: true, Faults: s.faults})
-		if err := e.Start("127.0.0.1:0"); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { e.Close() })
-		h.engines = append(h.engines, e)
+	if s.reuse != nil {
+		h.engines = s.reuse
+	} else {
+		h.engines = startEngines(t, s.engines, s.faults)
+	}
+	for _, e := range h.engines {
 		cfg.Backends = append(cfg.Backends, e.URL())
 	}
 	srv, err := edge.New(cfg)
@@ -75,14 +78,36 @@ func newHarness(t *testing.T, s setup) *harness {
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
+	h.srv, h.gw, h.admin = srv, gw, "http://"+srv.AdminAddr()
+	t.Cleanup(h.close)
+	return h
+}
+
+// close stops kvca (not the engines); the test may call it early to start
+// another kvca on the same engines and state dir.
+func (h *harness) close() {
+	h.closeOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		srv.Shutdown(ctx)
-		gw.Close()
+		h.srv.Shutdown(ctx)
+		h.gw.Close()
 	})
-	h.srv, h.gw, h.admin = srv, gw, "http://"+srv.AdminAddr()
-	return h
+}
+
+// startEngines starts n mock engines on loopback, stopped at the end of
+// the test.
+func startEngines(t *testing.T, n int, faults mock.Faults) []*mock.Engine {
+	t.Helper()
+	var es []*mock.Engine
+	for i := 0; i < n; i++ {
+		e := mock.New(mock.Config{Name: fmt.Sprintf("e%d", i), TimeScale: 0.01, RecordBodies: true, Faults: faults})
+		if err := e.Start("127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close() })
+		es = append(es, e)
+	}
+	return es
 }
 
 // do sends a raw request to the admin listener.

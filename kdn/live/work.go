@@ -151,6 +151,11 @@ func (g *Gateway) warmWork(p *prefixInfo, b int, gen int64, rebuild bool) func(c
 		if err != nil {
 			return &opError{msg: "warm-up failed: " + err.Error(), retry: true}
 		}
+		// An answer that arrived after kvca ejected the backend warms a
+		// cache kvca will presume lost when it re-admits it.
+		if !g.healthy(b) {
+			return permanent("endpoint became unhealthy during the warm-up")
+		}
 		if g.generation(b) != gen {
 			return permanent("endpoint was reset during the warm-up")
 		}
