@@ -17,7 +17,7 @@ func kdnServeFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "runtime-profile", Value: string(kdn.ProfileAuto), Usage: "KDN runtime profile of the admin API: auto (resolves to v1, kvca's own gateway), v1, or test/mock (the deterministic Mock, for client development); legacy has no record source in kvca and is refused", EnvVars: env("runtime-profile")},
 		&cli.StringFlag{Name: "compatibility-profile-id", Value: "kvca", Usage: "KDN compatibility profile `ID` naming this deployment; requests for another are incompatible", EnvVars: env("compatibility-profile-id")},
-		&cli.StringFlag{Name: "state-dir", Usage: "`DIR` for the KDN knowledge store (registered prefixes, one JSON file each); empty keeps it in memory", EnvVars: env("state-dir")},
+		&cli.StringFlag{Name: "state-dir", Usage: "`DIR` for the KDN knowledge store (registered prefixes, one JSON file each) and the endpoint generations (every start is a new generation for every endpoint); empty keeps the store in memory and starts generations at 1", EnvVars: env("state-dir")},
 		&cli.IntFlag{Name: "max-pinned-blocks", Value: live.DefaultMaxPinnedBlocks, Usage: "most blocks KDN pins may hold at once; pins beyond are refused", EnvVars: env("max-pinned-blocks")},
 	}
 }
