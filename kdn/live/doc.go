@@ -6,7 +6,13 @@
 //   - Endpoint: each backend. Its endpoint id derives from the backend URL
 //     (edge.EndpointID), its generation is the block table's, bumped on
 //     every backend reset (recovery from unhealthy), so a client holding an
-//     older generation is answered stale. Binding: unknown_future.
+//     older generation is answered stale. With --state-dir generations
+//     persist, and every kvca start is a new generation for every endpoint
+//     (the table is not persisted, so kvca vouches for no engine after a
+//     restart). Binding: unknown_future.
+//   - Health: an endpoint kvca has ejected is vouched for by nothing: a
+//     warm-up or pin fails on the spot without sending anything, lookups
+//     and observations are stale with no payload.
 //   - Knowledge: a registered item whose revisions each may carry a prefix,
 //     an OpenAI chat or completions request body uploaded through kvca's
 //     own admin route (PUT /kdn/prefix/<knowledge_id>). Descriptors and
@@ -30,6 +36,6 @@
 // answered unsupported by negotiation.
 //
 // HTTP, on the admin listener only (Mount): POST /kdn/v1/<operation> for
-// every operation of gateway.Operations, plus the knowledge routes
-// documented at PrefixPrefix.
+// every operation of gateway.Operations, capability discovery at
+// CapabilitiesOp, plus the knowledge routes documented at PrefixPrefix.
 package live
