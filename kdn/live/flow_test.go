@@ -147,7 +147,8 @@ func TestLiveFlow(t *testing.T) {
 // TestClearForgets: a clear releases the pins and succeeds once the table
 // no longer routes the prefix to the endpoint.
 func TestClearForgets(t *testing.T) {
-	h := newHarness(t, setup{engines: 1})
+	// A long TTL: the prefetched locations must not expire before the pin.
+	h := newHarness(t, setup{engines: 1, ttl: time.Minute})
 	a := h.targets()[0]
 	art := h.registerPrefix("faq", longPrefix())
 	pf := h.call("create_prefetch_intent", req(a, map[string]any{"artifact_id": art, "idempotency_key": "pf"}))
