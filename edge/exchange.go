@@ -305,6 +305,7 @@ func (s *Server) resetBackend(i int) uint32 {
 	if s.peer != nil {
 		s.peer.Reset(i, gen)
 	}
+	s.backendReset(i, gen)
 	return gen
 }
 

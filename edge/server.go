@@ -51,6 +51,7 @@ type Server struct {
 	models      atomic.Pointer[modelIndex]
 	access      *slog.Logger // nil unless --access-log
 	onShutdown  []func()
+	resetHooks  []func(backend int, gen uint32)
 	modelsWake  chan struct{} // a backend came back: ask for its models
 	tlsPub      *certSource   // nil unless --tls-cert
 	tlsAdmin    *certSource   // nil unless --admin-tls-cert
