@@ -363,6 +363,7 @@ func (a *Admitter) Take(t *Ticket, b int) bool {
 			a.release(int(old - 1))
 		}
 	}
+	t.moved = false
 	if !t.counted {
 		t.counted = true
 		a.m.admitted(t)
