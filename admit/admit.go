@@ -315,6 +315,10 @@ func (a *Admitter) Admit(t *Ticket) Verdict {
 		t.room = t.Eligible
 		return Go
 	}
+	return a.admit(t)
+}
+
+func (a *Admitter) admit(t *Ticket) Verdict {
 	if h := t.Backend(); h >= 0 {
 		if t.Eligible.Has(h) {
 			t.state.Store(Idle)
@@ -349,9 +353,10 @@ func (a *Admitter) Admit(t *Ticket) Verdict {
 // routing's reservation and Admit again (after a false with a slot held
 // elsewhere, Room shrinks to that slot's backend, so the loop ends).
 func (a *Admitter) Take(t *Ticket, b int) bool {
-	if !a.limited {
-		return true
-	}
+	return !a.limited || a.take(t, b)
+}
+
+func (a *Admitter) take(t *Ticket, b int) bool {
 	if t.Backend() != b {
 		if !a.slots[b].tryAcquire() {
 			if t.Backend() >= 0 {
@@ -377,9 +382,12 @@ func (a *Admitter) Take(t *Ticket, b int) bool {
 // next waiter that can use it. A grant racing with Done is not lost: it
 // either comes before (and Done releases the granted slot) or never.
 func (a *Admitter) Done(t *Ticket) {
-	if !a.limited {
-		return
+	if a.limited {
+		a.done(t)
 	}
+}
+
+func (a *Admitter) done(t *Ticket) {
 	st := t.state.Load()
 	if st == Waiting {
 		a.mu.Lock()
