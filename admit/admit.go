@@ -19,6 +19,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/kvca/kvca/chain"
+	"github.com/kvca/kvca/sched"
 )
 
 // Defaults the command line offers.
@@ -31,11 +32,9 @@ const (
 
 // Config sets up an Admitter.
 type Config struct {
-	// Backends is the number of backends (indexes 0..Backends-1, as
-	// sched.Backend.Index numbers them).
-	Backends int
-	// Names label the per-backend metrics (host:port); may be nil.
-	Names []string
+	// Backends are the scheduler's backends, in Index order: admission
+	// grants only healthy ones, and labels its metrics with their names.
+	Backends []*sched.Backend
 	// MaxInflight is each backend's concurrency limit; 0 is unlimited,
 	// and then the admitter is bypassed (Admit, Take and Done return at
 	// once and count nothing).
@@ -75,6 +74,10 @@ const (
 	// Shed: answer 429 with Ticket.Reason and Ticket.RetryAfter.
 	Shed
 )
+
+// ErrorType is the OpenAI error type of a shed request's 429 answer; its
+// code is Reason.Code.
+const ErrorType = "rate_limit_exceeded"
 
 // Reason says why a request was shed.
 type Reason uint8
@@ -122,8 +125,11 @@ const (
 type Ticket struct {
 	Class  Class
 	Tenant uint64 // Admitter.TenantKey of the request's tenant; 0: none
-	// Eligible holds the backends that may serve the request (healthy,
-	// serving its model, not yet tried): sched.Scheduler.Eligible.
+	// Eligible holds the backends that may serve the request: those
+	// serving its model and not yet tried. Health may be left out (a
+	// waiter is granted only healthy backends, and one that recovers can
+	// serve it: Refill); sched.Scheduler.Eligible, which includes it, will
+	// do too.
 	Eligible chain.Set
 	// Preferred holds the backends it would rather wait for (the holders
 	// of its longest known prefix); empty: none.
@@ -190,12 +196,21 @@ func (t *Ticket) usable(b int) bool {
 	return t.Eligible.Has(b) && (!t.bound || t.Preferred.Has(b))
 }
 
+// healthy reports whether b may be granted.
+func (a *Admitter) healthy(b int) bool { return a.slots[b].b.Healthy() }
+
 // backendSlots is one backend's limit, padded to its own cache line: every
 // loop touches these words on every request.
 type backendSlots struct {
 	inflight atomic.Int32
 	limit    atomic.Int32
-	_        [56]byte
+	b        *sched.Backend
+	_        [48]byte
+}
+
+// free reports whether the backend is healthy and has a free slot.
+func (s *backendSlots) free() bool {
+	return s.inflight.Load() < s.limit.Load() && s.b.Healthy()
 }
 
 func (s *backendSlots) tryAcquire() bool {
@@ -245,7 +260,7 @@ type Admitter struct {
 
 // New builds an admitter.
 func New(cfg Config) (*Admitter, error) {
-	if cfg.Backends <= 0 || cfg.Backends > chain.MaxBackends {
+	if len(cfg.Backends) == 0 || len(cfg.Backends) > chain.MaxBackends {
 		return nil, errors.New("admit: backends must be between 1 and the maximum number of backends")
 	}
 	if cfg.MaxInflight < 0 || cfg.QueueSize < 0 || cfg.QueueTimeout < 0 || cfg.HolderWait < 0 || cfg.StarvationLimit < 0 {
@@ -269,9 +284,13 @@ func New(cfg Config) (*Admitter, error) {
 		k:          cfg.StarvationLimit,
 		size:       cfg.QueueSize,
 		seed:       maphash.MakeSeed(),
-		slots:      make([]backendSlots, cfg.Backends),
+		slots:      make([]backendSlots, len(cfg.Backends)),
 	}
-	for i := range a.slots {
+	for i, b := range cfg.Backends {
+		if b.Index != i {
+			return nil, errors.New("admit: backends must be in index order")
+		}
+		a.slots[i].b = b
 		a.slots[i].limit.Store(int32(cfg.MaxInflight))
 	}
 	for c := range a.q {
@@ -407,6 +426,16 @@ func (a *Admitter) done(t *Ticket) {
 	t.reason, t.retryAfter = ReasonNone, 0
 }
 
+// Refill grants b's free slots to the waiters that can use them. Call it
+// when b becomes eligible without a slot being released there (it turned
+// healthy again, or was added): waiters are otherwise granted only when a
+// slot is released.
+func (a *Admitter) Refill(b int) {
+	if a.limited && b >= 0 && b < len(a.slots) && a.waiting.Load() > 0 {
+		a.fill(b)
+	}
+}
+
 // Inflight returns the slots held on b.
 func (a *Admitter) Inflight(b int) int { return int(a.slots[b].inflight.Load()) }
 
@@ -441,8 +470,7 @@ func (a *Admitter) addRoom(elig, room *chain.Set) {
 			i := wi<<6 | trailingZeros(word)
 			word &= word - 1
 			if i < len(a.slots) {
-				s := &a.slots[i]
-				if s.inflight.Load() < s.limit.Load() {
+				if a.slots[i].free() {
 					room.Add(i)
 				}
 			}
@@ -729,6 +757,9 @@ func (a *Admitter) newFlow(key uint64) *flow {
 // passed over StarvationLimit times in a row while it waited is served
 // next (the lowest such class first); within a class, tenants in turn.
 func (a *Admitter) pick(b int) *Ticket {
+	if !a.healthy(b) {
+		return nil
+	}
 	for c := Class(NumClasses - 1); c > High; c-- {
 		if a.passed[c] >= a.k && a.q[c].n > 0 {
 			if t := a.q[c].pick(b); t != nil {

@@ -2,6 +2,7 @@ package admit
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,15 @@ import (
 	"github.com/kvca/kvca/chain"
 	"github.com/kvca/kvca/sched"
 )
+
+// fleet is n healthy backends.
+func fleet(n int) []*sched.Backend {
+	bs := make([]*sched.Backend, n)
+	for i := range bs {
+		bs[i] = sched.NewBackend(i, "http://b", fmt.Sprintf("b%d:80", i))
+	}
+	return bs
+}
 
 // clock is a manual clock: tests move time, Sweep applies it.
 type clock struct{ ns atomic.Int64 }
@@ -97,7 +107,7 @@ func (r *rig) metric(name string) string {
 }
 
 func TestBypassWithoutLimit(t *testing.T) {
-	r := newRig(t, Config{Backends: 3})
+	r := newRig(t, Config{Backends: fleet(3)})
 	tk := r.ticket(Normal, "", 0, 2)
 	for i := 0; i < 100; i++ {
 		if v := r.a.Admit(tk); v != Go || *tk.Room() != setOf(0, 2) {
@@ -117,7 +127,7 @@ func TestBypassWithoutLimit(t *testing.T) {
 }
 
 func TestRoomTakeAndGrant(t *testing.T) {
-	r := newRig(t, Config{Backends: 2, MaxInflight: 2, QueueSize: 8})
+	r := newRig(t, Config{Backends: fleet(2), MaxInflight: 2, QueueSize: 8})
 	a := r.a
 	h := make([]*Ticket, 4)
 	for i := range h {
@@ -190,7 +200,7 @@ func grantOrder(t *testing.T, r *rig, holder *Ticket, n int) []*Ticket {
 }
 
 func TestClassesInStrictOrder(t *testing.T) {
-	r := newRig(t, Config{Backends: 1, MaxInflight: 1, QueueSize: 16})
+	r := newRig(t, Config{Backends: fleet(1), MaxInflight: 1, QueueSize: 16})
 	h := r.ticket(Normal, "", 0)
 	r.hold(t, h, 0)
 	var names = map[*Ticket]string{}
@@ -214,7 +224,7 @@ func TestClassesInStrictOrder(t *testing.T) {
 }
 
 func TestStarvationProtection(t *testing.T) {
-	r := newRig(t, Config{Backends: 1, MaxInflight: 1, QueueSize: 64, StarvationLimit: 2})
+	r := newRig(t, Config{Backends: fleet(1), MaxInflight: 1, QueueSize: 64, StarvationLimit: 2})
 	h := r.ticket(High, "", 0)
 	r.hold(t, h, 0)
 	names := map[*Ticket]string{}
@@ -239,7 +249,7 @@ func TestStarvationProtection(t *testing.T) {
 }
 
 func TestStarvationThreeClasses(t *testing.T) {
-	r := newRig(t, Config{Backends: 1, MaxInflight: 1, QueueSize: 64, StarvationLimit: 2})
+	r := newRig(t, Config{Backends: fleet(1), MaxInflight: 1, QueueSize: 64, StarvationLimit: 2})
 	h := r.ticket(High, "", 0)
 	r.hold(t, h, 0)
 	names := map[*Ticket]string{}
@@ -263,7 +273,7 @@ func TestStarvationThreeClasses(t *testing.T) {
 }
 
 func TestTenantsShareExactly(t *testing.T) {
-	r := newRig(t, Config{Backends: 1, MaxInflight: 1, QueueSize: 200})
+	r := newRig(t, Config{Backends: fleet(1), MaxInflight: 1, QueueSize: 200})
 	h := r.ticket(Normal, "", 0)
 	r.hold(t, h, 0)
 	tenantOf := map[*Ticket]string{}
@@ -292,7 +302,7 @@ func TestTenantsShareExactly(t *testing.T) {
 }
 
 func TestTenantKeepsTurnWhenIneligible(t *testing.T) {
-	r := newRig(t, Config{Backends: 2, MaxInflight: 1, QueueSize: 8})
+	r := newRig(t, Config{Backends: fleet(2), MaxInflight: 1, QueueSize: 8})
 	h0, h1 := r.ticket(Normal, "", 0), r.ticket(Normal, "", 1)
 	r.hold(t, h0, 0)
 	r.hold(t, h1, 1)
@@ -313,7 +323,7 @@ func TestTenantKeepsTurnWhenIneligible(t *testing.T) {
 }
 
 func TestTimeoutAndRetryAfter(t *testing.T) {
-	r := newRig(t, Config{Backends: 1, MaxInflight: 1, QueueSize: 4, QueueTimeout: 3 * time.Second})
+	r := newRig(t, Config{Backends: fleet(1), MaxInflight: 1, QueueSize: 4, QueueTimeout: 3 * time.Second})
 	h := r.ticket(Normal, "", 0)
 	r.hold(t, h, 0)
 	w := r.ticket(High, "", 0)
@@ -345,7 +355,7 @@ func TestTimeoutAndRetryAfter(t *testing.T) {
 }
 
 func TestRetryAfterFromReleaseRate(t *testing.T) {
-	r := newRig(t, Config{Backends: 1, MaxInflight: 1, QueueSize: 9, QueueTimeout: 30 * time.Second})
+	r := newRig(t, Config{Backends: fleet(1), MaxInflight: 1, QueueSize: 9, QueueTimeout: 30 * time.Second})
 	h := r.ticket(Normal, "", 0)
 	r.hold(t, h, 0)
 	// 10 slots freed while the clock stands, each handed to a waiter.
@@ -375,7 +385,7 @@ func TestRetryAfterFromReleaseRate(t *testing.T) {
 }
 
 func TestNoQueueShedsAtOnce(t *testing.T) {
-	r := newRig(t, Config{Backends: 1, MaxInflight: 1})
+	r := newRig(t, Config{Backends: fleet(1), MaxInflight: 1})
 	r.hold(t, r.ticket(Normal, "", 0), 0)
 	x := r.ticket(High, "", 0)
 	if v := r.a.Admit(x); v != Shed || x.Reason() != ReasonQueueFull || x.RetryAfter() < 1 {
@@ -384,7 +394,7 @@ func TestNoQueueShedsAtOnce(t *testing.T) {
 }
 
 func TestFullQueuePreemptsLowerClass(t *testing.T) {
-	r := newRig(t, Config{Backends: 1, MaxInflight: 1, QueueSize: 2})
+	r := newRig(t, Config{Backends: fleet(1), MaxInflight: 1, QueueSize: 2})
 	r.hold(t, r.ticket(Normal, "", 0), 0)
 	l1, l2 := r.ticket(Low, "", 0), r.ticket(Low, "", 0)
 	r.a.Admit(l1)
@@ -407,7 +417,7 @@ func TestFullQueuePreemptsLowerClass(t *testing.T) {
 }
 
 func TestCancelWhileQueued(t *testing.T) {
-	r := newRig(t, Config{Backends: 1, MaxInflight: 1, QueueSize: 4})
+	r := newRig(t, Config{Backends: fleet(1), MaxInflight: 1, QueueSize: 4})
 	h := r.ticket(Normal, "", 0)
 	r.hold(t, h, 0)
 	gone := r.ticket(Normal, "a", 0)
@@ -436,7 +446,7 @@ func TestCancelWhileQueued(t *testing.T) {
 }
 
 func TestHolderWait(t *testing.T) {
-	r := newRig(t, Config{Backends: 2, MaxInflight: 1, QueueSize: 4, HolderWait: 100 * time.Millisecond})
+	r := newRig(t, Config{Backends: fleet(2), MaxInflight: 1, QueueSize: 4, HolderWait: 100 * time.Millisecond})
 	h := r.ticket(Normal, "", 0)
 	r.hold(t, h, 0)
 	f := r.ticket(Normal, "", 0, 1)
@@ -477,7 +487,7 @@ func TestHolderWait(t *testing.T) {
 }
 
 func TestHolderWaitFullQueueGoesElsewhere(t *testing.T) {
-	r := newRig(t, Config{Backends: 2, MaxInflight: 1, QueueSize: 0, HolderWait: time.Second})
+	r := newRig(t, Config{Backends: fleet(2), MaxInflight: 1, QueueSize: 0, HolderWait: time.Second})
 	r.hold(t, r.ticket(Normal, "", 0), 0)
 	f := r.ticket(Normal, "", 0, 1)
 	f.Preferred = setOf(0)
@@ -487,7 +497,7 @@ func TestHolderWaitFullQueueGoesElsewhere(t *testing.T) {
 }
 
 func TestTakeLostRaceAfterGrant(t *testing.T) {
-	r := newRig(t, Config{Backends: 2, MaxInflight: 1, QueueSize: 4})
+	r := newRig(t, Config{Backends: fleet(2), MaxInflight: 1, QueueSize: 4})
 	h0 := r.ticket(Normal, "", 0)
 	r.hold(t, h0, 0)
 	h1 := r.ticket(Normal, "", 1)
@@ -516,7 +526,7 @@ func TestTakeLostRaceAfterGrant(t *testing.T) {
 }
 
 func TestFailedAttemptPassesSlotOn(t *testing.T) {
-	r := newRig(t, Config{Backends: 2, MaxInflight: 1, QueueSize: 4})
+	r := newRig(t, Config{Backends: fleet(2), MaxInflight: 1, QueueSize: 4})
 	x := r.ticket(Normal, "", 0, 1)
 	r.hold(t, x, 0)
 	y := r.ticket(Normal, "", 1)
@@ -539,7 +549,7 @@ func TestFailedAttemptPassesSlotOn(t *testing.T) {
 }
 
 func TestEngineAwareLimit(t *testing.T) {
-	r := newRig(t, Config{Backends: 1, MaxInflight: 4, QueueSize: 8, EngineAware: true})
+	r := newRig(t, Config{Backends: fleet(1), MaxInflight: 4, QueueSize: 8, EngineAware: true})
 	var hs []*Ticket
 	for i := 0; i < 4; i++ {
 		tk := r.ticket(Normal, "", 0)
@@ -592,7 +602,7 @@ func TestPriorityParsing(t *testing.T) {
 }
 
 func TestTenantKey(t *testing.T) {
-	a, _ := New(Config{Backends: 1})
+	a, _ := New(Config{Backends: fleet(1)})
 	if a.TenantKey(nil) != 0 || a.TenantKey([]byte("x")) == 0 {
 		t.Fatal("empty or named tenant key")
 	}
@@ -602,7 +612,10 @@ func TestTenantKey(t *testing.T) {
 }
 
 func TestConfigRejected(t *testing.T) {
-	for _, c := range []Config{{}, {Backends: chain.MaxBackends + 1}, {Backends: 1, MaxInflight: -1}, {Backends: 1, QueueTimeout: -1}} {
+	swapped := fleet(2)
+	swapped[0], swapped[1] = swapped[1], swapped[0]
+	for _, c := range []Config{{}, {Backends: fleet(chain.MaxBackends + 1)}, {Backends: swapped},
+		{Backends: fleet(1), MaxInflight: -1}, {Backends: fleet(1), QueueTimeout: -1}} {
 		if _, err := New(c); err == nil {
 			t.Errorf("accepted %+v", c)
 		}
@@ -612,7 +625,7 @@ func TestConfigRejected(t *testing.T) {
 // The internal timer sheds an expired waiter on its own.
 func TestTimerExpires(t *testing.T) {
 	done := make(chan struct{})
-	a, err := New(Config{Backends: 1, MaxInflight: 1, QueueSize: 1, QueueTimeout: time.Millisecond})
+	a, err := New(Config{Backends: fleet(1), MaxInflight: 1, QueueSize: 1, QueueTimeout: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -627,5 +640,22 @@ func TestTimerExpires(t *testing.T) {
 	<-done
 	if w.State() != Dropped || w.Reason() != ReasonTimeout {
 		t.Fatalf("state %d reason %v", w.State(), w.Reason())
+	}
+}
+
+func TestRefillOnRecovery(t *testing.T) {
+	r := newRig(t, Config{Backends: fleet(2), MaxInflight: 1, QueueSize: 4})
+	r.hold(t, r.ticket(Normal, "", 0), 0)
+	// Backend 1 is unhealthy: it has room, but none to give.
+	r.a.cfg.Backends[1].SetHealthy(false)
+	w := r.ticket(Normal, "", 0, 1)
+	if r.a.Admit(w) != Queued {
+		t.Fatal("not queued")
+	}
+	// 1 recovers: its free slot goes to the waiter.
+	r.a.cfg.Backends[1].SetHealthy(true)
+	r.a.Refill(1)
+	if got := r.w.take(); len(got) != 1 || w.Backend() != 1 {
+		t.Fatalf("after refill: backend %d", w.Backend())
 	}
 }

@@ -6,7 +6,7 @@ import (
 
 // Without a limit the edge's calls return at once and allocate nothing.
 func BenchmarkBypass(b *testing.B) {
-	a, _ := New(Config{Backends: 8})
+	a, _ := New(Config{Backends: fleet(8)})
 	tk := &Ticket{Eligible: setOf(0, 1, 2, 3, 4, 5, 6, 7)}
 	b.ReportAllocs()
 	for b.Loop() {
@@ -20,7 +20,7 @@ func BenchmarkBypass(b *testing.B) {
 // With a limit and room: the steady state of a loaded but not
 // overloaded fleet.
 func BenchmarkAdmitImmediate(b *testing.B) {
-	a, _ := New(Config{Backends: 8, MaxInflight: 64, QueueSize: 64})
+	a, _ := New(Config{Backends: fleet(8), MaxInflight: 64, QueueSize: 64})
 	defer a.Close()
 	tk := &Ticket{Eligible: setOf(0, 1, 2, 3, 4, 5, 6, 7)}
 	b.ReportAllocs()
@@ -33,7 +33,7 @@ func BenchmarkAdmitImmediate(b *testing.B) {
 }
 
 func BenchmarkAdmitImmediateParallel(b *testing.B) {
-	a, _ := New(Config{Backends: 8, MaxInflight: 1 << 20, QueueSize: 64})
+	a, _ := New(Config{Backends: fleet(8), MaxInflight: 1 << 20, QueueSize: 64})
 	defer a.Close()
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
@@ -53,7 +53,7 @@ func BenchmarkAdmitImmediateParallel(b *testing.B) {
 // backend, the holder's release hands the slot over, the waiter is
 // admitted and becomes the next holder. Tenants vary so flows come and go.
 func BenchmarkEnqueueGrant(b *testing.B) {
-	a, _ := New(Config{Backends: 4, MaxInflight: 1, QueueSize: 64})
+	a, _ := New(Config{Backends: fleet(4), MaxInflight: 1, QueueSize: 64})
 	defer a.Close()
 	woken := 0
 	wake := func(*Ticket, uint64) { woken++ }

@@ -33,11 +33,8 @@ func newMeters(a *Admitter, set *metrics.Set) *meters {
 		m.cancel[c] = set.NewCounter(fmt.Sprintf(`kvca_admission_cancelled_total{class=%q}`, c))
 	}
 	for i := range a.slots {
-		name := fmt.Sprint(i)
-		if i < len(a.cfg.Names) {
-			name = a.cfg.Names[i]
-		}
 		s := &a.slots[i]
+		name := s.b.Name
 		set.NewGauge(fmt.Sprintf(`kvca_admission_inflight{backend=%q}`, name), func() float64 { return float64(s.inflight.Load()) })
 		set.NewGauge(fmt.Sprintf(`kvca_admission_limit{backend=%q}`, name), func() float64 { return float64(s.limit.Load()) })
 	}

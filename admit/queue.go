@@ -167,7 +167,7 @@ func (a *Admitter) freeFor(t *Ticket) int {
 					continue
 				}
 				s := &a.slots[i]
-				if n, l := s.inflight.Load(), s.limit.Load(); n < l && (best < 0 || n < bestN) {
+				if n := s.inflight.Load(); s.free() && (best < 0 || n < bestN) {
 					best, bestN = i, n
 				}
 			}

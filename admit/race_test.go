@@ -11,7 +11,7 @@ import (
 // A grant and a cancellation of the same waiter race: whichever comes
 // first, the slot ends with the next waiter and nothing leaks.
 func TestWakeCancelRace(t *testing.T) {
-	r := newRig(t, Config{Backends: 1, MaxInflight: 1, QueueSize: 4})
+	r := newRig(t, Config{Backends: fleet(1), MaxInflight: 1, QueueSize: 4})
 	a := r.a
 	for i := 0; i < 2000; i++ {
 		h, x, y := r.ticket(Normal, "", 0), r.ticket(Normal, "", 0), r.ticket(Normal, "", 0)
@@ -43,7 +43,7 @@ func TestWakeCancelRace(t *testing.T) {
 // ever holds more than its limit, and every slot comes back.
 func TestExactReleaseUnderStress(t *testing.T) {
 	const backends, limit, workers, rounds = 4, 3, 24, 300
-	r := newRig(t, Config{Backends: backends, MaxInflight: limit, QueueSize: 6})
+	r := newRig(t, Config{Backends: fleet(backends), MaxInflight: limit, QueueSize: 6})
 	a := r.a
 	var holding [backends]atomic.Int32
 	var over atomic.Int32
