@@ -196,6 +196,14 @@ func (t *Ticket) usable(b int) bool {
 	return t.Eligible.Has(b) && (!t.bound || t.Preferred.Has(b))
 }
 
+// idle marks t not queued; most tickets never were, and a plain load
+// spares them an atomic store.
+func (t *Ticket) idle() {
+	if t.state.Load() != Idle {
+		t.state.Store(Idle)
+	}
+}
+
 // healthy reports whether b may be granted.
 func (a *Admitter) healthy(b int) bool { return a.slots[b].b.Healthy() }
 
@@ -340,7 +348,7 @@ func (a *Admitter) Admit(t *Ticket) Verdict {
 func (a *Admitter) admit(t *Ticket) Verdict {
 	if h := t.Backend(); h >= 0 {
 		if t.Eligible.Has(h) {
-			t.state.Store(Idle)
+			t.idle()
 			t.room = chain.Set{}
 			if !t.moved {
 				a.addRoom(&t.Eligible, &t.room)
@@ -357,7 +365,7 @@ func (a *Admitter) admit(t *Ticket) Verdict {
 		t.Class = Normal
 	}
 	t.moved = false
-	t.state.Store(Idle)
+	t.idle()
 	t.room = chain.Set{}
 	a.addRoom(&t.Eligible, &t.room)
 	bound := a.binds(t)
@@ -421,7 +429,7 @@ func (a *Admitter) done(t *Ticket) {
 	if old := t.slot.Swap(0); old != 0 {
 		a.release(int(old - 1))
 	}
-	t.state.Store(Idle)
+	t.idle()
 	t.moved, t.counted, t.fromQueue, t.bound = false, false, false, false
 	t.reason, t.retryAfter = ReasonNone, 0
 }
@@ -819,4 +827,22 @@ func (a *Admitter) sampleRate(now int64) {
 		a.rate = (a.rate + r) / 2
 	}
 	a.rateAt, a.rateN = now, c
+}
+
+// Candidates is the eligible set for a ticket: the backends r allows (all
+// when r.Allowed is nil) that it has not tried, health aside, so that a
+// backend recovering while the request waits can still serve it.
+func (a *Admitter) Candidates(r *sched.Request) chain.Set {
+	var e chain.Set
+	if r.Allowed != nil {
+		e = *r.Allowed
+	} else {
+		for i := range a.slots {
+			e.Add(i)
+		}
+	}
+	for i := range e {
+		e[i] &^= r.Exclude[i]
+	}
+	return e
 }

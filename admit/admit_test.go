@@ -659,3 +659,18 @@ func TestRefillOnRecovery(t *testing.T) {
 		t.Fatalf("after refill: backend %d", w.Backend())
 	}
 }
+
+func TestCandidates(t *testing.T) {
+	r := newRig(t, Config{Backends: fleet(3), MaxInflight: 1})
+	r.a.cfg.Backends[2].SetHealthy(false)
+	req := &sched.Request{}
+	req.Exclude.Add(0)
+	if got := r.a.Candidates(req); got != setOf(1, 2) {
+		t.Fatalf("candidates %v", got)
+	}
+	allowed := setOf(0, 2)
+	req.Allowed = &allowed
+	if got := r.a.Candidates(req); got != setOf(2) {
+		t.Fatalf("candidates %v", got)
+	}
+}
