@@ -674,3 +674,32 @@ func TestCandidates(t *testing.T) {
 		t.Fatalf("candidates %v", got)
 	}
 }
+
+func TestWaitHistogram(t *testing.T) {
+	r := newRig(t, Config{Backends: fleet(1), MaxInflight: 1, QueueSize: 4})
+	h := r.ticket(Normal, "", 0)
+	r.hold(t, h, 0)
+	w := r.ticket(Low, "", 0)
+	r.a.Admit(w)
+	r.clk.advance(300 * time.Millisecond)
+	r.a.Done(h)
+	if w.Waited() != 300*time.Millisecond {
+		t.Fatalf("waited %v", w.Waited())
+	}
+	for name, want := range map[string]string{
+		`kvca_admission_wait_seconds_bucket{class="low",le="0.25"}`: "0",
+		`kvca_admission_wait_seconds_bucket{class="low",le="0.5"}`:  "1",
+		`kvca_admission_wait_seconds_count{class="low"}`:            "1",
+		`kvca_admission_queue_length{class="low"}`:                  "0",
+		`kvca_admission_inflight{backend="b0:80"}`:                  "1",
+		`kvca_admission_limit{backend="b0:80"}`:                     "1",
+	} {
+		if got := r.metric(name); got != want {
+			t.Errorf("%s = %s, want %s", name, got, want)
+		}
+	}
+	st := r.a.Snapshot()
+	if st.Queued != 0 || len(st.Classes) != 3 || st.Backends[0].Inflight != 1 || st.Backends[0].Limit != 1 {
+		t.Fatalf("snapshot %+v", st)
+	}
+}

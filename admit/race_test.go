@@ -6,6 +6,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/kvca/kvca/sched"
 )
 
 // A grant and a cancellation of the same waiter race: whichever comes
@@ -43,8 +46,34 @@ func TestWakeCancelRace(t *testing.T) {
 // ever holds more than its limit, and every slot comes back.
 func TestExactReleaseUnderStress(t *testing.T) {
 	const backends, limit, workers, rounds = 4, 3, 24, 300
-	r := newRig(t, Config{Backends: fleet(backends), MaxInflight: limit, QueueSize: 6})
+	r := newRig(t, Config{Backends: fleet(backends), MaxInflight: limit, QueueSize: 6,
+		QueueTimeout: 50 * time.Millisecond, EngineAware: true})
 	a := r.a
+	// Meanwhile time passes: deadlines and holder waits expire, engines
+	// report queues and stop, a backend fails and recovers.
+	stop := make(chan struct{})
+	chaosDone := make(chan struct{})
+	go func() {
+		defer close(chaosDone)
+		rng := rand.New(rand.NewPCG(99, 1))
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			r.clk.advance(time.Millisecond)
+			a.Sweep()
+			b := rng.IntN(backends)
+			a.AdaptToEngine(b, sched.EngineSignals{Waiting: int32(rng.IntN(2))}, rng.IntN(3) != 0)
+			if rng.IntN(50) == 0 {
+				be := a.cfg.Backends[b]
+				be.SetHealthy(!be.Healthy())
+				a.Refill(b)
+			}
+			runtime.Gosched()
+		}
+	}()
 	var holding [backends]atomic.Int32
 	var over atomic.Int32
 	var granted, shed, cancelled atomic.Int64
@@ -70,7 +99,7 @@ func TestExactReleaseUnderStress(t *testing.T) {
 				tk.Preferred = setOf()
 				if rng.IntN(4) == 0 {
 					tk.Preferred.Add(rng.IntN(backends))
-					tk.HolderWait = 1 << 40 // waits for the holder until it frees
+					tk.HolderWait = time.Duration(rng.IntN(10)) * time.Millisecond
 				}
 				b := -1
 			admit:
@@ -118,6 +147,8 @@ func TestExactReleaseUnderStress(t *testing.T) {
 		}(uint64(w))
 	}
 	wg.Wait()
+	close(stop)
+	<-chaosDone
 	if over.Load() != 0 {
 		t.Fatalf("a backend held more than %d slots %d times", limit, over.Load())
 	}
