@@ -610,7 +610,7 @@ func (a *Admitter) enqueue(t *Ticket, bound bool) Verdict {
 	now := a.now()
 	var ev wake
 	if a.n >= a.size {
-		v := a.victim(t.Class)
+		v := a.victim(t)
 		if v == nil {
 			a.waiting.Add(-1)
 			t.reason = ReasonQueueFull
@@ -630,12 +630,25 @@ func (a *Admitter) enqueue(t *Ticket, bound bool) Verdict {
 	return Queued
 }
 
-// victim is the youngest waiter of the lowest class below c, or nil.
-func (a *Admitter) victim(c Class) *Ticket {
-	for l := Class(NumClasses - 1); l > c; l-- {
-		if a.q[l].tail != nil {
-			return a.q[l].tail
+// victim is the waiter a newcomer t takes the place of in a full queue,
+// or nil: from the lowest class below t's that has waiters, the youngest
+// of its tenant with the most; else, within t's class, the youngest of the
+// tenant with the most waiters if that tenant has at least two more than
+// t's. So a tenant that floods the queue loses its own places to the
+// others' newcomers, not theirs.
+func (a *Admitter) victim(t *Ticket) *Ticket {
+	for l := Class(NumClasses - 1); l > t.Class; l-- {
+		if big := a.q[l].biggest(); big != nil {
+			return big.tail
 		}
+	}
+	q := &a.q[t.Class]
+	own := 0
+	if f := q.flows[t.Tenant]; f != nil {
+		own = f.n
+	}
+	if big := q.biggest(); big != nil && big.n > own+1 {
+		return big.tail
 	}
 	return nil
 }
@@ -672,6 +685,7 @@ func (a *Admitter) push(t *Ticket, bound bool, now int64) {
 		f.head = t
 	}
 	f.tail = t
+	f.n++
 	next := t.deadline
 	if bound {
 		t.until = now + a.holderWaitOf(t)
@@ -720,6 +734,7 @@ func (a *Admitter) remove(t *Ticket) {
 		f.tail = t.fprev
 	}
 	t.fprev, t.fnext, t.flow = nil, nil, nil
+	f.n--
 	if f.head == nil {
 		q.leave(f)
 		delete(q.flows, f.key)

@@ -703,3 +703,39 @@ func TestWaitHistogram(t *testing.T) {
 		t.Fatalf("snapshot %+v", st)
 	}
 }
+
+func TestFullQueueTakesFromTheFlood(t *testing.T) {
+	r := newRig(t, Config{Backends: fleet(1), MaxInflight: 1, QueueSize: 4})
+	r.hold(t, r.ticket(Normal, "", 0), 0)
+	var flood []*Ticket
+	for i := 0; i < 4; i++ {
+		tk := r.ticket(Normal, "flood", 0)
+		flood = append(flood, tk)
+		r.a.Admit(tk)
+	}
+	if x := r.ticket(Normal, "flood", 0); r.a.Admit(x) != Shed || x.Reason() != ReasonQueueFull {
+		t.Fatal("the flood grew past the full queue")
+	}
+	a1, a2, a3 := r.ticket(Normal, "a", 0), r.ticket(Normal, "a", 0), r.ticket(Normal, "a", 0)
+	if r.a.Admit(a1) != Queued || r.a.Admit(a2) != Queued {
+		t.Fatal("another tenant found no place")
+	}
+	// The flood's youngest made way, twice; now both have 2 and a third
+	// of a's would only swap who has more.
+	got := r.w.take()
+	if len(got) != 2 || got[0] != flood[3] || got[1] != flood[2] || flood[3].Reason() != ReasonPreempted {
+		t.Fatalf("preempted %v", got)
+	}
+	if r.a.Admit(a3) != Shed || a3.Reason() != ReasonQueueFull {
+		t.Fatal("a took more than its share of the queue")
+	}
+	// A higher class takes a place in any case, from the biggest tenant
+	// of the lower class (the first in turn of equals).
+	hi := r.ticket(High, "flood", 0)
+	if r.a.Admit(hi) != Queued {
+		t.Fatal("high not queued")
+	}
+	if got := r.w.take(); len(got) != 1 || got[0] != flood[1] {
+		t.Fatalf("preempted %v", got)
+	}
+}

@@ -25,6 +25,7 @@ type classQueue struct {
 // flow is one tenant's waiters within a class.
 type flow struct {
 	key        uint64
+	n          int
 	head, tail *Ticket
 	prev, next *flow
 }
@@ -75,6 +76,18 @@ func (q *classQueue) pick(b int) *Ticket {
 		f = f.next
 	}
 	return nil
+}
+
+// biggest is the tenant with the most waiters (the first in turn of
+// equals), or nil.
+func (q *classQueue) biggest() *flow {
+	var big *flow
+	for i, f := 0, q.cur; i < q.nflows; i, f = i+1, f.next {
+		if big == nil || f.n > big.n {
+			big = f
+		}
+	}
+	return big
 }
 
 // arm makes the timer fire by at (unix ns), if a timer runs.
