@@ -861,3 +861,14 @@ func (a *Admitter) Candidates(r *sched.Request) chain.Set {
 	}
 	return e
 }
+
+// Holders returns the backends holding the longest known prefix of r's
+// chain when r is a follow-up (those its routing would prefer), else an
+// empty set: what Ticket.Preferred wants.
+func Holders(table *chain.Table, r *sched.Request) chain.Set {
+	if !r.Followup || len(r.Chain) == 0 {
+		return chain.Set{}
+	}
+	_, held := table.Prefix(r.Chain, r.Now)
+	return held
+}
