@@ -486,9 +486,20 @@ func (a *Admitter) addRoom(elig, room *chain.Set) {
 	}
 }
 
-// binds reports whether t should wait for its preferred backends.
+// binds reports whether t should wait for its preferred backends: it
+// has a holder wait and one of them is eligible and healthy.
 func (a *Admitter) binds(t *Ticket) bool {
-	return a.holderWaitOf(t) > 0 && intersects(&t.Preferred, &t.Eligible)
+	if a.holderWaitOf(t) <= 0 {
+		return false
+	}
+	for wi := range t.Preferred {
+		for word := t.Preferred[wi] & t.Eligible[wi]; word != 0; word &= word - 1 {
+			if i := wi<<6 | trailingZeros(word); i < len(a.slots) && a.healthy(i) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (a *Admitter) holderWaitOf(t *Ticket) int64 {

@@ -739,3 +739,16 @@ func TestFullQueueTakesFromTheFlood(t *testing.T) {
 		t.Fatalf("preempted %v", got)
 	}
 }
+
+func TestNoWaitForAnUnhealthyHolder(t *testing.T) {
+	r := newRig(t, Config{Backends: fleet(2), MaxInflight: 1, QueueSize: 4, HolderWait: time.Second})
+	r.hold(t, r.ticket(Normal, "", 1), 1)
+	r.a.cfg.Backends[0].SetHealthy(false)
+	f := r.ticket(Normal, "", 0, 1)
+	f.Preferred = setOf(0)
+	// Its holder is down and the other backend is full: it waits for
+	// any backend, not for the holder.
+	if r.a.Admit(f) != Queued || f.bound {
+		t.Fatalf("bound %v", f.bound)
+	}
+}
