@@ -73,6 +73,9 @@ const (
 	Queued
 	// Shed: answer 429 with Ticket.Reason and Ticket.RetryAfter.
 	Shed
+	// Left: AdmitWait's done closed while the ticket waited; it has been
+	// ended (Done).
+	Left
 )
 
 // ErrorType is the OpenAI error type of a shed request's 429 answer; its
@@ -144,6 +147,9 @@ type Ticket struct {
 	Wake func(t *Ticket, seq uint64)
 	// Owner is the caller's, e.g. the connection the wake is for.
 	Owner any
+
+	// woken carries AdmitWait's wakes when Wake is nil.
+	woken chan uint64
 
 	state atomic.Uint32
 	slot  atomic.Int32 // held backend + 1; 0: none
@@ -375,6 +381,38 @@ func (a *Admitter) admit(t *Ticket) Verdict {
 	return a.enqueue(t, bound)
 }
 
+// AdmitWait is Admit for a goroutine that may block: while t is queued it
+// waits until t is granted (then Go, as Admit answers after a grant), shed
+// (Shed), or done is closed (Left: t has been ended with Done). t.Wake
+// must be nil; AdmitWait wakes itself, through a channel the ticket keeps
+// for its next waits.
+func (a *Admitter) AdmitWait(t *Ticket, done <-chan struct{}) Verdict {
+	if !a.limited {
+		return a.Admit(t)
+	}
+	if t.woken == nil {
+		t.woken = make(chan uint64, 1)
+	}
+	for {
+		v := a.Admit(t)
+		if v != Queued {
+			return v
+		}
+		for waiting := true; waiting; {
+			select {
+			case seq := <-t.woken:
+				waiting = seq != t.Seq()
+			case <-done:
+				a.Done(t)
+				return Left
+			}
+		}
+		if t.State() == Dropped {
+			return Shed
+		}
+	}
+}
+
 // Take makes t hold a slot on b, the backend routing chose among t.Room();
 // false when another request took b's last slot first: release the
 // routing's reservation and Admit again (after a false with a slot held
@@ -565,6 +603,7 @@ func (a *Admitter) fill(b int) {
 type wake struct {
 	t      *Ticket
 	fn     func(*Ticket, uint64)
+	ch     chan uint64
 	seq    uint64
 	class  Class
 	reason Reason // ReasonNone: granted
@@ -579,6 +618,11 @@ func (a *Admitter) deliver(w *wake) {
 	}
 	if w.fn != nil {
 		w.fn(w.t, w.seq)
+	} else if w.ch != nil {
+		select {
+		case w.ch <- w.seq:
+		default: // a stale wake still unread: AdmitWait skips it anyway
+		}
 	}
 }
 
@@ -589,7 +633,7 @@ func (a *Admitter) grant(t *Ticket, b int) wake {
 	t.slot.Store(int32(b + 1))
 	t.fromQueue = true
 	t.waitNs = now - t.enq
-	w := wake{t: t, fn: t.Wake, seq: t.seq, class: t.Class, waited: t.waitNs}
+	w := wake{t: t, fn: t.Wake, ch: t.woken, seq: t.seq, class: t.Class, waited: t.waitNs}
 	t.state.Store(Granted)
 	return w
 }
@@ -599,7 +643,7 @@ func (a *Admitter) drop(t *Ticket, r Reason, now int64) wake {
 	a.remove(t)
 	t.reason = r
 	t.retryAfter = a.retryAfterLocked(now)
-	w := wake{t: t, fn: t.Wake, seq: t.seq, class: t.Class, reason: r}
+	w := wake{t: t, fn: t.Wake, ch: t.woken, seq: t.seq, class: t.Class, reason: r}
 	t.state.Store(Dropped)
 	return w
 }

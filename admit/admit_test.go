@@ -3,6 +3,7 @@ package admit
 import (
 	"bytes"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -750,5 +751,48 @@ func TestNoWaitForAnUnhealthyHolder(t *testing.T) {
 	// any backend, not for the holder.
 	if r.a.Admit(f) != Queued || f.bound {
 		t.Fatalf("bound %v", f.bound)
+	}
+}
+
+func TestAdmitWait(t *testing.T) {
+	r := newRig(t, Config{Backends: fleet(1), MaxInflight: 1, QueueSize: 4})
+	h := r.ticket(Normal, "", 0)
+	r.hold(t, h, 0)
+	w := &Ticket{Eligible: setOf(0)}
+	got := make(chan Verdict)
+	go func() { got <- r.a.AdmitWait(w, nil) }()
+	for r.a.Queued() == 0 { // it has queued (the loop is bounded by the goroutine's progress)
+		runtime.Gosched()
+	}
+	r.a.Done(h)
+	if v := <-got; v != Go || !w.Room().Has(0) || !r.a.Take(w, 0) {
+		t.Fatalf("verdict %d", v)
+	}
+	// Gone while waiting: ended, nothing held, the queue empty.
+	x := &Ticket{Eligible: setOf(0)}
+	done := make(chan struct{})
+	go func() { got <- r.a.AdmitWait(x, done) }()
+	for r.a.Queued() == 0 {
+		runtime.Gosched()
+	}
+	close(done)
+	if v := <-got; v != Left || r.a.Queued() != 0 || x.Backend() != -1 {
+		t.Fatalf("verdict %d queued %d", v, r.a.Queued())
+	}
+	// Shed while waiting.
+	y := &Ticket{Eligible: setOf(0)}
+	go func() { got <- r.a.AdmitWait(y, nil) }()
+	for r.a.Queued() == 0 {
+		runtime.Gosched()
+	}
+	r.clk.advance(DefaultQueueTimeout)
+	r.a.Sweep()
+	if v := <-got; v != Shed || y.Reason() != ReasonTimeout {
+		t.Fatalf("verdict %d reason %v", v, y.Reason())
+	}
+	r.a.Done(y)
+	r.a.Done(w)
+	if r.a.Inflight(0) != 0 {
+		t.Fatal("slot kept")
 	}
 }
