@@ -106,7 +106,7 @@ func (r Reason) Message() string {
 	case ReasonTimeout:
 		return "the request waited in the admission queue for longer than the queue timeout; retry later"
 	case ReasonPreempted:
-		return "the request was displaced from the full admission queue by a higher-priority one; retry later"
+		return "the request gave its place in the full admission queue to one of a higher priority class or of a tenant with fewer requests waiting; retry later"
 	}
 	return ""
 }
@@ -131,8 +131,8 @@ type Ticket struct {
 	// Eligible holds the backends that may serve the request: those
 	// serving its model and not yet tried. Health may be left out (a
 	// waiter is granted only healthy backends, and one that recovers can
-	// serve it: Refill); sched.Scheduler.Eligible, which includes it, will
-	// do too.
+	// serve it: Refill); sched.Scheduler.Eligible, which also leaves out
+	// unhealthy backends, will do too.
 	Eligible chain.Set
 	// Preferred holds the backends it would rather wait for (the holders
 	// of its longest known prefix); empty: none.
@@ -186,7 +186,8 @@ func (t *Ticket) Seq() uint64 { return t.seq }
 // at it (it is a subset of the eligible set, so of the model's backends).
 func (t *Ticket) Room() *chain.Set { return &t.room }
 
-// Reason says why the ticket was shed.
+// Reason says why the ticket was shed; read it (and RetryAfter) before
+// Done, which clears them.
 func (t *Ticket) Reason() Reason { return t.reason }
 
 // RetryAfter is the Retry-After value (seconds) to answer a shed with.
