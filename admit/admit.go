@@ -687,13 +687,17 @@ func (a *Admitter) enqueue(t *Ticket, bound bool) Verdict {
 }
 
 // victim is the waiter a newcomer t takes the place of in a full queue,
-// or nil: from the lowest class below t's that has waiters, the youngest
-// of its tenant with the most; else, within t's class, the youngest of the
+// or nil: from the lowest class below t's that holds more than its
+// reserve of places (QueueSize/(StarvationLimit+1)), the youngest of its
+// tenant with the most waiters; else, within t's class, the youngest of the
 // tenant with the most waiters if that tenant has at least two more than
 // t's. So a tenant that floods the queue loses its own places to the
 // others' newcomers, not theirs.
 func (a *Admitter) victim(t *Ticket) *Ticket {
 	for l := Class(NumClasses - 1); l > t.Class; l-- {
+		if a.q[l].n <= a.size/(a.k+1) {
+			continue // its reserve: starvation protection needs waiters
+		}
 		if big := a.q[l].biggest(); big != nil {
 			return big.tail
 		}
