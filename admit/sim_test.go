@@ -10,7 +10,7 @@ import (
 // A fleet under twice its capacity, simulated on the manual clock in 1 ms
 // steps: 4 backends of 4 slots, service times of 250-750 ms, arrivals at
 // twice the rate the fleet completes, 10% high and 10% low priority, one
-// tenant sending half the traffic, a quarter of the requests waiting for a
+// tenant sending 80% of the traffic and nine others the rest, a quarter of the requests waiting for a
 // holder. Checked at every step: no slot is idle while an unbound waiter
 // could use it (so goodput is the fleet's capacity); and at the end: every
 // high-priority request was admitted and waited less than normal ones,
@@ -33,6 +33,8 @@ func TestOverloadSimulation(t *testing.T) {
 	var waits [NumClasses][]time.Duration
 	var arrived, admitted, shedN, completed int
 	var arrivedC, admittedC [NumClasses]int
+	var floodWaits, otherWaits []time.Duration // normal class
+	var floodIn, floodAdm, otherIn, otherAdm int
 	var reasons [numReasons]int
 	wake := func(tk *Ticket, seq uint64) {
 		if tk.State() == Granted {
@@ -71,6 +73,15 @@ func TestOverloadSimulation(t *testing.T) {
 		if tk.fromQueue {
 			waits[tk.Class] = append(waits[tk.Class], tk.Waited())
 		}
+		if tk.Class == Normal {
+			if tk.Tenant == 1 {
+				floodAdm++
+				floodWaits = append(floodWaits, tk.Waited())
+			} else {
+				otherAdm++
+				otherWaits = append(otherWaits, tk.Waited())
+			}
+		}
 		running = append(running, job{tk, r.clk.now() + int64(250+rng.IntN(501))*int64(time.Millisecond)})
 		return true
 	}
@@ -96,7 +107,8 @@ func TestOverloadSimulation(t *testing.T) {
 			begin(tk)
 		}
 		// Capacity is 16 slots / 0.5 s = 32 per second; 64 arrive.
-		for k := 0; k < 2 && s%(1000/32) == 0; k++ {
+		// The last 3 s only drain what waits.
+		for k := 0; k < 2 && s%(1000/32) == 0 && s < steps-3000; k++ {
 			arrived++
 			tk := &Ticket{Eligible: all, Wake: wake}
 			switch p := rng.IntN(10); {
@@ -108,13 +120,20 @@ func TestOverloadSimulation(t *testing.T) {
 				tk.Class = Normal
 			}
 			arrivedC[tk.Class]++
-			if rng.IntN(2) == 0 {
+			if rng.IntN(5) != 0 {
 				tk.Tenant = 1 // the flood
 			} else {
 				tk.Tenant = uint64(2 + rng.IntN(9))
 			}
 			if rng.IntN(4) == 0 {
 				tk.Preferred = setOf(rng.IntN(backends))
+			}
+			if tk.Class == Normal {
+				if tk.Tenant == 1 {
+					floodIn++
+				} else {
+					otherIn++
+				}
 			}
 			begin(tk)
 		}
@@ -123,7 +142,9 @@ func TestOverloadSimulation(t *testing.T) {
 			granted = granted[1:]
 			begin(tk)
 		}
-		busy += int64(len(running))
+		if s < steps-3000 {
+			busy += int64(len(running))
+		}
 		// Work conservation.
 		a.mu.Lock()
 		for b := 0; b < backends; b++ {
@@ -141,19 +162,27 @@ func TestOverloadSimulation(t *testing.T) {
 		}
 		a.mu.Unlock()
 	}
-	util := float64(busy) / float64(steps*backends*limit)
-	p99 := func(c Class) time.Duration {
-		w := slices.Clone(waits[c])
+	util := float64(busy) / float64((steps-3000)*backends*limit)
+	p99of := func(w []time.Duration) time.Duration {
+		w = slices.Clone(w)
 		slices.Sort(w)
 		if len(w) == 0 {
 			return 0
 		}
 		return w[len(w)*99/100]
 	}
+	p99 := func(c Class) time.Duration { return p99of(waits[c]) }
 	t.Logf("arrived %d admitted %d shed %d (full %d, timeout %d, preempted %d) completed %d; slots busy %.3f; wait p99 high %v normal %v low %v",
 		arrived, admitted, shedN, reasons[ReasonQueueFull], reasons[ReasonTimeout], reasons[ReasonPreempted], completed, util, p99(High), p99(Normal), p99(Low))
 	for c := High; c < NumClasses; c++ {
 		t.Logf("%s: arrived %d admitted %d (%.2f)", c, arrivedC[c], admittedC[c], float64(admittedC[c])/float64(arrivedC[c]))
+	}
+	t.Logf("normal, the flooding tenant: arrived %d admitted %d, wait p99 %v; the nine others: arrived %d admitted %d, wait p99 %v",
+		floodIn, floodAdm, p99of(floodWaits), otherIn, otherAdm, p99of(otherWaits))
+	// Ten tenants share the normal class's slots: the nine others, each
+	// asking for less than a tenth, are all served, and wait less.
+	if otherAdm != otherIn || p99of(otherWaits) >= p99of(floodWaits) {
+		t.Errorf("the flood took the others' capacity")
 	}
 	if util < 0.95 {
 		t.Errorf("slots busy %.3f of the time, want at least 0.95", util)
