@@ -167,6 +167,8 @@ type Ticket struct {
 	deadline   int64
 	until      int64 // end of the holder wait
 	waitNs     int64
+	vstart     int64  // virtual start tag within the class (classQueue)
+	order      uint64 // arrival order
 	// Intrusive links: the class's arrival order, the tenant's FIFO, the
 	// holder-bound waiters' arrival order.
 	cprev, cnext *Ticket
@@ -265,6 +267,7 @@ type Admitter struct {
 	// of their holder wait.
 	phead, ptail *Ticket
 	free         *flow
+	order        uint64  // arrivals so far
 	rate         float64 // releases per second, smoothed
 	rateAt       int64
 	rateN        uint64
@@ -738,6 +741,9 @@ func (a *Admitter) push(t *Ticket, bound bool, now int64) {
 		q.join(f)
 	}
 	t.flow = f
+	q.tag(f, t)
+	a.order++
+	t.order = a.order
 	t.fprev, t.fnext = f.tail, nil
 	if f.tail != nil {
 		f.tail.fnext = t
@@ -838,7 +844,8 @@ func (a *Admitter) newFlow(key uint64) *flow {
 // pick chooses the waiter a free slot on b goes to, and books the class
 // it is taken from. Strict priority across classes, except that a class
 // passed over StarvationLimit times in a row while it waited is served
-// next (the lowest such class first); within a class, tenants in turn.
+// next (the lowest such class first); within a class, by fair queuing
+// across tenants (classQueue).
 func (a *Admitter) pick(b int) *Ticket {
 	if !a.healthy(b) {
 		return nil

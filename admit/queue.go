@@ -10,80 +10,91 @@ func trailingZeros(w uint64) int { return bits.TrailingZeros64(w) }
 
 // classQueue is one priority class: its waiters in arrival order (the
 // order of their deadlines, all waits being equally long) and, for
-// fairness, one FIFO per tenant with waiters, served in turn.
+// fairness, one FIFO per tenant with waiters.
+//
+// Tenants share the class by start-time fair queuing: each request gets a
+// virtual start tag, its tenant's previous tag plus one (its cost), or the
+// class's virtual time if that is later (a tenant that had nothing
+// waiting), and the waiter with the smallest tag that can use the freed
+// backend is served (the earlier arrival of equals), the class's virtual
+// time advancing to its tag. Backlogged tenants are thus served one
+// request each in turn, whatever they queue, and a tenant that starts
+// waiting is served next rather than after a whole round of the others.
 type classQueue struct {
 	head, tail *Ticket
 	n          int
 	length     atomic.Int64 // n, for the metrics
 	flows      map[uint64]*flow
-	// cur is the tenant whose turn it is; the ring runs through every
-	// tenant with waiters, newcomers joining at the end of the round.
-	cur    *flow
-	nflows int
+	first      *flow // the tenants with waiters, in no particular order
+	nflows     int
+	vt         int64 // virtual time: the tag of the latest grant
 }
 
 // flow is one tenant's waiters within a class.
 type flow struct {
 	key        uint64
 	n          int
+	finish     int64 // the next tag of this tenant's requests
 	head, tail *Ticket
 	prev, next *flow
 }
 
-// join puts f at the end of the round (just before the tenant whose turn
-// it is).
 func (q *classQueue) join(f *flow) {
-	if q.cur == nil {
-		f.prev, f.next = f, f
-		q.cur = f
-	} else {
-		f.prev, f.next = q.cur.prev, q.cur
-		q.cur.prev.next = f
-		q.cur.prev = f
+	f.prev, f.next = nil, q.first
+	if q.first != nil {
+		q.first.prev = f
 	}
+	q.first = f
 	q.nflows++
 }
 
 func (q *classQueue) leave(f *flow) {
-	q.nflows--
-	if q.nflows == 0 {
-		q.cur = nil
-	} else {
+	if f.prev != nil {
 		f.prev.next = f.next
+	} else {
+		q.first = f.next
+	}
+	if f.next != nil {
 		f.next.prev = f.prev
-		if q.cur == f {
-			q.cur = f.next
-		}
 	}
 	f.prev, f.next = nil, nil
+	q.nflows--
 }
 
-// pick returns the first waiter that can use b of the first tenant in
-// turn that has one, and passes the turn to the tenant after it. This is
-// deficit round robin with equal quanta and a cost of one per request:
-// tenants with waiters are served one request each in turn, so a tenant
-// gets an equal share of the grants however many it queues. A tenant
-// with no waiter that can use b keeps its turn for the next slot.
+// tag gives t, arriving for tenant f, its virtual start.
+func (q *classQueue) tag(f *flow, t *Ticket) {
+	t.vstart = max(q.vt, f.finish)
+	f.finish = t.vstart + 1
+}
+
+// pick returns the waiter with the smallest tag that can use b (each
+// tenant's first such waiter being its candidate), and advances the
+// virtual time to it. A tenant none of whose waiters can use b keeps its
+// small tags, so it is served first when a backend it can use frees.
 func (q *classQueue) pick(b int) *Ticket {
-	f := q.cur
-	for i := 0; i < q.nflows; i++ {
+	var best *Ticket
+	for f := q.first; f != nil; f = f.next {
 		for t := f.head; t != nil; t = t.fnext {
 			if t.usable(b) {
-				q.cur = f.next
-				return t
+				if best == nil || t.vstart < best.vstart || t.vstart == best.vstart && t.order < best.order {
+					best = t
+				}
+				break
 			}
 		}
-		f = f.next
 	}
-	return nil
+	if best != nil {
+		q.vt = max(q.vt, best.vstart)
+	}
+	return best
 }
 
-// biggest is the tenant with the most waiters (the first in turn of
-// equals), or nil.
+// biggest is the tenant with the most waiters (of equals, the one
+// waiting longest), or nil.
 func (q *classQueue) biggest() *flow {
 	var big *flow
-	for i, f := 0, q.cur; i < q.nflows; i, f = i+1, f.next {
-		if big == nil || f.n > big.n {
+	for f := q.first; f != nil; f = f.next {
+		if big == nil || f.n > big.n || f.n == big.n && f.head.order < big.head.order {
 			big = f
 		}
 	}
