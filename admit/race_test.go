@@ -165,3 +165,70 @@ func TestExactReleaseUnderStress(t *testing.T) {
 		t.Fatal("the queue was never used")
 	}
 }
+
+// The admitter's own timer sheds and unbinds while owners admit, wait and
+// cancel: every wait ends, and every slot comes back.
+func TestStressWithTimer(t *testing.T) {
+	const backends, limit, workers, rounds = 2, 2, 8, 300
+	a, err := New(Config{Backends: fleet(backends), MaxInflight: limit, QueueSize: 4,
+		QueueTimeout: time.Millisecond, HolderWait: 200 * time.Microsecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	var holding [backends]atomic.Int32
+	var over, timedOut atomic.Int32
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(seed uint64) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(seed, 3))
+			tk := &Ticket{}
+			for i := 0; i < rounds; i++ {
+				tk.Class = Class(rng.IntN(NumClasses))
+				tk.Tenant = uint64(rng.IntN(4))
+				tk.Eligible = setOf(0, 1)
+				tk.Preferred = setOf()
+				if rng.IntN(3) == 0 {
+					tk.Preferred.Add(rng.IntN(backends))
+				}
+				var done chan struct{}
+				if rng.IntN(5) == 0 {
+					done = make(chan struct{})
+					close(done) // the client is already gone: if it waits, it leaves
+				}
+				b := -1
+				for b < 0 {
+					v := a.AdmitWait(tk, done)
+					if v != Go {
+						if v == Shed && tk.Reason() == ReasonTimeout {
+							timedOut.Add(1)
+						}
+						break
+					}
+					c := 0
+					if !tk.Room().Has(0) || tk.Room().Has(1) && rng.IntN(2) == 0 {
+						c = 1
+					}
+					if a.Take(tk, c) {
+						b = c
+					}
+				}
+				if b >= 0 {
+					if holding[b].Add(1) > limit {
+						over.Add(1)
+					}
+					runtime.Gosched()
+					holding[b].Add(-1)
+				}
+				a.Done(tk)
+			}
+		}(uint64(w))
+	}
+	wg.Wait()
+	if over.Load() != 0 || a.Inflight(0) != 0 || a.Inflight(1) != 0 || a.Queued() != 0 {
+		t.Fatalf("over the limit %d times; left in flight %d %d, queued %d", over.Load(), a.Inflight(0), a.Inflight(1), a.Queued())
+	}
+	t.Logf("timed out %d", timedOut.Load())
+}
