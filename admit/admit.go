@@ -180,7 +180,9 @@ type Ticket struct {
 // State is the ticket's state (Idle, Waiting, Granted, Dropped).
 func (t *Ticket) State() uint32 { return t.state.Load() }
 
-// Seq identifies the ticket's latest wait; Wake passes it.
+// Seq identifies the ticket's latest wait, unique across the admitter's
+// tickets (so a wake that outlives its request, its ticket reused by a
+// pooled request, is recognised as stale); Wake passes it.
 func (t *Ticket) Seq() uint64 { return t.seq }
 
 // Room holds the backends to route among after Go: the eligible ones with
@@ -719,7 +721,6 @@ func (a *Admitter) victim(t *Ticket) *Ticket {
 // push queues t; waiting already counts it.
 func (a *Admitter) push(t *Ticket, bound bool, now int64) {
 	a.sampleRate(now)
-	t.seq++
 	t.enq = now
 	t.deadline = now + a.timeout
 	t.bound = bound
@@ -744,6 +745,7 @@ func (a *Admitter) push(t *Ticket, bound bool, now int64) {
 	q.tag(f, t)
 	a.order++
 	t.order = a.order
+	t.seq = a.order
 	t.fprev, t.fnext = f.tail, nil
 	if f.tail != nil {
 		f.tail.fnext = t
