@@ -1063,6 +1063,9 @@ func (up *upConn) pump() {
 			}
 			if len(data) > 0 {
 				c.c.res.ReleasePrefill() // first body byte: the backend has prefilled
+				if up.mode == bodyChunked && c.c.status == 200 {
+					c.c.res.FirstByte() // wiring: ttft observe
+				}
 			}
 			// The head, if still pending, goes out in the same write.
 			if !c.send(data) {

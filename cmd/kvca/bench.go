@@ -19,7 +19,7 @@ import (
 // proxyFlags are the proxy settings the bench varies, beside the policy.
 func proxyFlags() []cli.Flag {
 	d := edge.DefaultConfig()
-	return []cli.Flag{
+	return append([]cli.Flag{
 		&cli.IntFlag{Name: "block-size", Value: d.BlockSize, Usage: "proxy: CBR block size in bytes", EnvVars: env("block-size")},
 		&cli.DurationFlag{Name: "ttl", Value: d.TTL, Usage: "proxy: location TTL (before --time-scale)", EnvVars: env("ttl")},
 		&cli.IntFlag{Name: "max-blocks", Value: d.MaxBlocks, Usage: "proxy: block table bound", EnvVars: env("max-blocks")},
@@ -29,7 +29,7 @@ func proxyFlags() []cli.Flag {
 		&cli.IntFlag{Name: "replicas", Value: 1, Usage: "kvca replicas sharing state through an embedded NATS server; requests are spread over them in turn", EnvVars: env("replicas")},
 		&cli.BoolFlag{Name: "no-cluster", Usage: "with --replicas N: replicas do not share state (the baseline clustering fixes)", EnvVars: env("no-cluster")},
 		&cli.BoolFlag{Name: "proxy-process", Usage: "run each proxy as a `kvca serve` child process (exact proxy CPU per request)", EnvVars: env("proxy-process")},
-	}
+	}, ttftFlags()...)
 }
 
 // benchProxy is an in-process kvca.
@@ -88,6 +88,9 @@ func startReplicas(cfg edge.Config, n int, clustered bool) (run.Proxy, error) {
 	cfg.HashKey = chain.RandomKey().String() // replicas must share one
 	for range n {
 		s, err := edge.New(cfg)
+		if err == nil {
+			err = applyTTFT(s, cfg)
+		}
 		if err != nil {
 			rs.Close()
 			return nil, err
@@ -124,6 +127,10 @@ func proxyFactory(c *cli.Context, timeScale float64) run.ProxyFactory {
 				"--max-blocks", strconv.Itoa(c.Int("max-blocks")), "--active-weight", strconv.Itoa(c.Int("active-weight")),
 				"--log-level", "warn", "--prefill-release", c.String("prefill-release"),
 				"--predict-ttl", time.Duration(float64(c.Duration("predict-ttl")) * timeScale).String()}
+			tc := ttftFrom(c, timeScale)
+			argv = append(argv, "--batch-capacity", strconv.Itoa(tc.Capacity), "--prefill-block-time", tc.BlockTime.String(),
+				"--first-token-base", tc.Base.String(), "--resident-window", tc.ResidentWindow.String(),
+				"--resident-epsilon", strconv.FormatFloat(tc.ResidentEpsilon, 'g', -1, 64))
 			for _, b := range backends {
 				argv = append(argv, "--backend", b)
 			}
@@ -141,11 +148,15 @@ func proxyFactory(c *cli.Context, timeScale float64) run.ProxyFactory {
 		cfg.ActiveWeight = c.Int("active-weight")
 		cfg.PrefillAtHeaders = c.String("prefill-release") == "headers"
 		cfg.PredictTTL = time.Duration(float64(c.Duration("predict-ttl")) * timeScale)
+		cfg.TTFT = ttftFrom(c, timeScale)
 		if n := c.Int("replicas"); n > 1 {
 			return startReplicas(cfg, n, !c.Bool("no-cluster"))
 		}
 		s, err := edge.New(cfg)
 		if err != nil {
+			return nil, err
+		}
+		if err := applyTTFT(s, cfg); err != nil {
 			return nil, err
 		}
 		if err := s.Start(); err != nil {

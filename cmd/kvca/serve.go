@@ -69,7 +69,7 @@ func serveCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "serve",
 		Usage: "run the proxy in front of OpenAI-compatible backends",
-		Flags: append(append(append(serveFlags(), configFlag), kdnServeFlags()...), clusterFlags()...),
+		Flags: append(append(append(append(serveFlags(), ttftFlags()...), configFlag), kdnServeFlags()...), clusterFlags()...),
 		Action: func(c *cli.Context) error {
 			if err := applyConfigFile(c); err != nil {
 				return err
@@ -91,6 +91,9 @@ func serveCommand() *cli.Command {
 			}
 			srv, err := edge.New(cfg)
 			if err != nil {
+				return err
+			}
+			if err := applyTTFT(srv, cfg); err != nil {
 				return err
 			}
 			if err := mountKDN(c, srv); err != nil {
@@ -165,6 +168,7 @@ func configFrom(c *cli.Context) edge.Config {
 		UpstreamCert:          c.String("upstream-cert"),
 		UpstreamKey:           c.String("upstream-key"),
 		UpstreamInsecure:      c.Bool("upstream-insecure"),
+		TTFT:                  ttftFrom(c, 1),
 	}
 }
 
