@@ -74,7 +74,9 @@ type ttftState struct {
 	// conversation's turns, as the age of its prefix's location shows.
 	gap  atomic.Uint64
 	gaps atomic.Uint64
-	set  *metrics.Set
+	// moves counts follow-ups sent away from their prefix's holders.
+	moves atomic.Uint64
+	set   *metrics.Set
 }
 
 // predictor is one backend's learned first-token latency, capacity and
@@ -133,6 +135,7 @@ func (s *Scheduler) initTTFT() {
 			return bb.model.residentAt(s.Table.Now(), float64(s.residentWindow()))
 		})
 	}
+	set.GetOrCreateGauge("kvca_ttft_moves_total", func() float64 { return float64(s.ttft.moves.Load()) })
 	set.GetOrCreateGauge("kvca_resident_window_seconds", func() float64 { return float64(s.residentWindow()) / 1e3 })
 }
 
@@ -242,12 +245,19 @@ func (m *predictor) learn(blocks int64, inflight int, ttft, pred int64) {
 		m.seen[lv]++
 	}
 	if m.fixCap == 0 {
+		// The capacity is where waiting starts and never stops again: the
+		// lowest level of the topmost run of levels where most answers
+		// waited, skipping levels seen too rarely to judge. An isolated
+		// level of slow answers below levels that did not wait is noise.
 		learned := int32(0)
-		for a := 1; a < capLevels; a++ {
-			if m.seen[a] >= 3 && m.ev[a] > 0.5 {
-				learned = int32(a)
+		for a := capLevels - 1; a >= 1; a-- {
+			if m.seen[a] < 3 {
+				continue
+			}
+			if m.ev[a] <= 0.5 {
 				break
 			}
+			learned = int32(a)
 		}
 		m.capacity.Store(learned)
 	}
@@ -373,13 +383,14 @@ type TTFTState struct {
 	ResidentWindowMs int64         `json:"resident_window_ms"`
 	TurnGapMs        float64       `json:"turn_gap_ms"`
 	ResidentEpsilon  float64       `json:"resident_epsilon"`
+	Moves            uint64        `json:"moves"`
 	Backends         []TTFTBackend `json:"backends"`
 }
 
 // TTFTSnapshot reports what the model has learned.
 func (s *Scheduler) TTFTSnapshot() TTFTState {
 	now := s.Table.Now()
-	st := TTFTState{ResidentWindowMs: s.residentWindow(), ResidentEpsilon: s.ttft.eps}
+	st := TTFTState{ResidentWindowMs: s.residentWindow(), ResidentEpsilon: s.ttft.eps, Moves: s.ttft.moves.Load()}
 	if s.ttft.gaps.Load() > 0 {
 		st.TurnGapMs = math.Float64frombits(s.ttft.gap.Load())
 	}

@@ -19,6 +19,10 @@ type ttftPolicy struct{}
 
 func (ttftPolicy) Name() string { return "ttft" }
 
+// moveFactor is how many times slower than the best alternative a
+// follow-up's holders must be predicted before it moves.
+const moveFactor = 4
+
 func (ttftPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 	elig := s.Eligible(r)
 	if elig.Empty() {
@@ -56,10 +60,18 @@ func (ttftPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 	for attempt := 0; ; attempt++ {
 		cand := &open
 		if follow {
+			// Moving costs the recomputed blocks twice: this request
+			// waits for them, and so does whoever queues behind them
+			// on the new backend. And a move is a bet on predictions
+			// that carry noise, paid for by the hit rate at once: the
+			// holder must be predicted moveFactor times slower.
 			ph, _ := s.minPred(&holders, r, &match, unix)
-			pa, _ := s.minPred(&elig, r, &match, unix)
+			pa, at := s.minPred(&elig, r, &match, unix)
+			if lost := best - int(match[at]); lost > 0 {
+				pa += int64(lost) * s.Backends[at].model.block.Load()
+			}
 			cand = &elig
-			if ph <= pa+pa/nearDiv {
+			if ph <= moveFactor*pa {
 				cand = &holders
 			}
 		}
@@ -116,6 +128,9 @@ func (ttftPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 			d.Novel = novel
 			d.Cached = n - novel
 			d.Predicted = time.Duration(pickPred)
+			if follow && !holders.Has(pick) {
+				s.ttft.moves.Add(1)
+			}
 			return true
 		}
 	}

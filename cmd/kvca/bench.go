@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"context"
 	"os"
 	"os/signal"
@@ -38,6 +39,10 @@ type benchProxy struct{ s *edge.Server }
 func (p benchProxy) URL() string { return "http://" + p.s.Addr() }
 
 func (p benchProxy) Close() error {
+	if os.Getenv("KVCA_DEBUG_TTFT") != "" {
+		b, _ := json.MarshalIndent(p.s.Scheduler().TTFTSnapshot(), "", " ")
+		os.Stderr.Write(b)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return p.s.Shutdown(ctx)
