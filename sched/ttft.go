@@ -249,15 +249,22 @@ func (m *predictor) learn(blocks int64, inflight int, ttft, pred int64) {
 		// lowest level of the topmost run of levels where most answers
 		// waited, skipping levels seen too rarely to judge. An isolated
 		// level of slow answers below levels that did not wait is noise.
-		learned := int32(0)
-		for a := capLevels - 1; a >= 1; a-- {
+		// And a capacity is a transition: if no level below the run
+		// answered without waiting, the backend is slow at any load
+		// (or the host is), and nothing is learned.
+		learned, below := int32(0), false
+		for a := capLevels - 1; a >= 0; a-- {
 			if m.seen[a] < 3 {
 				continue
 			}
 			if m.ev[a] <= 0.5 {
+				below = true
 				break
 			}
 			learned = int32(a)
+		}
+		if !below || learned == 0 {
+			learned = 0
 		}
 		m.capacity.Store(learned)
 	}

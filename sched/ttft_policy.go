@@ -21,7 +21,7 @@ func (ttftPolicy) Name() string { return "ttft" }
 
 // moveFactor is how many times slower than the best alternative a
 // follow-up's holders must be predicted before it moves.
-const moveFactor = 4
+const moveFactor = 8
 
 func (ttftPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 	elig := s.Eligible(r)
