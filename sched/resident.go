@@ -102,23 +102,25 @@ func (s *Scheduler) noteGap(r *Request, holders *chain.Set, best int) {
 func (s *Scheduler) residentBound(elig *chain.Set, now int64, res *[chain.MaxBackends]float32) chain.Set {
 	tau := float64(s.residentWindow())
 	sum, n := 0.0, 0
-	least, leastV := -1, 0.0
+	least := -1
 	elig.Each(func(i int) {
 		v := s.Backends[i].model.residentAt(now, tau)
 		res[i] = float32(v)
-		sum += v
+		sum += float64(res[i])
 		n++
-		if least < 0 || v < leastV {
-			least, leastV = i, v
+		if least < 0 || res[i] < res[least] {
+			least = i
 		}
 	})
 	if s.ttft.eps < 0 || n == 0 {
 		return *elig
 	}
-	limit := (1 + s.ttft.eps) * (sum + 1) / float64(n)
+	// The least resident backends are always open: even work is never
+	// out of bounds, however small ε.
+	limit := max((1+s.ttft.eps)*(sum+1)/float64(n), float64(res[least])+1)
 	var open chain.Set
 	elig.Each(func(i int) {
-		if float64(res[i])+1 <= limit || i == least {
+		if float64(res[i])+1 <= limit {
 			open.Add(i)
 		}
 	})

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"context"
 	"os"
 	"os/signal"
@@ -39,10 +38,6 @@ type benchProxy struct{ s *edge.Server }
 func (p benchProxy) URL() string { return "http://" + p.s.Addr() }
 
 func (p benchProxy) Close() error {
-	if os.Getenv("KVCA_DEBUG_TTFT") != "" {
-		b, _ := json.MarshalIndent(p.s.Scheduler().TTFTSnapshot(), "", " ")
-		os.Stderr.Write(b)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return p.s.Shutdown(ctx)
