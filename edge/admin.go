@@ -8,6 +8,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/pprofhandler"
+
+	"github.com/kvca/kvca/sched"
 )
 
 // BackendState is one backend in /admin/state.
@@ -32,6 +34,8 @@ type TableState struct {
 type State struct {
 	Backends []BackendState `json:"backends"`
 	Table    TableState     `json:"table"`
+	// TTFT is the ttft policy's learned model per backend.
+	TTFT sched.TTFTState `json:"ttft"`
 }
 
 // State snapshots the backends and the table.
@@ -52,6 +56,7 @@ func (s *Server) State() State {
 	}
 	ts := s.table.Stats()
 	st.Table = TableState{Blocks: ts.Blocks, Locations: ts.Locations, Capacity: ts.Capacity}
+	st.TTFT = s.sched.TTFTSnapshot()
 	return st
 }
 

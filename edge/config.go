@@ -107,6 +107,11 @@ type Config struct {
 	// arrives (at "answer"), with the request body: a test makes it panic
 	// to prove the loops' panic guard.
 	testHook func(at string, body []byte)
+
+	// TTFT is the ttft policy's model where it is known (--batch-capacity,
+	// --prefill-block-time, --first-token-base) and the resident-work bound
+	// (--resident-epsilon, --resident-window); zeros are learned.
+	TTFT sched.TTFTConfig
 }
 
 // Values of Config.IO.
@@ -140,6 +145,7 @@ func DefaultConfig() Config {
 		MaxClientConns:        10000,
 		ClientIdleTimeout:     2 * time.Minute,
 		MaxConnsPerBackend:    1024,
+		TTFT:                  sched.TTFTConfig{ResidentEpsilon: sched.DefaultResidentEpsilon},
 	}
 }
 
@@ -264,6 +270,9 @@ func (c *Config) Validate() error {
 	}
 	if c.FailThreshold <= 0 {
 		c.FailThreshold = d.FailThreshold
+	}
+	if err := c.TTFT.Check(); err != nil {
+		return err
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		return fmt.Errorf("--tls-cert and --tls-key go together")

@@ -1230,7 +1230,7 @@ func (up *upConn) pump() {
 				up.err, up.bodyDone = err, true
 			}
 			if len(data) > 0 {
-				c.c.firstByte()
+				c.c.firstByte(up.mode == h1.BodyChunked)
 			}
 			// The head, if still pending, goes out in the same write.
 			if !c.send(data) {

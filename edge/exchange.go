@@ -224,11 +224,16 @@ func (s *Server) hasAlternative(c *call, u *upstream) bool {
 }
 
 // firstByte marks the answer's first body byte: the backend has prefilled.
-func (c *call) firstByte() {
+// A streamed success teaches the backend's TTFT model (a whole answer's
+// first byte comes after its decoding too).
+func (c *call) firstByte(streamed bool) {
 	if c.ttft == 0 {
 		c.ttft = time.Since(c.start)
 	}
 	c.res.ReleasePrefill()
+	if streamed && c.status == 200 {
+		c.res.FirstByte()
+	}
 }
 
 // streamFailed books an answer that broke off after it began.

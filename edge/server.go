@@ -107,6 +107,9 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := sc.SetTTFT(cfg.TTFT); err != nil {
+		return nil, err
+	}
 	s := &Server{
 		cfg:         cfg,
 		key:         key,
@@ -122,6 +125,7 @@ func New(cfg Config) (*Server, error) {
 		s.access = log
 	}
 	s.m = newServerMetrics(sc, table, s.memo, &s.clientConns)
+	s.m.set.RegisterMetricsWriter(sc.WriteTTFTMetrics)
 	upTLS, err := upstreamTLS(&cfg)
 	if err != nil {
 		return nil, err

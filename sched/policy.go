@@ -17,6 +17,7 @@ var policies = map[string]Policy{
 	"least-loaded": leastLoaded{},
 	"random":       randomPolicy{},
 	"session-hash": sessionHash{},
+	"ttft":         ttftPolicy{},
 }
 
 // DefaultPolicy is what serve uses when --policy is not given; the bench

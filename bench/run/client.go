@@ -19,6 +19,9 @@ type outcome struct {
 	ttft time.Duration
 	e2e  time.Duration
 	err  error
+	// cached is the prompt tokens the engine found cached, from the
+	// stream's usage; -1 when it did not say.
+	cached int
 }
 
 var (
@@ -29,7 +32,7 @@ var (
 )
 
 func send(ctx context.Context, client *http.Client, base string, r *workload.Request, due time.Time, timeout time.Duration) outcome {
-	o := outcome{sent: due}
+	o := outcome{sent: due, cached: -1}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+r.Path, bytes.NewReader(r.Body))
@@ -82,6 +85,9 @@ func send(ctx context.Context, client *http.Client, base string, r *workload.Req
 			if bytes.Equal(payload, donePayload) {
 				o.e2e = time.Since(due)
 				return o
+			}
+			if n, ok := cachedTokens(payload); ok {
+				o.cached = n
 			}
 			if bytes.HasPrefix(payload, errorPrefix) || bytes.Contains(payload, errorObject) {
 				o.err = fmt.Errorf("error event: %.200s", payload)

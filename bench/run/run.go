@@ -100,6 +100,7 @@ func Run(ctx context.Context, w *workload.Workload, opt Options, factory ProxyFa
 	}
 	sort.Slice(floor, func(i, j int) bool { return floor[i] < floor[j] })
 	rep.Workload.TTFTFloor = [3]time.Duration{pct(floor, 0.5), pct(floor, 0.9), pct(floor, 0.99)}
+	rep.Workload.DistinctPrefixes = distinctPrefixes(w)
 	if w.HasTraceIdeal {
 		r := w.TraceIdeal.Rate()
 		rep.Workload.TraceIdealHitRate = &r
@@ -136,11 +137,15 @@ func runPolicy(ctx context.Context, w *workload.Workload, opt Options, policy st
 		}
 		backends[i] = engines[i].URL()
 	}
-	proxy, err := factory(policy, backends)
-	if err != nil {
+	var proxy Proxy
+	var err error
+	if policy == OraclePolicy {
+		proxy = oracle{}
+	} else if proxy, err = factory(policy, backends); err != nil {
 		return nil, fmt.Errorf("starting proxy: %w", err)
 	}
 	defer proxy.Close()
+	pinned := oracleBases(policy, w, backends)
 	cpuBefore, cpuHow := cpuTime(proxy)
 
 	transport := &http.Transport{
@@ -210,7 +215,11 @@ loop:
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			o := send(runCtx, client, bases[i%len(bases)], r, due, opt.Timeout)
+			base := bases[i%len(bases)]
+			if pinned != nil {
+				base = pinned[i]
+			}
+			o := send(runCtx, client, base, r, due, opt.Timeout)
 			outcomes[i] = o
 			if o.err != nil {
 				failed.Add(1)
@@ -264,6 +273,7 @@ loop:
 		}
 	}
 	res.Errors += n - int(sent.Load())
+	res.FirstTurns, res.ColdFirstTurns = coldFirstTurns(w, outcomes)
 	sortDurations(ttft)
 	sortDurations(e2e)
 	res.TTFT = ttft

@@ -18,6 +18,9 @@ type Request struct {
 	Body         []byte
 	Stream       bool
 	OutputTokens int // max_tokens in Body
+	// Prefix names the shared prefix (a system prompt) the request starts
+	// with, from 1; 0: none known. PrefixTokens is its length in tokens.
+	Prefix, PrefixTokens int
 }
 
 // Workload is a named, time-ordered request list.

@@ -13,6 +13,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/kvca/kvca/internal/cliflag"
+	"github.com/kvca/kvca/internal/ttftflag"
 
 	"github.com/kvca/kvca/bench/run"
 	"github.com/kvca/kvca/chain"
@@ -24,7 +25,7 @@ import (
 // proxyFlags are the proxy settings the bench varies, beside the policy.
 func proxyFlags() []cli.Flag {
 	d := edge.DefaultConfig()
-	return []cli.Flag{
+	return append([]cli.Flag{
 		&cli.IntFlag{Name: "block-size", Value: d.BlockSize, Usage: "proxy: CBR block size in bytes", EnvVars: env("block-size")},
 		&cli.GenericFlag{Name: "ttl", Value: cliflag.Duration(d.TTL), Usage: "proxy: location TTL (before --time-scale)", EnvVars: env("ttl")},
 		&cli.IntFlag{Name: "max-blocks", Value: d.MaxBlocks, Usage: "proxy: block table bound", EnvVars: env("max-blocks")},
@@ -35,7 +36,7 @@ func proxyFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "no-cluster", Usage: "with --replicas N: replicas do not share state (the baseline clustering fixes)", EnvVars: env("no-cluster")},
 		&cli.BoolFlag{Name: "proxy-process", Usage: "run each proxy as a `kvca serve` child process (exact proxy CPU per request)", EnvVars: env("proxy-process")},
 		&cli.StringFlag{Name: "kvca", Usage: "with --proxy-process: the kvca `BINARY` (default: kvca beside this executable, else on PATH)", EnvVars: env("kvca")},
-	}
+	}, ttftflag.Flags(env)...)
 }
 
 // benchProxy is an in-process kvca.
@@ -130,6 +131,10 @@ func proxyFactory(c *cli.Context, timeScale float64) run.ProxyFactory {
 				"--max-blocks", strconv.Itoa(c.Int("max-blocks")), "--active-weight", strconv.Itoa(c.Int("active-weight")),
 				"--log-level", "warn", "--prefill-release", c.String("prefill-release"),
 				"--predict-ttl", time.Duration(float64(c.Duration("predict-ttl")) * timeScale).String()}
+			tc := ttftflag.From(c, timeScale)
+			argv = append(argv, "--batch-capacity", strconv.Itoa(tc.Capacity), "--prefill-block-time", tc.BlockTime.String(),
+				"--first-token-base", tc.Base.String(), "--resident-window", tc.ResidentWindow.String(),
+				"--resident-epsilon", strconv.FormatFloat(tc.ResidentEpsilon, 'g', -1, 64))
 			for _, b := range backends {
 				argv = append(argv, "--backend", b)
 			}
@@ -147,6 +152,7 @@ func proxyFactory(c *cli.Context, timeScale float64) run.ProxyFactory {
 		cfg.ActiveWeight = c.Int("active-weight")
 		cfg.PrefillAtHeaders = c.String("prefill-release") == "headers"
 		cfg.PredictTTL = time.Duration(float64(c.Duration("predict-ttl")) * timeScale)
+		cfg.TTFT = ttftflag.From(c, timeScale)
 		if n := c.Int("replicas"); n > 1 {
 			return startReplicas(cfg, n, !c.Bool("no-cluster"))
 		}

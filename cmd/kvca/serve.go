@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/kvca/kvca/internal/cliflag"
+	"github.com/kvca/kvca/internal/ttftflag"
 
 	"github.com/kvca/kvca/edge"
 	"github.com/kvca/kvca/sched"
@@ -75,7 +76,7 @@ func serveCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "serve",
 		Usage: "run the proxy in front of OpenAI-compatible backends",
-		Flags: append(append(append(serveFlags(), configFlag), kdnServeFlags()...), clusterFlags()...),
+		Flags: append(append(append(append(serveFlags(), ttftflag.Flags(env)...), configFlag), kdnServeFlags()...), clusterFlags()...),
 		Action: func(c *cli.Context) error {
 			if err := applyConfigFile(c); err != nil {
 				return err
@@ -179,6 +180,7 @@ func configFrom(c *cli.Context) edge.Config {
 		UpstreamCert:          c.String("upstream-cert"),
 		UpstreamKey:           c.String("upstream-key"),
 		UpstreamInsecure:      c.Bool("upstream-insecure"),
+		TTFT:                  ttftflag.From(c, 1),
 	}
 }
 
