@@ -30,6 +30,7 @@ func newApp() *cli.App {
 			benchCommand(),
 			demoCommand(),
 			kdnCommand(),
+			keysCommand(),
 		},
 	}
 }
