@@ -277,3 +277,25 @@ func (l *Limiter) ChargeRemote(name string, requests, tokens int64) bool {
 }
 
 func (l *Limiter) tenantFor(t *apikeys.Tenant) *tenant { return l.state(t) }
+
+// Peek fills d with t's current headers without charging anything; d.OK
+// tells whether a request estimated at estTokens would be admitted now.
+func (l *Limiter) Peek(t *apikeys.Tenant, estTokens int64, d *Decision) {
+	st := l.state(t)
+	now := l.now()
+	*d = Decision{Tenant: t.ID, ReqLimit: t.RPM, TokLimit: t.TPM, OK: true}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.req.setLimit(t.RPM)
+	st.tok.setLimit(t.TPM)
+	if t.RPM > 0 {
+		ok, w := st.req.fits(now, 1)
+		d.OK, d.RetryAfter = ok, w
+		d.ReqRemaining, d.ReqReset = st.req.remaining(now), st.req.reset(now)
+	}
+	if t.TPM > 0 {
+		ok, w := st.tok.fits(now, max(min(estTokens, t.TPM), 0))
+		d.OK, d.RetryAfter = d.OK && ok, max(d.RetryAfter, w)
+		d.TokRemaining, d.TokReset = st.tok.remaining(now), st.tok.reset(now)
+	}
+}
