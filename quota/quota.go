@@ -147,13 +147,14 @@ func EstimateTokens(cbrBytes int) int64 { return int64(cbrBytes+3) / 4 }
 
 // Admit decides whether t may send a request now whose prompt is
 // estimated at estTokens, and fills d (the headers of the answer either
-// way). Admitted, one request and min(estTokens, TPM) tokens are charged:
-// the token reservation that Settle corrects. It allocates nothing.
+// way). Admitted, one request and the estimate (at least 1, at most TPM)
+// tokens are charged: the reservation that Settle corrects. It allocates
+// nothing.
 func (l *Limiter) Admit(t *apikeys.Tenant, estTokens int64, d *Decision) bool {
 	st := l.state(t)
 	now := l.now()
 	*d = Decision{Tenant: t.ID, ReqLimit: t.RPM, TokLimit: t.TPM}
-	cost := max(min(estTokens, t.TPM), 0)
+	cost := tokenCost(estTokens, t.TPM)
 	st.mu.Lock()
 	st.req.setLimit(t.RPM)
 	st.tok.setLimit(t.TPM)
@@ -192,6 +193,17 @@ func (l *Limiter) Admit(t *apikeys.Tenant, estTokens int64, d *Decision) bool {
 	}
 	d.RetryAfter = max(reqWait, tokWait)
 	return d.OK
+}
+
+// tokenCost is what admission reserves: the estimate, at least 1 (a
+// tenant with no token left is refused, even for a request estimated at
+// nothing) and at most the whole limit (so that any request can go from a
+// full bucket).
+func tokenCost(est, limit int64) int64 {
+	if limit == 0 {
+		return 0
+	}
+	return min(max(est, 1), limit)
 }
 
 // Usage is what an answer consumed.
@@ -294,7 +306,7 @@ func (l *Limiter) Peek(t *apikeys.Tenant, estTokens int64, d *Decision) {
 		d.ReqRemaining, d.ReqReset = st.req.remaining(now), st.req.reset(now)
 	}
 	if t.TPM > 0 {
-		ok, w := st.tok.fits(now, max(min(estTokens, t.TPM), 0))
+		ok, w := st.tok.fits(now, tokenCost(estTokens, t.TPM))
 		d.OK, d.RetryAfter = d.OK && ok, max(d.RetryAfter, w)
 		d.TokRemaining, d.TokReset = st.tok.remaining(now), st.tok.reset(now)
 	}

@@ -144,14 +144,19 @@ func TestStreamOverrun(t *testing.T) {
 	if got := l.tenantFor(ten).overrun.Get(); got != 150 {
 		t.Fatalf("overrun counted %d, want 150 (240 more than reserved, 90 of them were left)", got)
 	}
-	// 250 tokens owed at 100 per minute: 150 s; an estimate of 0 fits once
-	// the debt is within the minute, 90 s from now.
-	if l.Admit(ten, 0, &d) || d.RetryAfter != 90e9 || d.TokReset != 150e9 || d.RetryAfterSeconds() != 90 {
+	// 250 tokens owed at 100 per minute: 150 s until the bucket is full;
+	// the next request needs 1 token, 151 owed beyond the minute's 100
+	// are paid back in 90.6 s.
+	if l.Admit(ten, 0, &d) || d.RetryAfter != 90_600e6 || d.TokReset != 150e9 || d.RetryAfterSeconds() != 91 {
 		t.Fatalf("after the overrun: ok %v retry %d reset %d", d.OK, d.RetryAfter, d.TokReset)
 	}
-	c.add(90 * time.Second)
-	if !l.Admit(ten, 0, &d) || d.TokRemaining != 0 {
-		t.Fatalf("not admitted once the debt was within the minute: %+v", d)
+	c.add(90_600*time.Millisecond - 1)
+	if l.Admit(ten, 0, &d) {
+		t.Fatal("admitted 1 ns before the debt allowed")
+	}
+	c.add(1)
+	if !l.Admit(ten, 0, &d) || d.TokRemaining != 0 || d.Reserved != 1 {
+		t.Fatalf("not admitted once the debt allowed: %+v", d)
 	}
 	l.Settle(ten, &d, Usage{Prompt: 0, Completion: 0})
 }
@@ -163,8 +168,8 @@ func TestRefundAndEstimate(t *testing.T) {
 	l.Admit(ten, 600, &d)
 	l.Settle(ten, &d, Usage{Prompt: 40, Completion: 60})
 	l.Admit(ten, 0, &d)
-	if d.TokRemaining != 900 {
-		t.Fatalf("remaining after a refund %d, want 900", d.TokRemaining)
+	if d.TokRemaining != 899 || d.Reserved != 1 {
+		t.Fatalf("remaining after a refund and a reservation of 1: %d, want 899", d.TokRemaining)
 	}
 	l.Settle(ten, &d, Usage{Prompt: EstimateTokens(401), Estimated: true})
 	st := l.tenantFor(ten)
@@ -228,9 +233,9 @@ func TestShareUsage(t *testing.T) {
 		t.Fatalf("usage reported for %v", got)
 	}
 	a.TakeUsage(func(string, int64, int64) { t.Error("usage reported twice") })
-	b.Admit(ten, 0, &d)
-	if d.ReqRemaining != 5 || d.TokRemaining != 600 {
-		t.Fatalf("after the remote charge: %d requests %d tokens left, want 5 and 600", d.ReqRemaining, d.TokRemaining)
+	b.Peek(ten, 0, &d)
+	if d.ReqRemaining != 6 || d.TokRemaining != 600 {
+		t.Fatalf("after the remote charge: %d requests %d tokens left, want 6 and 600", d.ReqRemaining, d.TokRemaining)
 	}
 	if b.ChargeRemote("nobody", 1, 1) {
 		t.Fatal("unknown tenant charged")

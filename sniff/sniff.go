@@ -301,3 +301,8 @@ func unhex(c byte) (byte, bool) {
 	}
 	return 0, false
 }
+
+// Done reports whether a chunked body's last chunk and trailer have been
+// read: the answer is complete. (Without Chunked the edge knows the end
+// from Content-Length or the connection's close.)
+func (s *Sniffer) Done() bool { return s.format&Chunked != 0 && s.cs == csDone }
