@@ -317,6 +317,34 @@ func Credential(name, value []byte) (key []byte, ok bool) {
 	return key, len(key) > 0
 }
 
+// IsCredentialHeader reports whether a request header carries a client
+// credential that must not reach a backend: Authorization, x-api-key, and
+// Azure's api-key. The edge drops them from the upstream head and sends
+// AppendBackendAuth's instead.
+func IsCredentialHeader(name []byte) bool {
+	switch len(name) {
+	case 13:
+		return equalFold(name, "authorization")
+	case 9:
+		return equalFold(name, "x-api-key")
+	case 7:
+		return equalFold(name, "api-key")
+	}
+	return false
+}
+
+// AppendBackendAuth appends the header line that authenticates kvca to a
+// backend started with an API key (vLLM's --api-key checks a Bearer
+// token); nothing when key is empty.
+func AppendBackendAuth(b []byte, key string) []byte {
+	if key == "" {
+		return b
+	}
+	b = append(b, "Authorization: Bearer "...)
+	b = append(b, key...)
+	return append(b, "\r\n"...)
+}
+
 func equalFold(b []byte, lower string) bool {
 	if len(b) != len(lower) {
 		return false

@@ -1,13 +1,16 @@
 package apikeys
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func TestParse(t *testing.T) {
@@ -225,5 +228,53 @@ func BenchmarkLookup(b *testing.B) {
 		if _, ok := s.Lookup(key); !ok {
 			b.Fatal("not found")
 		}
+	}
+}
+
+func TestCredentialHeaders(t *testing.T) {
+	for name, want := range map[string]bool{"Authorization": true, "x-api-key": true, "X-API-KEY": true, "api-key": true,
+		"Proxy-Authorization": false, "Cookie": false, "x-api-keys": false} {
+		if IsCredentialHeader([]byte(name)) != want {
+			t.Errorf("%s: %v", name, !want)
+		}
+	}
+	if got := string(AppendBackendAuth(nil, "be-key")); got != "Authorization: Bearer be-key\r\n" {
+		t.Fatalf("%q", got)
+	}
+	if AppendBackendAuth(nil, "") != nil {
+		t.Fatal("a header without a key")
+	}
+}
+
+// TestSIGHUP reloads on the signal, with no poll in between.
+func TestSIGHUP(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "keys")
+	writeFile(t, path, Line([]byte("a"), "a", 0, 0)+"\n")
+	s, err := Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loaded := make(chan *Set, 4)
+	s.OnLoad(func(set *Set) { loaded <- set })
+	<-loaded
+	stop := s.Watch(time.Hour)
+	defer stop()
+	writeFile(t, path, Line([]byte("b"), "b", 0, 0)+"\n")
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := (<-loaded).Lookup([]byte("b")); !ok {
+		t.Fatal("new key missing after SIGHUP")
+	}
+	var m bytes.Buffer
+	s.Refused(true)
+	s.WritePrometheus(&m)
+	for _, line := range []string{`kvca_apikeys_keys 1`, `kvca_apikeys_reloads_total{result="ok"} 2`, `kvca_apikeys_refused_total{reason="missing"} 1`} {
+		if !strings.Contains(m.String(), line+"\n") {
+			t.Errorf("metrics lack %s:\n%s", line, m.String())
+		}
+	}
+	if strings.Contains(m.String(), Hash([]byte("b"))[7:]) {
+		t.Error("metrics show a key digest")
 	}
 }

@@ -33,6 +33,8 @@ type Store struct {
 	metrics *metrics.Set
 	reloads *metrics.Counter
 	failed  *metrics.Counter
+	missing *metrics.Counter
+	invalid *metrics.Counter
 	keys    atomic.Int64
 }
 
@@ -54,6 +56,8 @@ func Open(path string, log *slog.Logger) (*Store, error) {
 	s := &Store{path: path, log: log, metrics: metrics.NewSet()}
 	s.reloads = s.metrics.NewCounter(`kvca_apikeys_reloads_total{result="ok"}`)
 	s.failed = s.metrics.NewCounter(`kvca_apikeys_reloads_total{result="error"}`)
+	s.missing = s.metrics.NewCounter(`kvca_apikeys_refused_total{reason="missing"}`)
+	s.invalid = s.metrics.NewCounter(`kvca_apikeys_refused_total{reason="invalid"}`)
 	s.metrics.NewGauge(`kvca_apikeys_keys`, func() float64 { return float64(s.keys.Load()) })
 	if _, err := s.reload(true); err != nil {
 		return nil, err
@@ -67,6 +71,16 @@ func (s *Store) Current() *Set { return s.cur.Load() }
 // Lookup finds the tenant of a presented key in the set in force; it
 // allocates nothing.
 func (s *Store) Lookup(key []byte) (*Tenant, bool) { return s.cur.Load().Lookup(key) }
+
+// Refused counts a request answered 401: missing (no key presented) or
+// invalid (a key the file does not list).
+func (s *Store) Refused(missing bool) {
+	if missing {
+		s.missing.Inc()
+	} else {
+		s.invalid.Inc()
+	}
+}
 
 // OnLoad registers f to be called with every set about to come into
 // force (and at once with the current one), before lookups can see it:
