@@ -50,9 +50,30 @@ const (
 	jInStr
 	jNum
 	jLit
-	jAfter // after a value: ',' or a closer
-	jErr   // malformed: ignored until the document ends
+	jAfter   // after a value: ',' or a closer
+	jSkip    // inside a value skipped whole (s.skip brackets deep)
+	jSkipStr // in a string inside it
+	jErr     // malformed: ignored until the document ends
 )
+
+// skipTable marks the bytes a skipped value's scan stops at.
+const skipTable = "" +
+	"\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00" +
+	"\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00" +
+	"\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00" + // '"'
+	"\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00" +
+	"\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00" +
+	"\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x01\x00\x01\x00\x00" + // '[' ']'
+	"\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00" +
+	"\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x01\x00\x01\x00\x00" + // '{' '}'
+	"\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00" +
+	"\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00" +
+	"\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00" +
+	"\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00" +
+	"\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00" +
+	"\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00" +
+	"\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00" +
+	"\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
 
 func isSpace(c byte) bool { return c == ' ' || c == '\n' || c == '\r' || c == '\t' }
 
@@ -66,6 +87,11 @@ func (s *Sniffer) json(p []byte) {
 			i++
 			switch {
 			case isSpace(c):
+			case (c == '{' && s.depth > 0 && s.deeper == 0) || c == '[':
+				// Nothing recognised lies inside (targets pass through no
+				// array): skip the value, only matching brackets.
+				s.skip = 1
+				s.js = jSkip
 			case c == '{':
 				if !s.push(true) {
 					return
@@ -79,13 +105,6 @@ func (s *Sniffer) json(p []byte) {
 				}
 				s.leaf, s.deeper = 0, 0
 				s.js = jObjStart
-			case c == '[':
-				if !s.push(false) {
-					return
-				}
-				s.leaf, s.deeper = 0, 0
-			case c == ']' && s.depth > 0 && !s.isObj():
-				s.pop() // an empty array
 			case c == '"':
 				s.idCap = s.leaf != 0 && !s.idSet && s.leafField(fID)
 				if s.idCap {
@@ -209,6 +228,33 @@ func (s *Sniffer) json(p []byte) {
 				s.pop()
 			default:
 				s.js = jErr
+			}
+		case jSkip:
+			for i < len(p) && skipTable[p[i]] == 0 {
+				i++
+			}
+			if i == len(p) {
+				return
+			}
+			c := p[i]
+			i++
+			switch c {
+			case '"':
+				s.js = jSkipStr
+			case '{', '[':
+				if s.skip++; s.skip > MaxDepth {
+					s.js = jErr
+				}
+			case '}', ']':
+				if s.skip--; s.skip == 0 {
+					s.valueDone()
+				}
+			}
+		case jSkipStr:
+			n, closed := s.scanString(p[i:])
+			i += n
+			if closed {
+				s.js = jSkip
 			}
 		case jErr:
 			return

@@ -74,6 +74,7 @@ type Sniffer struct {
 	sawEsc bool
 	klen   int
 	kbuf   [maxKey]byte
+	skip   int // bracket depth inside a skipped value
 	num    int64
 	numOK  bool
 	idCap  bool

@@ -326,3 +326,12 @@ func TestTargetTables(t *testing.T) {
 		}
 	}
 }
+
+func TestSkipTable(t *testing.T) {
+	for c := range 256 {
+		want := strings.IndexByte(`"{}[]`, byte(c)) >= 0
+		if (skipTable[c] != 0) != want {
+			t.Errorf("skipTable[%#x] = %d", c, skipTable[c])
+		}
+	}
+}
