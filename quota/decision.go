@@ -1,6 +1,9 @@
 package quota
 
-import "strconv"
+import (
+	"strconv"
+	"time"
+)
 
 // Which limit refused a request.
 const (
@@ -51,6 +54,38 @@ func (d *Decision) AppendHeaders(b []byte) []byte {
 	}
 	if !d.OK {
 		b = appendHeader(b, "Retry-After: ", d.RetryAfterSeconds())
+		// OpenAI's SDKs prefer this one, to the millisecond.
+		b = appendHeader(b, "retry-after-ms: ", max((d.RetryAfter+1e6-1)/1e6, 1))
+	}
+	return b
+}
+
+// AppendAnthropicHeaders appends the rate-limit header lines Anthropic's
+// API sends (for /v1/messages), whose resets are instants (RFC 3339, UTC,
+// to the second, rounded up) computed from now, and retry-after when the
+// request was refused.
+func (d *Decision) AppendAnthropicHeaders(b []byte, now time.Time) []byte {
+	at := func(b []byte, ns int64) []byte {
+		t := now.Add(time.Duration(ns)).UTC()
+		if t.Nanosecond() != 0 {
+			t = t.Truncate(time.Second).Add(time.Second)
+		}
+		return t.AppendFormat(b, time.RFC3339)
+	}
+	if d.ReqLimit > 0 {
+		b = appendHeader(b, "anthropic-ratelimit-requests-limit: ", d.ReqLimit)
+		b = appendHeader(b, "anthropic-ratelimit-requests-remaining: ", d.ReqRemaining)
+		b = append(b, "anthropic-ratelimit-requests-reset: "...)
+		b = append(at(b, d.ReqReset), "\r\n"...)
+	}
+	if d.TokLimit > 0 {
+		b = appendHeader(b, "anthropic-ratelimit-tokens-limit: ", d.TokLimit)
+		b = appendHeader(b, "anthropic-ratelimit-tokens-remaining: ", d.TokRemaining)
+		b = append(b, "anthropic-ratelimit-tokens-reset: "...)
+		b = append(at(b, d.TokReset), "\r\n"...)
+	}
+	if !d.OK {
+		b = appendHeader(b, "retry-after: ", d.RetryAfterSeconds())
 	}
 	return b
 }

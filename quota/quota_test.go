@@ -117,9 +117,15 @@ func TestTokensExactAndHeaders(t *testing.T) {
 	}
 	// 1000 tokens owed at 1000 per minute: 1 token back after 60 ms.
 	want = "x-ratelimit-limit-requests: 60\r\nx-ratelimit-remaining-requests: 56\r\nx-ratelimit-reset-requests: 4s\r\n" +
-		"x-ratelimit-limit-tokens: 1000\r\nx-ratelimit-remaining-tokens: 0\r\nx-ratelimit-reset-tokens: 1m0s\r\nRetry-After: 1\r\n"
+		"x-ratelimit-limit-tokens: 1000\r\nx-ratelimit-remaining-tokens: 0\r\nx-ratelimit-reset-tokens: 1m0s\r\nRetry-After: 1\r\nretry-after-ms: 60\r\n"
 	if got := string(d.AppendHeaders(nil)); got != want || d.RetryAfter != 60e6 {
 		t.Fatalf("headers (retry after %d ns):\n%s\nwant:\n%s", d.RetryAfter, got, want)
+	}
+	wall := time.Date(2026, 12, 1, 10, 0, 0, 500e6, time.UTC)
+	want = "anthropic-ratelimit-requests-limit: 60\r\nanthropic-ratelimit-requests-remaining: 56\r\nanthropic-ratelimit-requests-reset: 2026-12-01T10:00:05Z\r\n" +
+		"anthropic-ratelimit-tokens-limit: 1000\r\nanthropic-ratelimit-tokens-remaining: 0\r\nanthropic-ratelimit-tokens-reset: 2026-12-01T10:01:01Z\r\nretry-after: 1\r\n"
+	if got := string(d.AppendAnthropicHeaders(nil, wall)); got != want {
+		t.Fatalf("anthropic headers:\n%s\nwant:\n%s", got, want)
 	}
 	body := string(d.AppendErrorBody(nil, false))
 	if body != `{"error":{"message":"Rate limit reached for tokens per minute: limit 1000. Please try again in 60ms.","type":"tokens","param":null,"code":"rate_limit_exceeded"}}`+"\n" {
@@ -252,10 +258,12 @@ func TestAdmitAllocatesNothing(t *testing.T) {
 	ten := tn(0, 1000, 100000)
 	l.Ensure(ten)
 	var d Decision
-	var hdr []byte
+	hdr := make([]byte, 0, 1024)
+	wall := time.Now()
 	if n := testing.AllocsPerRun(200, func() {
 		l.Admit(ten, 10, &d)
 		hdr = d.AppendHeaders(hdr[:0])
+		hdr = d.AppendAnthropicHeaders(hdr, wall)
 		l.Settle(ten, &d, Usage{Prompt: 10, Completion: 5})
 		c.add(time.Second)
 	}); n != 0 {
