@@ -10,6 +10,8 @@ const (
 	fPrompt = iota
 	fCompletion
 	fID
+	fCacheRead   // Anthropic: prompt tokens read from the cache, not in input_tokens
+	fCacheCreate // Anthropic: prompt tokens written to the cache, not in input_tokens
 )
 
 type target struct {
@@ -32,11 +34,15 @@ var targets = [...]target{
 	{[]string{"id"}, fID},
 	{[]string{"response", "id"}, fID},
 	{[]string{"message", "id"}, fID},
+	{[]string{"usage", "cache_read_input_tokens"}, fCacheRead},
+	{[]string{"usage", "cache_creation_input_tokens"}, fCacheCreate},
+	{[]string{"message", "usage", "cache_read_input_tokens"}, fCacheRead},
+	{[]string{"message", "usage", "cache_creation_input_tokens"}, fCacheCreate},
 }
 
 const (
 	maxLevels  = 3
-	maxKey     = 24
+	maxKey     = 32
 	allTargets = uint16(1)<<len(targets) - 1
 )
 
@@ -375,11 +381,11 @@ func keyTargets(lvl int, key []byte) uint16 {
 	case 0:
 		switch string(key) {
 		case "usage":
-			return 1<<0 | 1<<1 | 1<<2 | 1<<3
+			return 1<<0 | 1<<1 | 1<<2 | 1<<3 | 1<<11 | 1<<12
 		case "response":
 			return 1<<4 | 1<<5 | 1<<9
 		case "message":
-			return 1<<6 | 1<<7 | 1<<10
+			return 1<<6 | 1<<7 | 1<<10 | 1<<13 | 1<<14
 		case "id":
 			return 1 << 8
 		}
@@ -393,8 +399,12 @@ func keyTargets(lvl int, key []byte) uint16 {
 			return 1 << 2
 		case "output_tokens":
 			return 1 << 3
+		case "cache_read_input_tokens":
+			return 1 << 11
+		case "cache_creation_input_tokens":
+			return 1 << 12
 		case "usage":
-			return 1<<4 | 1<<5 | 1<<6 | 1<<7
+			return 1<<4 | 1<<5 | 1<<6 | 1<<7 | 1<<13 | 1<<14
 		case "id":
 			return 1<<9 | 1<<10
 		}
@@ -404,13 +414,21 @@ func keyTargets(lvl int, key []byte) uint16 {
 			return 1<<4 | 1<<6
 		case "output_tokens":
 			return 1<<5 | 1<<7
+		case "cache_read_input_tokens":
+			return 1 << 13
+		case "cache_creation_input_tokens":
+			return 1 << 14
 		}
 	}
 	return 0
 }
 
 // endsAt are the targets whose path ends at each level.
-var endsAt = [maxLevels]uint16{1 << 8, 1<<0 | 1<<1 | 1<<2 | 1<<3 | 1<<9 | 1<<10, 1<<4 | 1<<5 | 1<<6 | 1<<7}
+var endsAt = [maxLevels]uint16{
+	1 << 8,
+	1<<0 | 1<<1 | 1<<2 | 1<<3 | 1<<9 | 1<<10 | 1<<11 | 1<<12,
+	1<<4 | 1<<5 | 1<<6 | 1<<7 | 1<<13 | 1<<14,
+}
 
 func (s *Sniffer) leafField(f int) bool {
 	for m := s.leaf; m != 0; m &= m - 1 {
@@ -429,6 +447,10 @@ func (s *Sniffer) numDone() {
 				s.prompt, s.hasPrompt = s.num, true
 			case fCompletion:
 				s.completion, s.hasCompletion = s.num, true
+			case fCacheRead:
+				s.cacheRead, s.hasPrompt = s.num, true
+			case fCacheCreate:
+				s.cacheCreate, s.hasPrompt = s.num, true
 			}
 		}
 	}

@@ -12,6 +12,7 @@
 //	usage.input_tokens, usage.output_tokens           Responses API body; Anthropic Messages body and message_delta
 //	response.usage.input_tokens, .output_tokens       Responses API stream: response.completed
 //	message.usage.input_tokens, .output_tokens        Anthropic Messages stream: message_start
+//	usage.cache_read_input_tokens, ...creation...     Anthropic's prompt cache (message.usage. in a stream)
 //	id, response.id, message.id                       the answer's id (Responses API: the body's or response.created's)
 //
 // The paths are rooted at the top-level object; the last value seen wins
@@ -81,6 +82,7 @@ type Sniffer struct {
 	idLen  int
 
 	prompt, completion       int64
+	cacheRead, cacheCreate   int64
 	hasPrompt, hasCompletion bool
 	idSet                    bool
 	id                       [MaxID]byte
@@ -92,10 +94,18 @@ func (s *Sniffer) Reset(f Format) {
 }
 
 // Usage returns the token counts found; ok is false when the answer
-// reported none.
+// reported none. prompt is the whole prompt: with Anthropic's usage, whose
+// input_tokens leaves out what was read from or written to its prompt
+// cache, those counts are added in (OpenAI's prompt_tokens and
+// input_tokens already include cached tokens).
 func (s *Sniffer) Usage() (prompt, completion int64, ok bool) {
-	return s.prompt, s.completion, s.hasPrompt || s.hasCompletion
+	return s.prompt + s.cacheRead + s.cacheCreate, s.completion, s.hasPrompt || s.hasCompletion
 }
+
+// CacheTokens returns Anthropic's cache_read_input_tokens and
+// cache_creation_input_tokens, the part of Usage's prompt the engine did
+// not compute (read) or stored for later (creation); 0 when not reported.
+func (s *Sniffer) CacheTokens() (read, creation int64) { return s.cacheRead, s.cacheCreate }
 
 // ID returns the answer's id, or nil; it aliases s until the next Reset.
 func (s *Sniffer) ID() []byte {

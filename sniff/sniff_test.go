@@ -110,6 +110,10 @@ func samples() []sample {
 		{"responses json", JSON, responsesJSON, want{36, 87, true, "resp_67ccd2bed1ec8190b14f964abc0542670bb6a6b452d3795b"}},
 		{"anthropic stream", SSE, anthropicStream, want{25, 15, true, "msg_1nZdL29xx5MUA1yADyHTEsnR8uuvGzszyY"}},
 		{"anthropic json", JSON, anthropicJSON, want{2095, 503, true, "msg_013Zva2CMHLNnXjNJJKqJ2EF"}},
+		{"anthropic cached stream", SSE, strings.Replace(anthropicStream, `"cache_creation_input_tokens":0,"cache_read_input_tokens":0`, `"cache_creation_input_tokens":7,"cache_read_input_tokens":1000`, 1),
+			want{1032, 15, true, "msg_1nZdL29xx5MUA1yADyHTEsnR8uuvGzszyY"}},
+		{"anthropic cached json", JSON, strings.Replace(anthropicJSON, `"input_tokens":2095`, `"input_tokens":5,"cache_read_input_tokens":2090,"cache_creation_input_tokens":0`, 1),
+			want{2095, 503, true, "msg_013Zva2CMHLNnXjNJJKqJ2EF"}},
 		{"stream without usage", SSE, strings.Replace(chatStream(2), `"usage":{"prompt_tokens":1742,"total_tokens":1810,"completion_tokens":68,"prompt_tokens_details":{"cached_tokens":1536}}`, `"usage":null`, 1), want{0, 0, false, "chatcmpl-9f1c2a"}},
 		{"nested usage only", JSON, `{"choices":[{"usage":{"prompt_tokens":5}}],"data":{"usage":{"input_tokens":6}},"x":{"id":"no"}}`, want{}},
 		{"escaped key", JSON, `{"usag\u0065":{"prompt_tokens":5},"usage":{"prompt_tokens":"7","completion_tokens":3.5,"input_tokens":-2,"output_tokens":4}}`, want{0, 4, true, ""}},
@@ -299,8 +303,14 @@ func BenchmarkStream4KBFastjson(b *testing.B) {
 func TestTargetTables(t *testing.T) {
 	keys := map[string]bool{"other": true}
 	for _, tg := range targets {
+		if len(tg.path) > maxLevels {
+			t.Errorf("%v deeper than maxLevels", tg.path)
+		}
 		for _, k := range tg.path {
 			keys[k] = true
+			if len(k) > maxKey {
+				t.Errorf("key %q longer than maxKey", k)
+			}
 		}
 	}
 	for lvl := range maxLevels {
