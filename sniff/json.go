@@ -149,10 +149,12 @@ func (s *Sniffer) json(p []byte) {
 					seg = seg[:n-1]
 				}
 				if s.klen+len(seg) <= maxKey {
-					copy(s.kbuf[s.klen:], seg)
-				}
-				if bytes.IndexByte(seg, '\\') >= 0 {
-					s.sawEsc = true
+					for k, c := range seg {
+						s.kbuf[s.klen+k] = c
+						if c == '\\' {
+							s.sawEsc = true
+						}
+					}
 				}
 				s.klen += len(seg)
 			}
@@ -236,6 +238,7 @@ func (s *Sniffer) json(p []byte) {
 				s.js = jErr
 			}
 		case jSkip:
+		skip:
 			for i < len(p) && skipTable[p[i]] == 0 {
 				i++
 			}
@@ -246,14 +249,24 @@ func (s *Sniffer) json(p []byte) {
 			i++
 			switch c {
 			case '"':
-				s.js = jSkipStr
+				n, closed := s.scanString(p[i:])
+				i += n
+				if !closed {
+					s.js = jSkipStr
+					return
+				}
+				goto skip
 			case '{', '[':
 				if s.skip++; s.skip > MaxDepth {
 					s.js = jErr
+					return
 				}
+				goto skip
 			case '}', ']':
 				if s.skip--; s.skip == 0 {
 					s.valueDone()
+				} else {
+					goto skip
 				}
 			}
 		case jSkipStr:

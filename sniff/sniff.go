@@ -138,9 +138,69 @@ func (s *Sniffer) body(p []byte) {
 			s.line(p)
 			return
 		}
+		if k := s.skippable(p, nl); k > 0 {
+			p = p[k:]
+			continue
+		}
 		s.line(p[:nl])
 		s.endLine()
 		p = p[nl+1:]
+	}
+}
+
+// skippable returns how many bytes of p (from a line's start, its first
+// LF at nl) make up a whole one-line event that cannot hold anything
+// recognised, or 0: a data line without a "usage" object (every token
+// path passes through that key) nor, while the id is unknown, an "id",
+// followed by the blank line that ends the event. Reading it would change nothing, as the
+// event's end resets the JSON state; most events of a stream are such,
+// and a search for two words is far cheaper than tokenizing them. A line
+// cut across pieces is read in full instead, to the same effect.
+func (s *Sniffer) skippable(p []byte, nl int) int {
+	if s.ls != lsStart || s.lineLen != 0 || s.js != jValue || s.depth != 0 || nl < len(dataField) ||
+		string(p[:len(dataField)]) != dataField {
+		return 0
+	}
+	end := nl + 1
+	line := p[:nl]
+	switch {
+	case end < len(p) && p[end] == '\n':
+		end++
+	case nl > 0 && p[nl-1] == '\r' && end+1 < len(p) && p[end] == '\r' && p[end+1] == '\n':
+		end += 2
+	default:
+		return 0 // the event may go on, or its end is in the next piece
+	}
+	if (!s.idSet && bytes.Contains(line, []byte(`"id"`))) || usageObject(line) {
+		return 0
+	}
+	return end
+}
+
+// usageObject reports whether line may hold a "usage" key whose value is
+// an object: OpenAI's streams carry "usage":null in every chunk but the
+// last, and only an object can hold token counts.
+func usageObject(line []byte) bool {
+	for {
+		i := bytes.Index(line, []byte(`usage"`))
+		if i < 0 {
+			return false
+		}
+		line = line[i+len(`usage"`):]
+		j := 0
+		for j < len(line) && isSpace(line[j]) {
+			j++
+		}
+		if j == len(line) || line[j] != ':' {
+			continue // not a key
+		}
+		j++
+		for j < len(line) && isSpace(line[j]) {
+			j++
+		}
+		if j == len(line) || line[j] == '{' {
+			return true
+		}
 	}
 }
 

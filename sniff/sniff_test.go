@@ -240,13 +240,41 @@ func benchFeed(b *testing.B, f Format, body []byte, piece int) {
 	}
 }
 
-func BenchmarkStream4KB(b *testing.B) {
+func stream4KB() []byte {
 	body := []byte(chatStream(14))
 	for len(body) < 4096 {
 		body = []byte(chatStream(len(body)/200 + 15))
 	}
-	b.Logf("%d bytes", len(body))
-	benchFeed(b, SSE, body, 256)
+	return body
+}
+
+// BenchmarkStream4KB feeds a 4 KB chat stream one event per piece, as a
+// server writes them.
+func BenchmarkStream4KB(b *testing.B) {
+	body := stream4KB()
+	var events [][]byte
+	for rest := body; len(rest) > 0; {
+		i := bytes.Index(rest, []byte("\n\n")) + 2
+		events = append(events, rest[:i])
+		rest = rest[i:]
+	}
+	var s Sniffer
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		s.Reset(SSE)
+		for _, ev := range events {
+			s.Feed(ev)
+		}
+	}
+	if _, _, ok := s.Usage(); !ok {
+		b.Fatal("no usage")
+	}
+}
+
+// BenchmarkStream4KBCut256 feeds it in 256-byte pieces, cut anywhere.
+func BenchmarkStream4KBCut256(b *testing.B) {
+	benchFeed(b, SSE, stream4KB(), 256)
 }
 
 func BenchmarkJSON64KB(b *testing.B) {
@@ -270,10 +298,7 @@ func BenchmarkCopy4KB(b *testing.B) {
 // BenchmarkStream4KBFastjson parses the same stream's events with a
 // pooled fastjson parser, as the edge could do instead, for a ratio.
 func BenchmarkStream4KBFastjson(b *testing.B) {
-	body := []byte(chatStream(14))
-	for len(body) < 4096 {
-		body = []byte(chatStream(len(body)/200 + 15))
-	}
+	body := stream4KB()
 	var p fastjson.Parser
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
