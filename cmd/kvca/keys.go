@@ -35,9 +35,12 @@ client needs it. Example:
 				if c.NArg() > 0 {
 					return errors.New("keys hash reads the key from stdin, not from its arguments (which shell history and ps would show)")
 				}
-				line, err := keysHashLine(c.App.Reader, c.String("tenant"), c.Int64("rpm"), c.Int64("tpm"))
+				line, short, err := keysHashLine(c.App.Reader, c.String("tenant"), c.Int64("rpm"), c.Int64("tpm"))
 				if err != nil {
 					return err
+				}
+				if short {
+					fmt.Fprintf(c.App.ErrWriter, "kvca: warning: the key is shorter than %d bytes; a digest of a short or guessable key can be reversed by trying keys (make one with: openssl rand -hex 24)\n", minKeyLen)
 				}
 				_, err = fmt.Fprintln(c.App.Writer, line)
 				return err
@@ -46,26 +49,31 @@ client needs it. Example:
 	}
 }
 
-// keysHashLine reads a key from r and returns its keys-file line.
-func keysHashLine(r io.Reader, tenant string, rpm, tpm int64) (string, error) {
+// minKeyLen is the key length below which keys hash warns: unsalted
+// digests are safe to store only for keys too random to guess.
+const minKeyLen = 20
+
+// keysHashLine reads a key from r and returns its keys-file line, and
+// whether the key is short.
+func keysHashLine(r io.Reader, tenant string, rpm, tpm int64) (line string, short bool, err error) {
 	if !apikeys.ValidTenant(tenant) {
-		return "", fmt.Errorf("--tenant %q must be 1-64 of A-Z a-z 0-9 . _ -", tenant)
+		return "", false, fmt.Errorf("--tenant %q must be 1-64 of A-Z a-z 0-9 . _ -", tenant)
 	}
 	for _, l := range []struct {
 		name string
 		v    int64
 	}{{"rpm", rpm}, {"tpm", tpm}} {
 		if l.v < 0 || l.v > apikeys.MaxLimit {
-			return "", fmt.Errorf("--%s must be from 0 (unlimited) to %d", l.name, apikeys.MaxLimit)
+			return "", false, fmt.Errorf("--%s must be from 0 (unlimited) to %d", l.name, apikeys.MaxLimit)
 		}
 	}
 	key, err := bufio.NewReader(r).ReadString('\n')
 	if err != nil && err != io.EOF {
-		return "", fmt.Errorf("reading the key from stdin: %w", err)
+		return "", false, fmt.Errorf("reading the key from stdin: %w", err)
 	}
 	key = strings.TrimSpace(key)
 	if key == "" {
-		return "", errors.New("no key on stdin")
+		return "", false, errors.New("no key on stdin")
 	}
-	return apikeys.Line([]byte(key), tenant, rpm, tpm), nil
+	return apikeys.Line([]byte(key), tenant, rpm, tpm), len(key) < minKeyLen, nil
 }

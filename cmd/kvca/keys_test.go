@@ -10,9 +10,10 @@ import (
 
 func TestKeysHash(t *testing.T) {
 	app := newApp()
-	var out bytes.Buffer
+	var out, errs bytes.Buffer
 	app.Reader = strings.NewReader("sk-test-123\n")
 	app.Writer = &out
+	app.ErrWriter = &errs
 	if err := app.Run([]string{"kvca", "keys", "hash", "--tenant", "acme", "--rpm", "60"}); err != nil {
 		t.Fatal(err)
 	}
@@ -30,8 +31,11 @@ func TestKeysHash(t *testing.T) {
 	if !ok || tn.Name != "acme" || tn.RPM != 60 || tn.TPM != 0 {
 		t.Fatalf("line %q: got %+v %v", line, tn, ok)
 	}
-	if strings.Contains(out.String(), "sk-test-123") {
+	if strings.Contains(out.String()+errs.String(), "sk-test-123") {
 		t.Fatal("the key itself was printed")
+	}
+	if !strings.Contains(errs.String(), "shorter than 20 bytes") {
+		t.Fatalf("no warning for a short key: %q", errs.String())
 	}
 	if err := app.Run([]string{"kvca", "keys", "hash", "--tenant", "acme", "sk-test-123"}); err == nil {
 		t.Fatal("a key given as an argument was accepted")
