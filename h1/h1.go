@@ -222,6 +222,9 @@ func (r *Request) target(b []byte) *Error {
 	case t[0] == '/':
 		r.URI = r.Target
 	case len(t) == 1 && t[0] == '*':
+		if string(r.Method.Of(b)) != "OPTIONS" {
+			return ErrTarget // asterisk-form is for OPTIONS only
+		}
 		r.Asterisk = true
 		return nil
 	default:

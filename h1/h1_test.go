@@ -107,6 +107,7 @@ func TestParseRequestRefuses(t *testing.T) {
 		{"method not a token", "G(T / HTTP/1.1\r\nHost: a\r\n\r\n", ErrRequestLine},
 		{"HTTP/1.2", "GET / HTTP/1.2\r\nHost: a\r\n\r\n", ErrVersion},
 		{"HTTP/2 preface", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", ErrVersion},
+		{"asterisk, not OPTIONS", "GET * HTTP/1.1\r\nHost: a\r\n\r\n", ErrTarget},
 		{"HTTP/0.9 style", "GET / HTTP/0.9\r\n\r\n", ErrVersion},
 		{"space in a name", "GET / HTTP/1.1\r\nHost: a\r\nX Y: b\r\n\r\n", ErrFieldName},
 		{"space before colon", "GET / HTTP/1.1\r\nHost : a\r\n\r\n", ErrFieldName},
@@ -268,7 +269,13 @@ func FuzzRequestDifferential(f *testing.F) {
 		if st != OK {
 			return
 		}
-		req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(b)))
+		// Blank lines before the request line are ignored by h1 (RFC 9112
+		// §2.2 asks it to) and not by net/http.
+		lead := b
+		for bytes.HasPrefix(lead, []byte("\r\n")) {
+			lead = lead[2:]
+		}
+		req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(lead)))
 		if err != nil {
 			t.Fatalf("h1 accepted what net/http refuses (%v): %q", err, b)
 		}
