@@ -15,6 +15,7 @@ type reply struct {
 	msg       string
 	header    string // extra header lines, each ending in CRLF
 	close     bool   // the connection ends after it
+	body      string // the whole body, when not built from typ, code and msg
 }
 
 var (
@@ -118,6 +119,9 @@ func appendAnswer(b []byte, status int, ctype string, body []byte, rid []byte, h
 
 // appendErrorAnswer appends r as a whole answer.
 func appendErrorAnswer(b []byte, r *reply, rid []byte, close, head bool) []byte {
+	if r.body != "" {
+		return appendAnswer(b, r.status, "application/json", []byte(r.body), rid, r.header, close, head)
+	}
 	var body [512]byte
 	return appendAnswer(b, r.status, "application/json", appendErrorBody(body[:0], r.typ, r.code, r.msg), rid, r.header, close, head)
 }

@@ -43,7 +43,7 @@ type Config struct {
 	// backend (passive health).
 	FailThreshold int
 	// PrefillAtHeaders releases a streamed response's novel-block load at its
-	// headers, the seed's letter (--prefill-release headers). By default it
+	// headers (--prefill-release headers). By default it
 	// is released at the first body byte: streaming servers send headers
 	// before they prefill, and the bench shows the later release cuts TTFT
 	// p99 by a quarter on the Mooncake trace.
@@ -84,6 +84,15 @@ type Config struct {
 	QueueHolderWait       time.Duration
 	QueueStarvationLimit  int
 	QueueEngineAware      bool
+
+	// The front door (docs/frontdoor.md): APIKeys is the keys file
+	// (--api-keys; empty: no keys asked, no quotas); BackendAPIKey is
+	// sent to backends instead of any client credential
+	// (--backend-api-key); OTLPEndpoint turns tracing on.
+	APIKeys          string
+	BackendAPIKey    string
+	OTLPEndpoint     string
+	TraceSampleRatio float64
 
 	// IO is how the public listener is served: "epoll", event loops (one
 	// per core, Linux; see evloop_linux.go), the only way; "auto" (or

@@ -12,6 +12,7 @@ import (
 	"github.com/kvca/kvca/admit"
 	"github.com/kvca/kvca/canon"
 	"github.com/kvca/kvca/h1"
+	"github.com/kvca/kvca/sniff"
 )
 
 // A client connection's states.
@@ -380,12 +381,25 @@ func (c *cliConn) dispatch() {
 	c.state, c.dl = cliWait, 0
 	call.inBytes = c.reqEnd
 	body := c.buf[c.h.Size:c.bodyEnd]
+	if s.tracer != nil {
+		call.tr.Begin(s.tracer, call.start, routeNames[c.route], c.h.Get(c.buf, "traceparent"), c.h.Get(c.buf, "tracestate"), call.rid)
+	}
+	if s.keys != nil && c.kind != kindHealth && c.kind != kindReady && c.kind != kindReply && c.kind != kindOptions {
+		if r, ok := s.authenticate(call, c.buf, &c.h); !ok {
+			c.reply(&r)
+			return
+		}
+	}
 	switch c.kind {
 	case kindRouted:
 		c.dispatchRouted(body)
 	case kindPass:
 		if err := s.planPassthrough(call, body); err != nil {
 			r := unknownModel(call.model)
+			c.reply(&r)
+			return
+		}
+		if r, over := s.overQuota(call, len(body)); over {
 			c.reply(&r)
 			return
 		}
@@ -488,6 +502,10 @@ func (c *cliConn) afterPlan(err error) {
 		c.reply(&r)
 		return
 	}
+	if r, over := s.overQuota(call, call.info.CBRLen); over {
+		c.reply(&r)
+		return
+	}
 	c.lastBusy = false
 	c.admission()
 	c.attempts()
@@ -502,7 +520,11 @@ func (c *cliConn) admission() {
 	}
 	tk, b := &c.c.tk, c.buf
 	tk.Class = admit.ClassOf(c.h.Get(b, "x-kvca-priority"), nil)
-	tk.Tenant = s.adm.TenantKey(c.h.Get(b, "x-kvca-tenant"))
+	if t := c.c.tenant; t != nil {
+		tk.Tenant = s.adm.TenantKey([]byte(t.Name)) // the API key's tenant
+	} else {
+		tk.Tenant = s.adm.TenantKey(c.h.Get(b, "x-kvca-tenant"))
+	}
 	tk.Owner, tk.Wake = c, admitWake
 }
 
@@ -588,7 +610,10 @@ func (c *cliConn) attemptOn(u *upstream, fresh bool) int {
 		if res != sent {
 			return res
 		}
-		c.uhead = appendUpstreamHead(c.uhead[:0], c.buf, &c.h, u, c.bodyEnd-c.h.Size, c.ip, c.c.rid, c.sock.tls != nil, s.cfg.PreserveHost)
+		c.c.tr.AttemptBegin(u.b.Name)
+		f := fwd{tls: c.sock.tls != nil, preserveHost: s.cfg.PreserveHost, dropCreds: s.keys != nil || s.cfg.BackendAPIKey != "",
+			backendKey: s.cfg.BackendAPIKey, tr: &c.c.tr}
+		c.uhead = appendUpstreamHead(c.uhead[:0], c.buf, &c.h, u, c.bodyEnd-c.h.Size, c.ip, c.c.rid, &f)
 		up.begin(c, reused)
 		e := up.writeReq()
 		if e == 0 {
@@ -656,7 +681,21 @@ func (c *cliConn) onHead(up *upConn) {
 		up.bodyDone = true
 		up.reusable = up.reusable && (c.head || r.ContentLength <= 0 || r.Status == 304 || r.Status == 204)
 	}
-	c.out = appendClientHead(c.out, up.buf[up.hoff:], r, up.mode, up.dechunk, call.rid, c.closeAfter)
+	var quotaHeaders []byte
+	if call.tenant != nil {
+		// Usage is read in passing to charge the tenant what it used.
+		call.sniffing = true
+		f := sniff.JSON
+		if r.SSE {
+			f = sniff.SSE
+		}
+		if up.mode == h1.BodyChunked && !up.dechunk {
+			f |= sniff.Chunked
+		}
+		call.sn.Reset(f)
+		quotaHeaders = call.qd.AppendHeaders(c.uhead[:0]) // the upstream head is sent: its buffer is free
+	}
+	c.out = appendClientHead(c.out, up.buf[up.hoff:], r, up.mode, up.dechunk, call.rid, quotaHeaders, c.closeAfter)
 	c.state = cliRelay
 	up.state = upBody
 	up.dl = 0
@@ -773,6 +812,10 @@ func (c *cliConn) finish(clientGone bool) {
 	s := c.l.s
 	up, call := c.up, c.c
 	u := up.u
+	if call.sniffing && up.mode != h1.BodyChunked {
+		call.sn.Close()
+	}
+	call.tr.AttemptEnd(call.status, up.err)
 	if upErr := up.err; upErr != nil {
 		s.streamFailed(u, upErr)
 		call.outcome = outUpstream
@@ -1305,6 +1348,9 @@ func (up *upConn) pump() {
 			}
 			if len(data) > 0 {
 				c.c.firstByte(up.mode == h1.BodyChunked)
+				if c.c.sniffing {
+					c.c.sn.Feed(data)
+				}
 			}
 			// The head, if still pending, goes out in the same write.
 			if !c.send(data) {

@@ -14,9 +14,14 @@ import (
 	"time"
 
 	"github.com/kvca/kvca/admit"
+	"github.com/kvca/kvca/apikeys"
 	"github.com/kvca/kvca/canon"
 	"github.com/kvca/kvca/chain"
+	"github.com/kvca/kvca/h1"
+	"github.com/kvca/kvca/quota"
 	"github.com/kvca/kvca/sched"
+	"github.com/kvca/kvca/sniff"
+	"github.com/kvca/kvca/tracing"
 )
 
 // call is one request's exchange as the proxy's logic sees it, whatever
@@ -46,6 +51,13 @@ type call struct {
 	outcome int
 	allowed chain.Set
 	tk      admit.Ticket // admission, when --max-inflight-per-backend is set
+	// The front door: the tenant of the request's API key, its quota
+	// decision, the answer's usage read in passing, the trace.
+	tenant   *apikeys.Tenant
+	qd       quota.Decision
+	sniffing bool
+	sn       sniff.Sniffer
+	tr       tracing.Request
 }
 
 // Outcomes of an exchange, as the access log names them.
@@ -77,6 +89,7 @@ func (s *Server) putCall(c *call) {
 	c.info = canon.Info{Model: c.info.Model[:0]} // its buffer is kept
 	c.req = sched.Request{}
 	c.tk.Class, c.tk.Tenant, c.tk.HolderWait, c.tk.Wake, c.tk.Owner = 0, 0, 0, nil, nil
+	c.tenant, c.qd, c.sniffing = nil, quota.Decision{}, false
 	c.dec = sched.Decision{}
 	c.res = sched.Reservation{}
 	s.calls.Put(c)
@@ -176,9 +189,39 @@ func (s *Server) pick(c *call, lastBusy bool) (*upstream, *reply) {
 			s.m.cached.Add(c.dec.Cached)
 			s.m.novel.Add(c.dec.Novel)
 		}
+		if c.tr.Active() {
+			c.tr.Routed(&tracing.Routing{Route: routeNames[c.route], Model: c.info.Model, Phase: c.dec.Phase.String(),
+				Backend: c.dec.Backend.Name, Cached: c.dec.Cached, Novel: c.dec.Novel, QueueWait: c.tk.Waited(), Tenant: c.tenantName()})
+		}
 	}
 	c.attempt++
 	return s.ups[c.dec.Backend.Index], nil
+}
+
+// authenticate finds the tenant of the request's API key (--api-keys);
+// false with the 401 answer when there is none.
+func (s *Server) authenticate(c *call, b []byte, h *h1.Request) (reply, bool) {
+	for i := 0; i < h.NF; i++ {
+		if key, ok := apikeys.Credential(h.Names[i].Of(b), h.Vals[i].Of(b)); ok {
+			if t, ok := s.keys.Lookup(key); ok {
+				c.tenant = t
+				return reply{}, true
+			}
+			s.keys.Refused(false)
+			return reply{status: 401, body: apikeys.UnauthorizedBody(false, false)}, false
+		}
+	}
+	s.keys.Refused(true)
+	return reply{status: 401, body: apikeys.UnauthorizedBody(false, true)}, false
+}
+
+// overQuota admits the request against its tenant's quota; false with
+// the 429 answer when it is over.
+func (s *Server) overQuota(c *call, cbrLen int) (reply, bool) {
+	if c.tenant == nil || s.quota.Admit(c.tenant, quota.EstimateTokens(cbrLen), &c.qd) {
+		return reply{}, false
+	}
+	return reply{status: 429, header: string(c.qd.AppendHeaders(nil)), body: string(c.qd.AppendErrorBody(nil, false))}, true
 }
 
 // shed is the answer to a request admission turned away: 429 in OpenAI's
@@ -193,6 +236,7 @@ func shed(tk *admit.Ticket) reply {
 // whether another backend may be tried; if not, how to answer.
 func (s *Server) failed(c *call, u *upstream, res int) (retry bool, r *reply) {
 	c.res.ReleaseActive()
+	c.tr.AttemptEnd(0, errAttempt[res])
 	if res == timedOut {
 		return false, &replyTimeout
 	}
@@ -261,6 +305,10 @@ func (s *Server) streamFailed(u *upstream, err error) {
 // done ends an exchange: metrics, the access log line, the call back to
 // its pool. Its reservation must have been released.
 func (s *Server) done(c *call) {
+	c.tr.End(c.status)
+	if c.tenant != nil && c.qd.OK {
+		s.quota.Settle(c.tenant, &c.qd, c.usage())
+	}
 	c.res.ReleaseActive()
 	s.adm.Done(&c.tk)
 	s.m.duration[c.route].UpdateDuration(c.start)
@@ -271,6 +319,25 @@ func (s *Server) done(c *call) {
 		s.accessLog(c)
 	}
 	s.putCall(c)
+}
+
+// usage is what the answer consumed, for the tenant's quota: as the
+// backend reported it, else estimated from the CBR for a success, else
+// nothing.
+func (c *call) usage() quota.Usage {
+	if c.sniffing {
+		if p, cpl, ok := c.sn.Usage(); ok {
+			return quota.Usage{Prompt: p, Completion: cpl}
+		}
+	}
+	if c.status >= 200 && c.status < 300 {
+		n := c.info.CBRLen
+		if !c.routed {
+			n = c.inBytes
+		}
+		return quota.Usage{Prompt: quota.EstimateTokens(n), Estimated: true}
+	}
+	return quota.Usage{}
 }
 
 // accessLog writes one line per request (--access-log). It names what
@@ -290,6 +357,7 @@ func (s *Server) accessLog(c *call) {
 		slog.String("route", routeNames[c.route]),
 		slog.String("path", string(c.path)),
 		slog.String("client", string(c.client)),
+		slog.String("tenant", c.tenantName()),
 		slog.String("model", string(model)),
 		slog.String("phase", phase),
 		slog.String("backend", backend),
@@ -304,6 +372,13 @@ func (s *Server) accessLog(c *call) {
 		slog.Float64("ttft_ms", ms(c.ttft)),
 		slog.Float64("duration_ms", ms(time.Since(c.start))),
 	)
+}
+
+func (c *call) tenantName() string {
+	if c.tenant == nil {
+		return ""
+	}
+	return c.tenant.Name
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -343,6 +418,14 @@ const (
 	timedOut           // the backend took the request but did not answer in time
 	retryStatus        // 429/503 before any byte reached the client
 )
+
+// errAttempt names a failed attempt's outcome for its trace span.
+var errAttempt = [...]error{
+	connFailed:  errors.New("connection failed"),
+	connBusy:    errors.New("every connection to the backend in use"),
+	timedOut:    errors.New("no answer within --upstream-header-timeout"),
+	retryStatus: errors.New("refused with 429 or 503; tried elsewhere"),
+}
 
 // usesSession says whether a routing policy reads sched.Request.Session;
 // the others are spared its hash (a quarter of canon+chain at 1–4 KB).

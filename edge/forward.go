@@ -3,7 +3,9 @@ package edge
 import (
 	"strconv"
 
+	"github.com/kvca/kvca/apikeys"
 	"github.com/kvca/kvca/h1"
+	"github.com/kvca/kvca/tracing"
 )
 
 // The forwarding rules, the same for every request kvca relays:
@@ -21,9 +23,21 @@ import (
 //     scheme the client used;
 //   - X-Request-Id is the request's id (the client's if valid).
 
+// fwd is what else shapes an upstream head besides the request.
+type fwd struct {
+	tls          bool // the client came over TLS
+	preserveHost bool
+	// dropCreds keeps client credentials (Authorization, x-api-key,
+	// api-key) at the edge: with API keys they are tenants' keys, and
+	// with a backend key kvca authenticates itself.
+	dropCreds  bool
+	backendKey string
+	tr         *tracing.Request // its traceparent replaces the client's
+}
+
 // appendUpstreamHead appends the request head kvca sends to u for the
 // request h parsed from b, whose body has bodyLen bytes.
-func appendUpstreamHead(o, b []byte, h *h1.Request, u *upstream, bodyLen int, peer, rid []byte, tls, preserveHost bool) []byte {
+func appendUpstreamHead(o, b []byte, h *h1.Request, u *upstream, bodyLen int, peer, rid []byte, f *fwd) []byte {
 	o = append(o, h.Method.Of(b)...)
 	o = append(o, ' ')
 	o = append(o, u.addr.prefix...)
@@ -34,7 +48,7 @@ func appendUpstreamHead(o, b []byte, h *h1.Request, u *upstream, bodyLen int, pe
 		o = append(o, uri...)
 	}
 	o = append(o, " HTTP/1.1\r\nHost: "...)
-	if preserveHost && h.Host.Len() > 0 {
+	if f.preserveHost && h.Host.Len() > 0 {
 		o = append(o, h.Host.Of(b)...)
 	} else {
 		o = append(o, u.authority...)
@@ -43,7 +57,8 @@ func appendUpstreamHead(o, b []byte, h *h1.Request, u *upstream, bodyLen int, pe
 	xff, xfp := 0, 0
 	for i := 0; i < h.NF; i++ {
 		name := h.Names[i].Of(b)
-		if dropRequestField(name) || (h.NN > 0 && h.IsNominated(b, name)) {
+		if dropRequestField(name) || (h.NN > 0 && h.IsNominated(b, name)) ||
+			(f.dropCreds && apikeys.IsCredentialHeader(name)) || (f.tr.Active() && isTraceHeader(name)) {
 			switch len(name) {
 			case 15:
 				if h1.EqualFold(name, "x-forwarded-for") {
@@ -71,14 +86,22 @@ func appendUpstreamHead(o, b []byte, h *h1.Request, u *upstream, bodyLen int, pe
 	o = append(o, peer...)
 	o = append(o, "\r\nX-Forwarded-Proto: "...)
 	o = appendMerged(o, b, h, "x-forwarded-proto", xfp)
-	if tls {
+	if f.tls {
 		o = append(o, "https"...)
 	} else {
 		o = append(o, "http"...)
 	}
 	o = append(o, "\r\nX-Request-Id: "...)
 	o = append(o, rid...)
-	return append(o, "\r\n\r\n"...)
+	o = append(o, "\r\n"...)
+	o = f.tr.AppendHeaders(o)
+	o = apikeys.AppendBackendAuth(o, f.backendKey)
+	return append(o, "\r\n"...)
+}
+
+// isTraceHeader: W3C trace context, which kvca's own span continues.
+func isTraceHeader(name []byte) bool {
+	return len(name) == 11 && h1.EqualFold(name, "traceparent") || len(name) == 10 && h1.EqualFold(name, "tracestate")
 }
 
 // appendMerged appends every value of the field name (lower case), each
@@ -121,7 +144,7 @@ func dropRequestField(name []byte) bool {
 // appendClientHead appends the response head kvca sends the client for
 // the upstream head r parsed from b, relayed with framing mode (dechunk:
 // a chunked body relayed as its data, for an HTTP/1.0 client).
-func appendClientHead(o, b []byte, r *h1.Response, mode int, dechunk bool, rid []byte, close bool) []byte {
+func appendClientHead(o, b []byte, r *h1.Response, mode int, dechunk bool, rid, extra []byte, close bool) []byte {
 	o = append(o, "HTTP/1.1 "...)
 	o = strconv.AppendInt(o, int64(r.Status), 10)
 	o = append(o, ' ')
@@ -156,6 +179,7 @@ func appendClientHead(o, b []byte, r *h1.Response, mode int, dechunk bool, rid [
 		o = append(o, rid...)
 		o = append(o, "\r\n"...)
 	}
+	o = append(o, extra...)
 	if close {
 		o = append(o, "Connection: close\r\n"...)
 	}

@@ -15,9 +15,12 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvca/kvca/admit"
+	"github.com/kvca/kvca/apikeys"
 	"github.com/kvca/kvca/canon"
 	"github.com/kvca/kvca/chain"
+	"github.com/kvca/kvca/quota"
 	"github.com/kvca/kvca/sched"
+	"github.com/kvca/kvca/tracing"
 )
 
 // Server is one kvca proxy: the public listener, the admin listener, and
@@ -58,6 +61,10 @@ type Server struct {
 	tlsAdmin    *certSource   // nil unless --admin-tls-cert
 	evl         *evLoops
 	adm         *admit.Admitter // admission; bypassed without --max-inflight-per-backend
+	keys        *apikeys.Store  // nil without --api-keys
+	quota       *quota.Limiter  // nil without --api-keys
+	tracer      *tracing.Tracer // nil: tracing off
+	stopKeys    func()
 }
 
 // Peer shares what this replica learns with other replicas. Its methods
@@ -144,6 +151,18 @@ func New(cfg Config) (*Server, error) {
 	for i, b := range backends {
 		s.ups = append(s.ups, newUpstream(b, addrs[i], s.m.newBackend(s.m.set, b.Name), upTLS))
 	}
+	if cfg.APIKeys != "" {
+		if s.keys, err = apikeys.Open(cfg.APIKeys, log); err != nil {
+			return nil, fmt.Errorf("--api-keys: %w", err)
+		}
+		s.quota = quota.New(quota.Options{})
+		s.quota.Attach(s.keys)
+		s.m.set.RegisterMetricsWriter(func(w io.Writer) { s.keys.WritePrometheus(w) })
+		s.m.set.RegisterMetricsWriter(func(w io.Writer) { s.quota.WritePrometheus(w) })
+	}
+	if s.tracer, err = tracing.New(tracing.Config{Endpoint: cfg.OTLPEndpoint, SampleRatio: cfg.TraceSampleRatio}); err != nil {
+		return nil, fmt.Errorf("--otlp-endpoint: %w", err)
+	}
 	if cfg.TLSCert != "" {
 		if s.tlsPub, err = newCertSource("public", cfg.TLSCert, cfg.TLSKey, log); err != nil {
 			return nil, err
@@ -224,6 +243,9 @@ func (s *Server) StartOn(ln, adln net.Listener) error {
 	if adln != nil && s.tlsAdmin != nil {
 		adln = tls.NewListener(adln, serverTLS(s.tlsAdmin))
 	}
+	if s.keys != nil {
+		s.stopKeys = s.keys.Watch(0)
+	}
 	s.loops.Add(1)
 	go func() { defer s.loops.Done(); s.table.Vacuum(s.bg) }()
 	s.loops.Add(1)
@@ -294,6 +316,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		f()
 	}
 	s.adm.Close()
+	if s.stopKeys != nil {
+		s.stopKeys()
+	}
+	if s.tracer != nil {
+		_ = s.tracer.Shutdown(ctx)
+	}
 	s.stopBg()
 	s.loops.Wait()
 	for _, u := range s.ups {
@@ -323,3 +351,7 @@ type quietLogger struct{ l *slog.Logger }
 func (q quietLogger) Printf(format string, args ...any) {
 	q.l.Debug(fmt.Sprintf(format, args...))
 }
+
+// Quota is the per-tenant limiter (nil without --api-keys), for sharing
+// through the cluster.
+func (s *Server) Quota() *quota.Limiter { return s.quota }

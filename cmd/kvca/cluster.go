@@ -58,5 +58,13 @@ func startCluster(c *cli.Context, srv *edge.Server, cfg edge.Config) (stop func(
 	if err != nil {
 		return nil, err
 	}
+	if l := srv.Quota(); l != nil {
+		stopQuota, err := node.ShareQuota(l, 0)
+		if err != nil {
+			node.Close()
+			return nil, err
+		}
+		return func() { stopQuota(); node.Close() }, nil
+	}
 	return node.Close, nil
 }

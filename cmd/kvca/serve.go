@@ -58,6 +58,10 @@ func serveFlags() []cli.Flag {
 		&cli.GenericFlag{Name: "queue-holder-wait", Value: cliflag.Duration(d.QueueHolderWait), Usage: "how long a follow-up waits for a holder of its prefix before any backend with room may take it", EnvVars: env("queue-holder-wait")},
 		&cli.IntFlag{Name: "queue-starvation-limit", Value: d.QueueStarvationLimit, Usage: "a waiting priority class is passed over by at most this many grants to higher classes in a row", EnvVars: env("queue-starvation-limit")},
 		&cli.BoolFlag{Name: "queue-engine-aware", Usage: "lower a backend's admission limit while its engine reports a queue of its own (needs engine telemetry)", EnvVars: env("queue-engine-aware")},
+		&cli.StringFlag{Name: "api-keys", Usage: "require an API key from clients, from this keys `FILE` (lines: sha256:<hex> tenant=<name> [rpm=<n>] [tpm=<n>]; kvca keys hash prints one); re-read when it changes and on SIGHUP", EnvVars: env("api-keys")},
+		&cli.StringFlag{Name: "backend-api-key", Usage: "send this `KEY` to backends as Authorization: Bearer (engines started with --api-key); clients' credentials never reach backends when it or --api-keys is set", EnvVars: env("backend-api-key")},
+		&cli.StringFlag{Name: "otlp-endpoint", Usage: "export OpenTelemetry traces to this OTLP/HTTP `URL` (e.g. http://127.0.0.1:4318/v1/traces); empty: tracing off", EnvVars: env("otlp-endpoint")},
+		&cli.Float64Flag{Name: "trace-sample-ratio", Value: 1, Usage: "share of traces recorded when the client's traceparent does not decide", EnvVars: env("trace-sample-ratio")},
 		&cli.BoolFlag{Name: "preserve-host", Usage: "send the client's Host to backends instead of the backend URL's host", EnvVars: env("preserve-host")},
 		&cli.IntFlag{Name: "loops", Usage: "event loops serving the public listener (0: one per core, GOMAXPROCS); the process runs one Go P more than this", EnvVars: env("loops")},
 		&cli.StringFlag{Name: "io", Value: edge.IOAuto, Usage: "how the public listener is served: auto or epoll, the same thing: an event loop per core (Linux), for every connection, TLS included", EnvVars: env("io")},
@@ -123,8 +127,10 @@ func serveCommand() *cli.Command {
 			got := <-sig
 			for got == syscall.SIGHUP {
 				switch err := srv.ReloadTLS(); {
+				case cfg.TLSCert == "" && cfg.AdminTLSCert == "" && cfg.APIKeys != "":
+					log.Info("SIGHUP: keys file re-read")
 				case cfg.TLSCert == "" && cfg.AdminTLSCert == "":
-					log.Info("SIGHUP: no TLS certificates configured; nothing reloaded")
+					log.Info("SIGHUP: no TLS certificates or keys file configured; nothing reloaded")
 				case err != nil:
 					log.Error("SIGHUP: certificate reload failed; the previous certificates stay in service", "err", err)
 				default:
@@ -169,6 +175,10 @@ func configFrom(c *cli.Context) edge.Config {
 		HeaderTimeout:         c.Duration("header-timeout"),
 		MaxClientConns:        c.Int("max-client-conns"),
 		PreserveHost:          c.Bool("preserve-host"),
+		APIKeys:               c.String("api-keys"),
+		BackendAPIKey:         c.String("backend-api-key"),
+		OTLPEndpoint:          c.String("otlp-endpoint"),
+		TraceSampleRatio:      c.Float64("trace-sample-ratio"),
 		MaxInflightPerBackend: c.Int("max-inflight-per-backend"),
 		QueueSize:             c.Int("queue-size"),
 		QueueTimeout:          c.Duration("queue-timeout"),
