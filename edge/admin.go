@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"strings"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/pprofhandler"
 
@@ -81,6 +82,8 @@ func (s *Server) handleAdmin(ctx *fasthttp.RequestCtx) {
 		ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
 		var buf bytes.Buffer
 		s.m.set.WritePrometheus(&buf)
+		metrics.WriteProcessMetrics(&buf)
+		metrics.WriteFDMetrics(&buf)
 		writeWithHelp(ctx, buf.Bytes())
 		return
 	case path == "/admin/state":

@@ -119,6 +119,8 @@ type Config struct {
 	UpstreamCA                string
 	UpstreamCert, UpstreamKey string
 	UpstreamInsecure          bool
+	// Version is kvca's version, for kvca_build_info.
+	Version string
 	// Logger receives health transitions and errors; nil discards.
 	Logger *slog.Logger
 	// Now overrides the table clock in tests.

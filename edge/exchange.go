@@ -312,6 +312,16 @@ func (s *Server) done(c *call) {
 	c.res.ReleaseActive()
 	s.adm.Done(&c.tk)
 	s.m.duration[c.route].UpdateDuration(c.start)
+	if k := c.status / 100; k >= 1 && k <= 5 {
+		s.m.responses[c.route][k].Inc()
+	}
+	if c.ttft > 0 && c.status >= 200 && c.status < 300 {
+		model := c.info.Model
+		if !c.routed {
+			model = c.model
+		}
+		s.ttftOf(c.route, model).Update(c.ttft.Seconds())
+	}
 	if c.outcome == outClientGone {
 		s.m.disconnects.Inc()
 	}

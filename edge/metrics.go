@@ -43,9 +43,14 @@ var errKindNames = [numErrKinds]string{"connect", "timeout", "stream", "status",
 // builds a label string. Each Server has its own set, so tests can run
 // several servers in one process.
 type serverMetrics struct {
-	set         *metrics.Set
-	requests    [numRoutes][numPhases + 1]*metrics.Counter // last phase column: unrouted
-	duration    [numRoutes]*metrics.PrometheusHistogram
+	set      *metrics.Set
+	requests [numRoutes][numPhases + 1]*metrics.Counter // last phase column: unrouted
+	duration [numRoutes]*metrics.PrometheusHistogram
+	// responses counts answers by route and status class (1xx … 5xx).
+	responses [numRoutes][6]*metrics.Counter
+	// ttft is time to the first body byte by route, for models that are
+	// not known (known models have theirs in the model index).
+	ttftOther   [numRoutes]*metrics.PrometheusHistogram
 	cached      *metrics.Counter
 	novel       *metrics.Counter
 	disconnects *metrics.Counter
@@ -73,7 +78,11 @@ func newServerMetrics(s *sched.Scheduler, table *chain.Table, memo *chain.Memo, 
 		for p := range phases {
 			m.requests[r][p] = set.NewCounter(fmt.Sprintf(`kvca_requests_total{route=%q,phase=%q}`, routeNames[r], phases[p]))
 		}
-		m.duration[r] = set.NewPrometheusHistogram(fmt.Sprintf(`kvca_request_duration_seconds{route=%q}`, routeNames[r]))
+		m.duration[r] = set.NewPrometheusHistogramExt(fmt.Sprintf(`kvca_request_duration_seconds{route=%q}`, routeNames[r]), latencyBuckets)
+		for k := 1; k < 6; k++ {
+			m.responses[r][k] = set.NewCounter(fmt.Sprintf(`kvca_responses_total{route=%q,class="%dxx"}`, routeNames[r], k))
+		}
+		m.ttftOther[r] = m.ttftHistogram(r, "other")
 	}
 	m.cached = set.NewCounter(`kvca_routed_blocks_total{kind="cached"}`)
 	m.novel = set.NewCounter(`kvca_routed_blocks_total{kind="novel"}`)
@@ -118,12 +127,21 @@ func newServerMetrics(s *sched.Scheduler, table *chain.Table, memo *chain.Memo, 
 
 func (m *serverMetrics) newBackend(set *metrics.Set, name string) *backendMetrics {
 	bm := &backendMetrics{
-		firstByte: set.NewPrometheusHistogram(fmt.Sprintf(`kvca_upstream_first_byte_seconds{backend=%q}`, name)),
+		firstByte: set.NewPrometheusHistogramExt(fmt.Sprintf(`kvca_upstream_first_byte_seconds{backend=%q}`, name), latencyBuckets),
 	}
 	for k := range numErrKinds {
 		bm.errors[k] = set.NewCounter(fmt.Sprintf(`kvca_upstream_errors_total{backend=%q,kind=%q}`, name, errKindNames[k]))
 	}
 	return bm
+}
+
+// latencyBuckets span a millisecond to half an hour: a long generation
+// stream is as much an answer as a health check.
+var latencyBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 1800}
+
+// ttftHistogram is the time-to-first-token series of a route and model.
+func (m *serverMetrics) ttftHistogram(route int, model string) *metrics.PrometheusHistogram {
+	return m.set.GetOrCreatePrometheusHistogramExt(fmt.Sprintf(`kvca_time_to_first_token_seconds{route=%q,model=%q}`, routeNames[route], model), latencyBuckets)
 }
 
 func (m *serverMetrics) badRequest(reason string) {

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
+
 	"github.com/kvca/kvca/chain"
 )
 
@@ -23,6 +25,10 @@ type modelIndex struct {
 	// succeeded yet): they may serve anything.
 	wild  chain.Set
 	known bool // some backend's models are known
+	// ttft holds each known model's time-to-first-token series by route:
+	// metric labels only for models discovered or configured, so a client
+	// cannot grow the series by naming models.
+	ttft map[string]*[numRoutes]*metrics.PrometheusHistogram
 }
 
 // modelList is one backend's models: raw /v1/models entries and their ids.
@@ -55,7 +61,7 @@ func (s *Server) allowedFor(model []byte, dst *chain.Set) (*chain.Set, error) {
 }
 
 func (s *Server) rebuildModels() {
-	idx := &modelIndex{byName: map[string]chain.Set{}}
+	idx := &modelIndex{byName: map[string]chain.Set{}, ttft: map[string]*[numRoutes]*metrics.PrometheusHistogram{}}
 	for _, u := range s.ups {
 		l := u.models.Load()
 		if l == nil {
@@ -67,6 +73,13 @@ func (s *Server) rebuildModels() {
 			set := idx.byName[id]
 			set.Add(u.b.Index)
 			idx.byName[id] = set
+			if idx.ttft[id] == nil {
+				var h [numRoutes]*metrics.PrometheusHistogram
+				for _, r := range []int{routeChat, routeCompletions, routeResponses, routePassthrough} {
+					h[r] = s.m.ttftHistogram(r, id)
+				}
+				idx.ttft[id] = &h
+			}
 		}
 	}
 	s.models.Store(idx)
@@ -257,4 +270,15 @@ func (s *Server) anyHealthy() bool {
 		}
 	}
 	return false
+}
+
+// ttftOf is the time-to-first-token series for a request's route and
+// model.
+func (s *Server) ttftOf(route int, model []byte) *metrics.PrometheusHistogram {
+	if idx := s.models.Load(); idx != nil {
+		if h := idx.ttft[string(model)]; h != nil && h[route] != nil {
+			return h[route]
+		}
+	}
+	return s.m.ttftOther[route]
 }

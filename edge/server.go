@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -135,6 +137,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.m = newServerMetrics(sc, table, s.memo, &s.clientConns)
 	s.m.set.RegisterMetricsWriter(sc.WriteTTFTMetrics)
+	s.m.set.NewGauge(fmt.Sprintf(`kvca_build_info{version=%q,goversion=%q}`, cmp.Or(cfg.Version, "dev"), runtime.Version()), func() float64 { return 1 })
 	s.adm, err = admit.New(admit.Config{Backends: backends, MaxInflight: cfg.MaxInflightPerBackend,
 		QueueSize: cfg.QueueSize, QueueTimeout: cfg.QueueTimeout, HolderWait: cfg.QueueHolderWait,
 		StarvationLimit: cfg.QueueStarvationLimit, EngineAware: cfg.QueueEngineAware, Metrics: s.m.set})

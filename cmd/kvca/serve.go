@@ -100,6 +100,7 @@ func serveCommand() *cli.Command {
 			}
 			cfg := configFrom(c)
 			cfg.Logger = log
+			cfg.Version = version
 			if pr := c.String("prefill-release"); pr != "headers" && pr != "first-byte" {
 				return fmt.Errorf("--prefill-release must be headers or first-byte, got %q", pr)
 			}
