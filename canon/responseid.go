@@ -68,6 +68,21 @@ func (s *ResponseIDScanner) Write(p []byte) {
 	if s.done {
 		return
 	}
+	last := false
+	if !s.stream {
+		// Exactly maxScan bytes, however the answer is split.
+		if room := maxScan - s.seen; len(p) >= room {
+			p, last = p[:max(room, 0)], true
+		}
+		s.seen += len(p)
+	}
+	s.scan(p)
+	if last {
+		s.done = true
+	}
+}
+
+func (s *ResponseIDScanner) scan(p []byte) {
 	for _, c := range p {
 		if s.inStr {
 			switch {
@@ -113,9 +128,6 @@ func (s *ResponseIDScanner) Write(p []byte) {
 		default:
 			s.colon = false
 		}
-	}
-	if s.seen += len(p); !s.stream && s.seen > maxScan {
-		s.done = true
 	}
 }
 

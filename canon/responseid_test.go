@@ -57,3 +57,25 @@ func TestResponseIDScannerNoAllocs(t *testing.T) {
 		t.Fatalf("%v allocs, id %q", n, s.ID())
 	}
 }
+
+// FuzzResponseIDScanner: no panic on any answer, and the id found does not
+// depend on how the answer is split.
+func FuzzResponseIDScanner(f *testing.F) {
+	f.Add([]byte(`{"id":"resp_abc","object":"response"}`), false, 5)
+	f.Add([]byte("event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_s1\"}}\n\n"), true, 30)
+	f.Add([]byte(`{"a":[{"id":"x"}],"id":"y\"}`), false, 3)
+	f.Fuzz(func(t *testing.T, body []byte, stream bool, cut int) {
+		var whole, split canon.ResponseIDScanner
+		whole.Reset(stream)
+		whole.Write(body)
+		split.Reset(stream)
+		if cut = max(cut, 0); cut > len(body) {
+			cut = len(body)
+		}
+		split.Write(body[:cut])
+		split.Write(body[cut:])
+		if string(whole.ID()) != string(split.ID()) || len(whole.ID()) > 128 {
+			t.Fatalf("whole %q, split at %d %q", whole.ID(), cut, split.ID())
+		}
+	})
+}
