@@ -5,9 +5,18 @@ import "github.com/kvca/kvca/chain"
 // A conversation the client named (a session key) or continues (a
 // Responses API thread) is bound to the backend that served it. The binding
 // is what a first turn of a known session, or a sibling request fired
-// before any answer arrived, has instead of a known prefix; once the table
-// knows where the prefix lives, the prefix decides and the binding only
-// breaks ties.
+// before any answer arrived, has instead of a known prefix: whatever prefix
+// the table knows of a bootstrap is one other conversations share too (a
+// system prompt, tool definitions), while the binding knows this one. So a
+// bound bootstrap goes to its backend, and so does a follow-up of which no
+// eligible backend holds anything; a follow-up whose prefix the table
+// knows goes by its prefix, and the binding only breaks ties.
+
+// boundDecides reports whether the binding, not the prefix, places r, the
+// longest eligible match being best blocks.
+func boundDecides(r *Request, best int) bool {
+	return r.Bound != 0 && (!r.Followup || best == 0)
+}
 
 // pickBound reserves r on its bound backend if that one is eligible; false
 // if r has none or it is not eligible, and nothing is reserved.

@@ -18,14 +18,19 @@ func noLoadLeft(t *testing.T, s *Scheduler) {
 }
 
 // A known session's first requests, fired together before any answer
-// (sub-agents sharing a new prefix), all go to its backend although its
-// load grows with each.
+// (sub-agents sharing a new prefix after a system prompt that other
+// backends already hold), all go to its backend although its load grows
+// with each.
 func TestBoundSiblingsLandTogether(t *testing.T) {
 	for _, p := range boundPolicies {
 		s := newSched(t, 4, p)
+		shared := chainOf(0, 3)
+		s.Table.Touch(shared, 0, s.Table.Now())
+		s.Table.Touch(shared, 1, s.Table.Now())
 		var held []*Reservation
 		for k := 0; k < 5; k++ {
-			d, res := route(t, s, &Request{Chain: chainOf(1000+k*100, 8), Bound: 3})
+			c := append(append([]uint64(nil), shared...), chainOf(1000+k*100, 5)...)
+			d, res := route(t, s, &Request{Chain: c, Bound: 3})
 			if d.Backend.Index != 2 || !d.Bound || d.Phase != PhaseBootstrap || d.Novel != 8 || d.Cached != 0 {
 				t.Fatalf("%s sibling %d: %+v", p, k, d)
 			}
@@ -59,16 +64,18 @@ func TestPrefixWinsOverBinding(t *testing.T) {
 			t.Fatalf("%s: %+v", p, d)
 		}
 		res.ReleaseActive()
-		// A first turn sharing a known prefix: cost and kvca-cost weigh the
-		// prefix (backend 0 saves 10 blocks); kvca's Phase 1 knows no
-		// prefix, so the binding decides.
+		// A first turn sharing a known prefix (another conversation's
+		// system prompt): the binding knows this conversation, the prefix
+		// only what it shares with others.
 		d, res = route(t, s, &Request{Chain: c, Bound: 2})
-		want, bound := 0, false
-		if p == "kvca" {
-			want, bound = 1, true
-		}
-		if d.Backend.Index != want || d.Bound != bound || d.Phase != PhaseBootstrap {
+		if d.Backend.Index != 1 || !d.Bound || d.Phase != PhaseBootstrap || d.Cached != 0 || d.Novel != 12 {
 			t.Fatalf("%s first turn: %+v", p, d)
+		}
+		res.ReleaseActive()
+		// Without a binding, cost and kvca-cost weigh the shared prefix.
+		d, res = route(t, s, &Request{Chain: c})
+		if want := 0; p != "kvca" && (d.Backend.Index != want || d.Cached != 10) {
+			t.Fatalf("%s unbound first turn: %+v", p, d)
 		}
 		res.ReleaseActive()
 		noLoadLeft(t, s)

@@ -116,7 +116,7 @@ func (costPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 	var match [chain.MaxBackends]int32
 	best := prefixMatch(s, r, elig, &match)
 	d.prefer = r.Bound
-	if best == 0 && s.pickBound(r, d) {
+	if boundDecides(r, best) && s.pickBound(r, d) {
 		return true
 	}
 	switch {

@@ -95,9 +95,10 @@ type Request struct {
 	Exclude chain.Set
 	// Bound is 1 + the index of the backend the request's conversation is
 	// bound to (a named session, a Responses API thread), 0 if none. The
-	// kvca, cost and kvca-cost policies send the request there when no
-	// eligible backend holds any of its chain, and prefer it among equally
-	// good choices otherwise (bound.go).
+	// kvca, cost and kvca-cost policies send a bootstrap there, and a
+	// follow-up of which no eligible backend holds any block; otherwise the
+	// prefix decides and Bound is preferred among equally good choices
+	// (bound.go).
 	Bound int
 	// Pin makes Bound binding for every policy while that backend is
 	// eligible: a Responses API continuation (previous_response_id) can only
