@@ -1,6 +1,6 @@
 // Package canon turns a request body (OpenAI chat, completions and
 // responses, Anthropic messages) into its canonical byte representation
-// (CBR, format 1, described in docs/cbr.md) and classifies it as a
+// (CBR, format 1: docs/cbr.md) and classifies it as a
 // bootstrap or a follow-up request.
 //
 // The CBR is never materialised whole: it is streamed into a Sink (the chain

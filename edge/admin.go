@@ -8,6 +8,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/pprofhandler"
+
+	"github.com/kvca/kvca/sched"
 )
 
 // BackendState is one backend in /admin/state.
@@ -32,6 +34,8 @@ type TableState struct {
 type State struct {
 	Backends []BackendState `json:"backends"`
 	Table    TableState     `json:"table"`
+	// TTFT is the ttft policy's learned model per backend.
+	TTFT sched.TTFTState `json:"ttft"`
 }
 
 // State snapshots the backends and the table.
@@ -52,6 +56,7 @@ func (s *Server) State() State {
 	}
 	ts := s.table.Stats()
 	st.Table = TableState{Blocks: ts.Blocks, Locations: ts.Locations, Capacity: ts.Capacity}
+	st.TTFT = s.sched.TTFTSnapshot()
 	return st
 }
 
@@ -109,4 +114,12 @@ func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
 	ctx.SetStatusCode(status)
 	ctx.SetContentType("application/json")
 	ctx.SetBody(append(b, '\n'))
+}
+
+// writeError answers an admin request in OpenAI's error shape.
+func writeError(ctx *fasthttp.RequestCtx, status int, typ, code, msg string) {
+	ctx.Response.Reset()
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	ctx.Response.SetBodyRaw(appendErrorBody(make([]byte, 0, 128+len(msg)), typ, code, msg))
 }

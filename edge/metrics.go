@@ -3,6 +3,7 @@ package edge
 import (
 	"fmt"
 	"io"
+	"sync/atomic"
 
 	"github.com/VictoriaMetrics/metrics"
 
@@ -17,10 +18,12 @@ const (
 	routeResponses
 	routeModels
 	routePassthrough
+	routeHealth // /health and /ready
+	routeOther  // kvca's own answers to anything else (404, refusals)
 	numRoutes
 )
 
-var routeNames = [numRoutes]string{"chat", "completions", "responses", "models", "passthrough"}
+var routeNames = [numRoutes]string{"chat", "completions", "responses", "models", "passthrough", "health", "other"}
 
 const numPhases = 3 // sched.PhaseBootstrap, PhaseFollowup, PhaseFallback
 
@@ -47,6 +50,10 @@ type serverMetrics struct {
 	novel       *metrics.Counter
 	disconnects *metrics.Counter
 	bad         map[string]*metrics.Counter
+	// The public listener's connections.
+	connsRefused       *metrics.Counter // beyond --max-client-conns
+	acceptErrors       *metrics.Counter // accept failed (out of descriptors)
+	tlsHandshakeErrors *metrics.Counter
 }
 
 // backendMetrics are one backend's series.
@@ -55,9 +62,10 @@ type backendMetrics struct {
 	errors    [numErrKinds]*metrics.Counter
 }
 
-var badReasons = []string{"malformed_json", "not_object", "bad_messages", "bad_prompt", "too_large", "other"}
+var badReasons = []string{"malformed_json", "not_object", "bad_messages", "bad_prompt", "too_large",
+	"bad_http", "request_header_fields_too_large", "http_version_not_supported", "not_implemented", "expectation_failed", "other"}
 
-func newServerMetrics(s *sched.Scheduler, table *chain.Table, memo *chain.Memo) *serverMetrics {
+func newServerMetrics(s *sched.Scheduler, table *chain.Table, memo *chain.Memo, conns *atomic.Int32) *serverMetrics {
 	set := metrics.NewSet()
 	m := &serverMetrics{set: set, bad: map[string]*metrics.Counter{}}
 	phases := [numPhases + 1]string{"bootstrap", "followup", "fallback", "none"}
@@ -70,6 +78,9 @@ func newServerMetrics(s *sched.Scheduler, table *chain.Table, memo *chain.Memo) 
 	m.cached = set.NewCounter(`kvca_routed_blocks_total{kind="cached"}`)
 	m.novel = set.NewCounter(`kvca_routed_blocks_total{kind="novel"}`)
 	m.disconnects = set.NewCounter(`kvca_client_disconnects_total`)
+	m.connsRefused = set.NewCounter(`kvca_client_connections_refused_total`)
+	m.acceptErrors = set.NewCounter(`kvca_accept_errors_total`)
+	m.tlsHandshakeErrors = set.NewCounter(`kvca_tls_handshake_errors_total`)
 	for _, r := range badReasons {
 		m.bad[r] = set.NewCounter(fmt.Sprintf(`kvca_bad_requests_total{reason=%q}`, r))
 	}
@@ -85,6 +96,7 @@ func newServerMetrics(s *sched.Scheduler, table *chain.Table, memo *chain.Memo) 
 		})
 	}
 	set.NewGauge(`kvca_table_blocks`, func() float64 { return float64(table.Stats().Blocks) })
+	set.NewGauge(`kvca_client_connections`, func() float64 { return float64(conns.Load()) })
 	set.RegisterMetricsWriter(func(w io.Writer) {
 		st := table.Stats()
 		metrics.WriteCounterUint64(w, `kvca_table_evictions_total{reason="expired"}`, st.EvictedExpired)

@@ -4,11 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"net/http"
 	"slices"
 	"sync"
 	"time"
-
-	"github.com/valyala/fasthttp"
 
 	"github.com/kvca/kvca/chain"
 )
@@ -107,6 +108,9 @@ func (s *Server) discoverModels(ctx context.Context) {
 				defer wg.Done()
 				l, err := fetchModels(u, nil)
 				if err != nil {
+					if u.models.Load() == nil {
+						s.log.Warn("model discovery failed", "backend", u.b.Name, "err", err)
+					}
 					return
 				}
 				if old := u.models.Load(); old == nil || !slices.Equal(old.ids, l.ids) {
@@ -140,26 +144,29 @@ func (s *Server) discoverModels(ctx context.Context) {
 
 // fetchModels asks one backend for its models, with the client's
 // credentials when answering a client.
-func fetchModels(u *upstream, creds [][2][]byte) (*modelList, error) {
-	req := fasthttp.AcquireRequest()
-	resp := fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
-	req.SetRequestURI(u.addr.url + "/v1/models")
-	for _, kv := range creds {
-		req.Header.SetBytesKV(kv[0], kv[1])
-	}
-	if err := u.hc.DoTimeout(req, resp, 5*time.Second); err != nil {
+func fetchModels(u *upstream, creds [][2]string) (*modelList, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.addr.url+"/v1/models", nil)
+	if err != nil {
 		return nil, err
 	}
-	if resp.StatusCode() != fasthttp.StatusOK {
-		return nil, errors.New("status not 200")
+	for _, kv := range creds {
+		req.Header.Set(kv[0], kv[1])
+	}
+	resp, err := u.hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("/v1/models answered %d", resp.StatusCode)
 	}
 	var body struct {
 		Data []json.RawMessage `json:"data"`
 	}
-	if err := json.Unmarshal(resp.Body(), &body); err != nil {
-		return nil, err
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&body); err != nil {
+		return nil, fmt.Errorf("/v1/models: %w", err)
 	}
 	l := &modelList{}
 	for _, m := range body.Data {
@@ -175,22 +182,22 @@ func fetchModels(u *upstream, creds [][2][]byte) (*modelList, error) {
 	return l, nil
 }
 
-// listModels answers GET /v1/models with the union of the healthy backends'
-// models: as discovered, or asked now (with the client's credentials) when
-// a backend's list is not known yet.
-func (s *Server) listModels(ctx *fasthttp.RequestCtx) {
-	if !ctx.IsGet() {
-		writeError(ctx, fasthttp.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "use GET")
-		return
-	}
-	// Read credentials here: the request header is not safe for
-	// concurrent use by the fetches below.
-	var creds [][2][]byte
-	for _, h := range []string{"Authorization", "Api-Key", "X-Api-Key"} {
-		if v := ctx.Request.Header.Peek(h); len(v) > 0 {
-			creds = append(creds, [2][]byte{[]byte(h), append([]byte(nil), v...)})
+// modelsKnown reports whether every healthy backend's models are known,
+// so the union can be answered without asking anyone.
+func (s *Server) modelsKnown() bool {
+	for _, u := range s.ups {
+		if u.b.Healthy() && u.models.Load() == nil {
+			return false
 		}
 	}
+	return true
+}
+
+// modelsAnswer answers GET /v1/models (id empty) with the union of the
+// healthy backends' models, or GET /v1/models/{id} with that model: as
+// discovered, or asked now (with the client's credentials) when a
+// backend's list is not known yet; it may block on those requests.
+func (s *Server) modelsAnswer(creds [][2]string, id string) (int, []byte) {
 	lists := make([]*modelList, len(s.ups))
 	var wg sync.WaitGroup
 	for i, u := range s.ups {
@@ -204,9 +211,12 @@ func (s *Server) listModels(ctx *fasthttp.RequestCtx) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if l, err := fetchModels(u, creds); err == nil {
-				lists[i] = l
+			l, err := fetchModels(u, creds)
+			if err != nil {
+				s.log.Warn("model discovery failed", "backend", u.b.Name, "err", err)
+				return
 			}
+			lists[i] = l
 		}()
 	}
 	wg.Wait()
@@ -219,18 +229,25 @@ func (s *Server) listModels(ctx *fasthttp.RequestCtx) {
 		if l == nil {
 			continue
 		}
-		for i, id := range l.ids {
-			if !seen[id] {
-				seen[id] = true
+		for i, m := range l.ids {
+			if id != "" && m == id {
+				return 200, append(append([]byte(nil), l.data[i]...), '\n')
+			}
+			if !seen[m] {
+				seen[m] = true
 				out.Data = append(out.Data, l.data[i])
 			}
 		}
 	}
 	if len(seen) == 0 && !s.anyHealthy() {
-		noBackend(ctx)
-		return
+		return 503, appendErrorBody(nil, replyNoBackend.typ, replyNoBackend.code, replyNoBackend.msg)
 	}
-	writeJSON(ctx, fasthttp.StatusOK, out)
+	if id != "" {
+		r := unknownModel([]byte(id))
+		return 404, appendErrorBody(nil, r.typ, r.code, r.msg)
+	}
+	b, _ := json.Marshal(out)
+	return 200, append(b, '\n')
 }
 
 func (s *Server) anyHealthy() bool {

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -29,7 +28,6 @@ func startProxy(t *testing.T, mod func(*Config), backends ...*testBackend) *Serv
 	if mod != nil {
 		mod(&cfg)
 	}
-	testIO(&cfg)
 	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -43,22 +41,6 @@ func startProxy(t *testing.T, mod func(*Config), backends ...*testBackend) *Serv
 		_ = s.Shutdown(ctx)
 	})
 	return s
-}
-
-// testIO lets one run of the package test the other I/O model:
-// KVCA_TEST_IO=fasthttp serves every test proxy with --io fasthttp (the
-// default, auto, is epoll on Linux).
-func testIO(cfg *Config) {
-	v := os.Getenv("KVCA_TEST_IO")
-	if v == "" || cfg.TLSCert != "" || cfg.IO != "" {
-		return // unset, TLS, or a test that wants one model
-	}
-	for _, b := range cfg.Backends {
-		if a, _ := parseBackend(b); a.tls {
-			return // TLS stays with fasthttp
-		}
-	}
-	cfg.IO = v
 }
 
 var client = &http.Client{Timeout: 20 * time.Second}

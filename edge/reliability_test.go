@@ -268,7 +268,6 @@ func TestGracefulDrain(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", ""
 	cfg.Backends = []string{b.url()}
-	testIO(&cfg)
 	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,8 @@ type job struct {
 	e            *Engine
 	api          api
 	chat         bool // api == apiChat
+	responses    bool // api == apiResponses
+	seq          int  // next Responses event's sequence_number
 	stream       bool
 	usage        bool
 	model        string
@@ -35,8 +37,8 @@ type job struct {
 	timer        *time.Timer
 	streamFn     func(w *bufio.Writer)
 	// Responses API: the request's previous_response_id (echoed), whether
-	// to store the answer, and the tool a Messages API answer calls ("":
-	// it answers text).
+	// to store the answer; Messages API: the tool the answer calls ("": it
+	// answers text).
 	prevID []byte
 	store  bool
 	tool   []byte
@@ -53,6 +55,18 @@ const (
 	apiResponses
 )
 
+func apiOf(path string) api {
+	switch path {
+	case PathCompletions:
+		return apiCompletions
+	case PathMessages:
+		return apiMessages
+	case PathResponses:
+		return apiResponses
+	}
+	return apiChat
+}
+
 // Handler serves the engine's HTTP API: /v1/chat/completions,
 // /v1/completions, /v1/responses, /v1/messages (Anthropic), /v1/models,
 // /health, /metrics.
@@ -60,12 +74,12 @@ func (e *Engine) Handler(ctx *fasthttp.RequestCtx) {
 	path := ctx.Path()
 	switch string(path) {
 	case PathChat, PathCompletions, PathResponses, PathMessages:
-		a := apiOf(string(path))
 		if !ctx.IsPost() {
-			e.failAPI(ctx, a, fasthttp.StatusMethodNotAllowed, "MethodNotAllowed", "", "use POST")
+			ctx.Response.Header.Set("Allow", "POST")
+			e.failAPI(ctx, apiOf(string(path)), fasthttp.StatusMethodNotAllowed, "MethodNotAllowed", "", "use POST")
 			return
 		}
-		e.complete(ctx, a)
+		e.complete(ctx, string(path))
 	case "/health", "/ping":
 		ctx.SetStatusCode(fasthttp.StatusOK)
 	case "/v1/models":
@@ -79,20 +93,9 @@ func (e *Engine) Handler(ctx *fasthttp.RequestCtx) {
 	}
 }
 
-func apiOf(path string) api {
-	switch path {
-	case PathCompletions:
-		return apiCompletions
-	case PathMessages:
-		return apiMessages
-	case PathResponses:
-		return apiResponses
-	}
-	return apiChat
-}
-
-func (e *Engine) complete(ctx *fasthttp.RequestCtx, a api) {
-	chat := a == apiChat
+func (e *Engine) complete(ctx *fasthttp.RequestCtx, path string) {
+	chat, responses := path == PathChat, path == PathResponses
+	a := apiOf(path)
 	f := e.faults.Load()
 	arrived := time.Now()
 	if f.SlowStart > 0 {
@@ -140,14 +143,14 @@ func (e *Engine) complete(ctx *fasthttp.RequestCtx, a api) {
 		e.badRequestAPI(ctx, a, param, err.Error())
 		return
 	}
-	if e.cfg.Fast && a <= apiCompletions {
+	if e.cfg.Fast && a != apiMessages {
 		if f.ErrorRate > 0 && rand.Float64() < f.ErrorRate {
 			e.errors.Add(1)
 			e.fail(ctx, fasthttp.StatusInternalServerError, "InternalServerError", "", "mock: injected failure")
 			return
 		}
 		e.requests.Add(1)
-		e.fast.write(ctx, chat, stream, usage)
+		e.fast.write(ctx, path, stream, usage)
 		return
 	}
 
@@ -160,15 +163,15 @@ func (e *Engine) complete(ctx *fasthttp.RequestCtx, a api) {
 	switch a {
 	case apiChat:
 		j.prompt, err = renderChat(j.prompt[:0], v)
-	case apiCompletions:
-		j.prompt, err = renderCompletion(j.prompt[:0], v)
+	case apiResponses:
+		j.prompt, err = e.renderThread(j, v)
 	case apiMessages:
 		j.prompt, err = renderMessages(j.prompt[:0], v)
 		if err == nil {
 			j.tool = toolChoice(j.tool, v)
 		}
-	case apiResponses:
-		j.prompt, err = e.renderResponses(j, v)
+	default:
+		j.prompt, err = renderCompletion(j.prompt[:0], v)
 	}
 	if err != nil {
 		e.jobs.Put(j)
@@ -192,7 +195,7 @@ func (e *Engine) complete(ctx *fasthttp.RequestCtx, a api) {
 	}
 	e.requests.Add(1)
 
-	j.api, j.chat, j.stream, j.usage, j.model, j.maxTokens = a, chat, stream, usage, model, maxTokens
+	j.api, j.chat, j.responses, j.stream, j.usage, j.model, j.maxTokens = a, chat, responses, stream, usage, model, maxTokens
 	j.hashes = BlockHashes(j.hashes[:0], j.prompt, e.cfg.BlockTokens)
 	j.promptTokens = Tokens(j.prompt)
 	j.cached = 0
@@ -426,7 +429,10 @@ func (e *Engine) model(v *fastjson.Value) (string, bool) {
 	return "", false
 }
 
-func (e *Engine) maxTokens(v *fastjson.Value) (int, string, error) {
+func (e *Engine) maxTokens(v *fastjson.Value, responses bool) (int, string, error) {
+	if responses {
+		return e.maxTokensOf(apiResponses, v)
+	}
 	return e.maxTokensOf(apiChat, v)
 }
 

@@ -224,13 +224,13 @@ func TestResponsesThreads(t *testing.T) {
 	}
 }
 
-func TestResponsesStream(t *testing.T) {
+func TestResponsesStreamIsStored(t *testing.T) {
 	e := startEngine(t, Config{})
 	code, evs := sse(t, e, PathResponses, `{"model":"mock","input":"hi","stream":true,"max_output_tokens":3}`)
 	if code != 200 {
 		t.Fatal(code)
 	}
-	want := "response.created,response.output_item.added,response.content_part.added,response.output_text.delta," +
+	want := "response.created,response.in_progress,response.output_item.added,response.content_part.added,response.output_text.delta," +
 		"response.output_text.done,response.content_part.done,response.output_item.done,response.completed"
 	if got := names(evs); got != want {
 		t.Fatalf("events %s", got)

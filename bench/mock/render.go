@@ -16,7 +16,6 @@ const BytesPerToken = 4
 const (
 	PathChat        = "/v1/chat/completions"
 	PathCompletions = "/v1/completions"
-	PathResponses   = "/v1/responses"
 	PathMessages    = "/v1/messages" // Anthropic Messages API
 )
 
@@ -70,7 +69,7 @@ func Render(dst []byte, path string, body []byte) ([]byte, error) {
 		if v.Get("previous_response_id") != nil {
 			return dst, badParam("previous_response_id", "Render cannot know the thread a previous_response_id continues")
 		}
-		return renderResponseItems(dst, v)
+		return renderResponses(dst, v)
 	}
 	return renderChat(dst, v)
 }

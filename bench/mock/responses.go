@@ -2,125 +2,63 @@ package mock
 
 import (
 	"strconv"
-	"sync"
 
-	"github.com/valyala/fasthttp"
 	"github.com/valyala/fastjson"
 )
 
-// The OpenAI Responses API on /v1/responses. The engine remembers the
-// responses it produced (unless the request says store:false), as vLLM
-// does in memory: a request with previous_response_id continues that
-// thread, its prompt being the stored one (the earlier prompt and answer)
-// followed by its own input, so it hits the cache exactly as the same
-// conversation resent whole would. Continuing an id this engine never
-// produced fails as OpenAI's API does: 400, code previous_response_not_found.
+// PathResponses is the OpenAI Responses API, served like chat: the input
+// items are rendered with the chat template, the answer is one assistant
+// message of output text, streamed as Responses events.
+const PathResponses = "/v1/responses"
 
-// responseStore holds each stored response's prompt and answer, bounded
-// in bytes, the oldest forgotten first.
-type responseStore struct {
-	mu    sync.Mutex
-	max   int
-	bytes int
-	byID  map[string][]byte
-	order []string
-}
-
-// defaultStoreBytes bounds an engine's stored threads.
-const defaultStoreBytes = 256 << 20
-
-func (s *responseStore) get(dst []byte, id []byte) ([]byte, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	p, ok := s.byID[string(id)]
-	return append(dst, p...), ok
-}
-
-func (s *responseStore) put(id string, thread []byte) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.byID == nil {
-		s.byID = map[string][]byte{}
-	}
-	if s.max <= 0 {
-		s.max = defaultStoreBytes
-	}
-	s.byID[id] = thread
-	s.order = append(s.order, id)
-	s.bytes += len(thread)
-	for s.bytes > s.max && len(s.order) > 1 {
-		old := s.order[0]
-		s.order = s.order[1:]
-		s.bytes -= len(s.byID[old])
-		delete(s.byID, old)
-	}
-}
-
-func (s *responseStore) reset() {
-	s.mu.Lock()
-	s.byID, s.order, s.bytes = nil, nil, 0
-	s.mu.Unlock()
-}
-
-// Len is how many responses are stored.
-func (s *responseStore) Len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.byID)
-}
-
-// renderResponses renders a Responses API request into j.prompt, starting
-// from the stored thread when it continues one.
-func (e *Engine) renderResponses(j *job, req *fastjson.Value) ([]byte, error) {
-	j.store = req.Get("store") == nil || req.Get("store").Type() != fastjson.TypeFalse
-	prev := req.Get("previous_response_id")
-	if prev == nil || prev.Type() == fastjson.TypeNull {
-		return renderResponseItems(j.prompt[:0], req)
-	}
-	id, err := prev.StringBytes()
-	if err != nil {
-		return j.prompt, badParam("previous_response_id", "previous_response_id must be a string")
-	}
-	j.prevID = append(j.prevID[:0], id...)
-	dst, ok := e.responses.get(j.prompt[:0], id)
-	if !ok {
-		return dst, &requestError{status: fasthttp.StatusBadRequest, param: "previous_response_id", code: "previous_response_not_found",
-			msg: "Previous response with id '" + string(id) + "' not found."}
-	}
-	// Instructions and tools of a continuation are not re-rendered: the
-	// thread already starts with the first request's.
-	return renderInput(dst, req.Get("input"), true)
-}
-
-// renderResponseItems renders a whole Responses API request: tools, the
-// instructions as a system turn, the input items, the generation prompt.
-func renderResponseItems(dst []byte, req *fastjson.Value) ([]byte, error) {
-	if tools := req.Get("tools"); tools != nil && tools.Type() == fastjson.TypeArray && len(tools.GetArray()) > 0 {
+// renderResponses renders instructions, tools and input items with the
+// mock chat template: instructions as a system message, each message item
+// as "<|role|>\ncontent\n", a function call and its output as a tool call
+// and a tool message, then the generation prompt. As with chat, the prompt
+// of turn N is a byte prefix of turn N+1's when the client re-sends the
+// items.
+func renderResponses(dst []byte, req *fastjson.Value) ([]byte, error) {
+	if tools := req.Get("tools"); tools != nil && tools.Type() != fastjson.TypeNull {
+		if tools.Type() != fastjson.TypeArray {
+			return dst, badParam("tools", "tools must be an array")
+		}
 		dst = append(dst, toolsOpen...)
 		dst = tools.MarshalTo(dst)
 		dst = append(dst, '\n')
 	}
-	if ins := req.GetStringBytes("instructions"); len(ins) > 0 {
+	if in := req.Get("instructions"); in != nil && in.Type() != fastjson.TypeNull {
+		s, err := in.StringBytes()
+		if err != nil {
+			return dst, badParam("instructions", "instructions must be a string")
+		}
 		dst = append(dst, "<|system|>\n"...)
-		dst = append(dst, ins...)
+		dst = append(dst, s...)
 		dst = append(dst, '\n')
 	}
-	return renderInput(dst, req.Get("input"), false)
+	return renderInput(dst, req.Get("input"))
 }
 
-// renderInput renders input (a string, or message and function items) and
-// the generation prompt; a continuation may have none of its own.
-func renderInput(dst []byte, in *fastjson.Value, continuation bool) ([]byte, error) {
-	switch {
-	case in == nil && continuation:
-	case in == nil:
+// renderInput renders the input items (or string) and the generation
+// prompt.
+func renderInput(dst []byte, input *fastjson.Value) ([]byte, error) {
+	if input == nil {
 		return dst, badParam("input", "input is required")
-	case in.Type() == fastjson.TypeString:
+	}
+	switch input.Type() {
+	case fastjson.TypeString:
+		s, _ := input.StringBytes()
+		if len(s) == 0 {
+			return dst, badParam("input", "input must not be empty")
+		}
 		dst = append(dst, "<|user|>\n"...)
-		dst = append(dst, in.GetStringBytes()...)
+		dst = append(dst, s...)
 		dst = append(dst, '\n')
-	case in.Type() == fastjson.TypeArray:
-		for _, it := range in.GetArray() {
+	case fastjson.TypeArray:
+		items, _ := input.Array()
+		if len(items) == 0 {
+			return dst, badParam("input", "input must not be empty")
+		}
+		for _, it := range items {
 			var err error
 			if dst, err = renderItem(dst, it); err != nil {
 				return dst, err
@@ -132,93 +70,106 @@ func renderInput(dst []byte, in *fastjson.Value, continuation bool) ([]byte, err
 	return append(dst, genPrompt...), nil
 }
 
+// renderItem renders one input item of the Responses API.
 func renderItem(dst []byte, it *fastjson.Value) ([]byte, error) {
-	switch string(it.GetStringBytes("type")) {
+	if it.Type() != fastjson.TypeObject {
+		return dst, badParam("input", "each input item must be an object")
+	}
+	typ := string(it.GetStringBytes("type"))
+	switch typ {
 	case "", "message":
 		role := it.GetStringBytes("role")
 		if len(role) == 0 {
-			return dst, badParam("input", "each input message needs a role")
+			return dst, badParam("input", "each message item needs a string role")
 		}
 		dst = append(dst, "<|"...)
 		dst = append(dst, role...)
 		dst = append(dst, "|>\n"...)
 		c := it.Get("content")
-		switch {
-		case c == nil:
-		case c.Type() == fastjson.TypeString:
-			dst = append(dst, c.GetStringBytes()...)
-		case c.Type() == fastjson.TypeArray:
-			for _, p := range c.GetArray() {
+		if c != nil && c.Type() == fastjson.TypeArray {
+			parts, _ := c.Array()
+			for _, p := range parts {
 				switch string(p.GetStringBytes("type")) {
 				case "input_text", "output_text", "text":
 					dst = append(dst, p.GetStringBytes("text")...)
+				case "":
+					return dst, badParam("input", "content part without type")
 				default:
 					dst = append(dst, "<|media|>"...)
 				}
 			}
-		default:
-			return dst, badParam("input", "content must be a string or an array of parts")
+		} else {
+			var err error
+			if dst, err = renderContent(dst, c); err != nil {
+				return dst, badParam("input", "content must be a string or an array of parts")
+			}
 		}
 	case "function_call":
-		dst = append(dst, "<|assistant|>\n"...)
-		dst = append(dst, toolUseOpen...)
+		dst = append(dst, "<|tool_call|>"...)
 		dst = append(dst, it.GetStringBytes("name")...)
 		dst = append(dst, ' ')
 		dst = append(dst, it.GetStringBytes("arguments")...)
 	case "function_call_output":
 		dst = append(dst, "<|tool|>\n"...)
-		dst = append(dst, it.GetStringBytes("output")...)
+		if o := it.Get("output"); o != nil && o.Type() == fastjson.TypeString {
+			dst = append(dst, o.GetStringBytes()...)
+		} else if o != nil {
+			dst = o.MarshalTo(dst)
+		}
 	default:
-		dst = append(dst, "<|"...)
-		dst = append(dst, it.GetStringBytes("type")...)
-		dst = append(dst, "|>\n"...)
+		// Reasoning, item references and the like: their JSON, as a
+		// template would render an item it passes through.
+		dst = append(dst, "<|item|>"...)
+		dst = it.MarshalTo(dst)
 	}
 	return append(dst, '\n'), nil
 }
 
-// OutputText is the text the engine answers with n output tokens, so a
-// workload can resend a conversation's history as the client would.
-func OutputText(n int) string { return string(appendOutputText(nil, n)) }
+// appendResponseID appends the ids of a response and of its message.
+func (j *job) appendResponseID(b []byte, prefix string) []byte {
+	b = append(b, prefix...)
+	b = append(b, j.e.idPrefix...)
+	return strconv.AppendUint(b, j.id, 10)
+}
 
-func appendOutputText(b []byte, n int) []byte {
-	for k := 0; k < n; k++ {
+// appendText appends the answer's output text (unquoted: the words need no
+// escaping).
+func (j *job) appendText(b []byte) []byte {
+	for k := 0; k < j.maxTokens; k++ {
 		b = append(b, words[k%len(words)]...)
 	}
 	return b
 }
 
-func (j *job) appendResponseID(b []byte) []byte {
-	b = append(b, "resp_"...)
-	b = append(b, j.e.idPrefix...)
-	return strconv.AppendUint(b, j.id, 10)
-}
-
-// finished runs once an answer is complete: a Responses API answer is
-// stored for continuations.
-func (j *job) finished() {
-	if j.api != apiResponses || !j.store {
-		return
+// appendMessageItem appends the output message item, with its text when
+// done, empty while in progress.
+func (j *job) appendMessageItem(b []byte, done bool) []byte {
+	b = append(b, `{"id":"`...)
+	b = j.appendResponseID(b, "msg_")
+	b = append(b, `","type":"message","role":"assistant","status":`...)
+	if !done {
+		return append(b, `"in_progress","content":[]}`...)
 	}
-	thread := make([]byte, 0, len(j.prompt)+j.maxTokens*BytesPerToken+1)
-	thread = append(thread, j.prompt...)
-	thread = appendOutputText(thread, j.maxTokens)
-	thread = append(thread, '\n')
-	j.respID = j.appendResponseID(j.respID[:0])
-	j.e.responses.put(string(j.respID), thread)
+	b = append(b, `"completed","content":[`...)
+	b = j.appendTextPart(b, true)
+	return append(b, "]}"...)
 }
 
-// appendResponse appends the response object; done says whether the
-// answer is complete (with its output and usage) or just created.
+func (j *job) appendTextPart(b []byte, withText bool) []byte {
+	b = append(b, `{"type":"output_text","text":"`...)
+	if withText {
+		b = j.appendText(b)
+	}
+	return append(b, `","annotations":[]}`...)
+}
+
+// appendResponse appends a response object: in progress (no output, no
+// usage) or completed (the message and the usage).
 func (j *job) appendResponse(b []byte, done bool) []byte {
 	b = append(b, `{"id":"`...)
-	b = j.appendResponseID(b)
+	b = j.appendResponseID(b, "resp_")
 	b = append(b, `","object":"response","created_at":`...)
 	b = strconv.AppendInt(b, j.created, 10)
-	if done {
-		b = append(b, `,"status":"completed"`...)
-	} else {
-		b = append(b, `,"status":"in_progress"`...)
-	}
 	b = append(b, `,"model":`...)
 	b = appendJSONString(b, j.model)
 	b = append(b, `,"previous_response_id":`...)
@@ -230,10 +181,10 @@ func (j *job) appendResponse(b []byte, done bool) []byte {
 	b = append(b, `,"store":`...)
 	b = strconv.AppendBool(b, j.store)
 	if !done {
-		return append(b, `,"output":[],"usage":null}`...)
+		return append(b, `,"status":"in_progress","output":[],"usage":null}`...)
 	}
-	b = append(b, `,"output":[`...)
-	b = j.appendOutputItem(b, true)
+	b = append(b, `,"status":"completed","output":[`...)
+	b = j.appendMessageItem(b, true)
 	b = append(b, `],"usage":{"input_tokens":`...)
 	b = strconv.AppendInt(b, int64(j.promptTokens), 10)
 	b = append(b, `,"input_tokens_details":{"cached_tokens":`...)
@@ -245,152 +196,82 @@ func (j *job) appendResponse(b []byte, done bool) []byte {
 	return append(b, "}}"...)
 }
 
-func (j *job) appendOutputItem(b []byte, done bool) []byte {
-	b = append(b, `{"type":"message","id":"msg_`...)
-	b = append(b, j.e.idPrefix...)
-	b = strconv.AppendUint(b, j.id, 10)
-	if !done {
-		return append(b, `","status":"in_progress","role":"assistant","content":[]}`...)
-	}
-	b = append(b, `","status":"completed","role":"assistant","content":[`...)
-	b = j.appendTextPart(b, true)
-	return append(b, "]}"...)
-}
-
-func (j *job) appendTextPart(b []byte, done bool) []byte {
-	b = append(b, `{"type":"output_text","text":"`...)
-	if done {
-		b = appendOutputText(b, j.maxTokens)
-	}
-	return append(b, `","annotations":[]}`...)
-}
-
-// appendRespEvent starts a Responses API SSE event up to its own members.
-func (j *job) appendRespEvent(b []byte, typ string, seq int) []byte {
-	b = appendEvent(b, typ)
-	b = append(b, `{"type":"`...)
+// appendEventHead opens Responses event typ: its SSE event line and the
+// data object's type and sequence number; the caller adds the fields and
+// closes it with appendEventEnd.
+func (j *job) appendEventHead(b []byte, typ string) []byte {
+	b = append(b, "event: "...)
+	b = append(b, typ...)
+	b = append(b, "\ndata: {\"type\":\""...)
 	b = append(b, typ...)
 	b = append(b, `","sequence_number":`...)
-	return strconv.AppendInt(b, int64(seq), 10)
-}
-
-func (j *job) appendItemRef(b []byte) []byte {
-	b = append(b, `,"item_id":"msg_`...)
-	b = append(b, j.e.idPrefix...)
-	b = strconv.AppendUint(b, j.id, 10)
-	return append(b, `","output_index":0,"content_index":0`...)
-}
-
-func (j *job) appendResponsesOpening(b []byte) []byte {
-	b = j.appendRespEvent(b, "response.created", 0)
-	b = append(b, `,"response":`...)
-	b = j.appendResponse(b, false)
-	b = append(b, "}\n\n"...)
-	b = j.appendRespEvent(b, "response.output_item.added", 1)
-	b = append(b, `,"output_index":0,"item":`...)
-	b = j.appendOutputItem(b, false)
-	b = append(b, "}\n\n"...)
-	b = j.appendRespEvent(b, "response.content_part.added", 2)
-	b = j.appendItemRef(b)
-	b = append(b, `,"part":`...)
-	b = j.appendTextPart(b, false)
-	return append(b, "}\n\n"...)
-}
-
-func (j *job) appendResponsesToken(b []byte, k int) []byte {
-	b = j.appendRespEvent(b, "response.output_text.delta", 3+k)
-	b = j.appendItemRef(b)
-	b = append(b, `,"delta":"`...)
-	b = append(b, words[k%len(words)]...)
-	return append(b, "\"}\n\n"...)
-}
-
-func (j *job) appendResponsesClosing(b []byte) []byte {
-	seq := 3 + j.maxTokens
-	b = j.appendRespEvent(b, "response.output_text.done", seq)
-	b = j.appendItemRef(b)
-	b = append(b, `,"text":"`...)
-	b = appendOutputText(b, j.maxTokens)
-	b = append(b, "\"}\n\n"...)
-	b = j.appendRespEvent(b, "response.content_part.done", seq+1)
-	b = j.appendItemRef(b)
-	b = append(b, `,"part":`...)
-	b = j.appendTextPart(b, true)
-	b = append(b, "}\n\n"...)
-	b = j.appendRespEvent(b, "response.output_item.done", seq+2)
-	b = append(b, `,"output_index":0,"item":`...)
-	b = j.appendOutputItem(b, true)
-	b = append(b, "}\n\n"...)
-	b = j.appendRespEvent(b, "response.completed", seq+3)
-	b = append(b, `,"response":`...)
-	b = j.appendResponse(b, true)
-	return append(b, "}\n\n"...)
-}
-
-// failCode writes an OpenAI-shaped error with its own code.
-func (e *Engine) failCode(ctx *fasthttp.RequestCtx, a api, status int, typ, param, code, msg string) {
-	if a == apiMessages {
-		e.failAnthropic(ctx, status, msg)
-		return
-	}
-	b := append(make([]byte, 0, 128+len(msg)), `{"error":{"message":`...)
-	b = appendJSONString(b, msg)
-	b = append(b, `,"type":`...)
-	b = appendJSONString(b, typ)
-	b = append(b, `,"param":`...)
-	b = appendJSONString(b, param)
-	b = append(b, `,"code":`...)
-	b = appendJSONString(b, code)
-	b = append(b, "}}"...)
-	ctx.SetStatusCode(status)
-	ctx.SetContentType("application/json")
-	ctx.SetBody(b)
-}
-
-// The answer's pieces by API: the whole JSON answer, and a stream's events
-// before the first token, per token, and after the last.
-
-func (j *job) appendAnswer(b []byte) []byte {
-	switch j.api {
-	case apiMessages:
-		return j.appendMessage(b)
-	case apiResponses:
-		return j.appendResponse(b, true)
-	}
-	return j.appendCompletion(b)
-}
-
-func (j *job) appendOpening(b []byte) []byte {
-	switch j.api {
-	case apiChat:
-		return j.appendChunk(b, -1)
-	case apiMessages:
-		return j.appendMessageOpening(b)
-	case apiResponses:
-		return j.appendResponsesOpening(b)
-	}
+	b = strconv.AppendInt(b, int64(j.seq), 10)
+	j.seq++
 	return b
 }
 
-func (j *job) appendToken(b []byte, k int) []byte {
-	switch j.api {
-	case apiMessages:
-		return j.appendMessageToken(b, k)
-	case apiResponses:
-		return j.appendResponsesToken(b, k)
-	}
-	return j.appendChunk(b, k)
+func appendEventEnd(b []byte) []byte { return append(b, "}\n\n"...) }
+
+// appendItemRef appends the fields that place a text event in the output.
+func (j *job) appendItemRef(b []byte) []byte {
+	b = append(b, `,"item_id":"`...)
+	b = j.appendResponseID(b, "msg_")
+	return append(b, `","output_index":0,"content_index":0`...)
 }
 
-func (j *job) appendClosing(b []byte) []byte {
-	switch j.api {
-	case apiMessages:
-		return j.appendMessageClosing(b)
-	case apiResponses:
-		return j.appendResponsesClosing(b)
+// appendResponsesOpening appends the events before the first token: the
+// response created and in progress, the message item and its text part
+// added.
+func (j *job) appendResponsesOpening(b []byte) []byte {
+	j.seq = 0
+	for _, typ := range []string{"response.created", "response.in_progress"} {
+		b = j.appendEventHead(b, typ)
+		b = append(b, `,"response":`...)
+		b = j.appendResponse(b, false)
+		b = appendEventEnd(b)
 	}
-	if j.usage {
-		b = j.appendUsageChunk(b)
-	}
-	return append(b, "data: [DONE]\n\n"...)
+	b = j.appendEventHead(b, "response.output_item.added")
+	b = append(b, `,"output_index":0,"item":`...)
+	b = j.appendMessageItem(b, false)
+	b = appendEventEnd(b)
+	b = j.appendEventHead(b, "response.content_part.added")
+	b = j.appendItemRef(b)
+	b = append(b, `,"part":`...)
+	b = j.appendTextPart(b, false)
+	return appendEventEnd(b)
+}
+
+// appendResponsesDelta appends output token k as a text delta event.
+func (j *job) appendResponsesDelta(b []byte, k int) []byte {
+	b = j.appendEventHead(b, "response.output_text.delta")
+	b = j.appendItemRef(b)
+	b = append(b, `,"delta":"`...)
+	b = append(b, words[k%len(words)]...)
+	b = append(b, '"')
+	return appendEventEnd(b)
+}
+
+// appendResponsesClosing appends the events after the last token: the text,
+// the part and the item done, then the completed response with its usage.
+// The Responses API ends its stream with these, not with [DONE].
+func (j *job) appendResponsesClosing(b []byte) []byte {
+	b = j.appendEventHead(b, "response.output_text.done")
+	b = j.appendItemRef(b)
+	b = append(b, `,"text":"`...)
+	b = j.appendText(b)
+	b = append(b, '"')
+	b = appendEventEnd(b)
+	b = j.appendEventHead(b, "response.content_part.done")
+	b = j.appendItemRef(b)
+	b = append(b, `,"part":`...)
+	b = j.appendTextPart(b, true)
+	b = appendEventEnd(b)
+	b = j.appendEventHead(b, "response.output_item.done")
+	b = append(b, `,"output_index":0,"item":`...)
+	b = j.appendMessageItem(b, true)
+	b = appendEventEnd(b)
+	b = j.appendEventHead(b, "response.completed")
+	b = append(b, `,"response":`...)
+	b = j.appendResponse(b, true)
+	return appendEventEnd(b)
 }

@@ -10,11 +10,13 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/kvca/kvca/internal/cliflag"
+
 	"github.com/kvca/kvca/bench/mock"
 	"github.com/kvca/kvca/bench/workload"
 )
 
-// Spec is everything `kvca bench` needs besides the proxy.
+// Spec is everything `kvca-bench bench` needs besides the proxy.
 type Spec struct {
 	Run Options
 
@@ -39,11 +41,13 @@ type Spec struct {
 	Charts string // write PNG charts into this directory
 }
 
+// env names the KVCA_BENCH_<NAME> variable of a flag, apart from kvca
+// serve's KVCA_<NAME>.
 func env(name string) []string {
-	return []string{"KVCA_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))}
+	return []string{"KVCA_BENCH_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))}
 }
 
-// Flags are `kvca bench`'s flags; read them back with SpecFromCLI.
+// Flags are `kvca-bench bench`'s flags; read them back with SpecFromCLI.
 func Flags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "workload", Value: "chat", Usage: "what the conversations are sent as: chat, messages (the same conversations on the Anthropic Messages API, /v1/messages), " +
@@ -62,7 +66,7 @@ func Flags() []cli.Flag {
 		&cli.Float64Flag{Name: "rate", Value: 5, Usage: "synthetic: conversation arrivals per second (Poisson)", EnvVars: env("rate")},
 		&cli.IntFlag{Name: "min-turns", Value: 2, Usage: "synthetic: fewest user turns per conversation", EnvVars: env("min-turns")},
 		&cli.IntFlag{Name: "max-turns", Value: 8, Usage: "synthetic: most user turns per conversation", EnvVars: env("max-turns")},
-		&cli.DurationFlag{Name: "think-time", Value: 5 * time.Second, Usage: "synthetic: mean gap between a conversation's requests", EnvVars: env("think-time")},
+		&cli.GenericFlag{Name: "think-time", Value: cliflag.Duration(5 * time.Second), Usage: "synthetic: mean gap between a conversation's requests", EnvVars: env("think-time")},
 		&cli.IntFlag{Name: "system-prompts", Value: 4, Usage: "synthetic: distinct shared system prompts", EnvVars: env("system-prompts")},
 		&cli.IntFlag{Name: "system-tokens", Value: 2048, Usage: "synthetic: tokens per system prompt", EnvVars: env("system-tokens")},
 		&cli.IntFlag{Name: "user-tokens", Value: 256, Usage: "synthetic: mean tokens per user message", EnvVars: env("user-tokens")},
@@ -74,13 +78,13 @@ func Flags() []cli.Flag {
 		&cli.IntFlag{Name: "cache-tokens", Value: 2_000_000, Usage: "KV cache capacity of each engine, in tokens", EnvVars: env("cache-tokens")},
 		&cli.IntFlag{Name: "block-tokens", Value: 16, Usage: "engine KV block size in tokens", EnvVars: env("block-tokens")},
 		&cli.IntFlag{Name: "max-seqs", Value: 64, Usage: "sequences an engine runs at once; the rest queue", EnvVars: env("max-seqs")},
-		&cli.DurationFlag{Name: "prefill-overhead", Value: 5 * time.Millisecond, Usage: "engine prefill cost per request (before time-scale)", EnvVars: env("prefill-overhead")},
-		&cli.DurationFlag{Name: "prefill-per-token", Value: 50 * time.Microsecond, Usage: "engine prefill cost per uncached token (before time-scale)", EnvVars: env("prefill-per-token")},
-		&cli.DurationFlag{Name: "decode-per-token", Value: 10 * time.Millisecond, Usage: "engine decode time per output token (before time-scale)", EnvVars: env("decode-per-token")},
+		&cli.GenericFlag{Name: "prefill-overhead", Value: cliflag.Duration(5 * time.Millisecond), Usage: "engine prefill cost per request (before time-scale)", EnvVars: env("prefill-overhead")},
+		&cli.GenericFlag{Name: "prefill-per-token", Value: cliflag.Duration(50 * time.Microsecond), Usage: "engine prefill cost per uncached token (before time-scale)", EnvVars: env("prefill-per-token")},
+		&cli.GenericFlag{Name: "decode-per-token", Value: cliflag.Duration(10 * time.Millisecond), Usage: "engine decode time per output token (before time-scale)", EnvVars: env("decode-per-token")},
 
 		&cli.StringFlag{Name: "policies", Value: strings.Join(DefaultPolicies, ","), Usage: "comma-separated routing policies to compare", EnvVars: env("policies")},
 		&cli.IntFlag{Name: "max-in-flight", Value: 2048, Usage: "bound on concurrent requests (later arrivals wait)", EnvVars: env("max-in-flight")},
-		&cli.DurationFlag{Name: "timeout", Value: 10 * time.Minute, Usage: "per-request timeout", EnvVars: env("timeout")},
+		&cli.GenericFlag{Name: "timeout", Value: cliflag.Duration(10 * time.Minute), Usage: "per-request timeout", EnvVars: env("timeout")},
 		&cli.StringFlag{Name: "json", Usage: "write the JSON report to `FILE`", EnvVars: env("json")},
 		&cli.StringFlag{Name: "charts", Usage: "write PNG charts into `DIR`", EnvVars: env("charts")},
 		&cli.BoolFlag{Name: "quiet", Usage: "no progress lines on stderr", EnvVars: env("quiet")},

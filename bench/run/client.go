@@ -21,6 +21,9 @@ type outcome struct {
 	ttft time.Duration
 	e2e  time.Duration
 	err  error
+	// cached is the prompt tokens the engine found cached, from the
+	// stream's usage; -1 when it did not say.
+	cached int
 	// respID is a Responses API answer's id, which later turns continue.
 	respID []byte
 }
@@ -44,7 +47,7 @@ var (
 )
 
 func send(ctx context.Context, client *http.Client, base string, r *workload.Request, body []byte, due time.Time, timeout time.Duration) (o outcome) {
-	o = outcome{sent: due}
+	o = outcome{sent: due, cached: -1}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+r.Path, bytes.NewReader(body))
@@ -114,6 +117,9 @@ func send(ctx context.Context, client *http.Client, base string, r *workload.Req
 			if bytes.Equal(payload, donePayload) || bytes.Contains(payload, messageStop) || bytes.Contains(payload, responseDone) {
 				o.e2e = time.Since(due)
 				return o
+			}
+			if n, ok := cachedTokens(payload); ok {
+				o.cached = n
 			}
 			if bytes.HasPrefix(payload, errorPrefix) || bytes.Contains(payload, errorObject) ||
 				bytes.Contains(payload, errorEvent) || bytes.Contains(payload, responseFailed) {

@@ -101,6 +101,7 @@ func Run(ctx context.Context, w *workload.Workload, opt Options, factory ProxyFa
 	}
 	sort.Slice(floor, func(i, j int) bool { return floor[i] < floor[j] })
 	rep.Workload.TTFTFloor = [3]time.Duration{pct(floor, 0.5), pct(floor, 0.9), pct(floor, 0.99)}
+	rep.Workload.DistinctPrefixes = distinctPrefixes(w)
 	if w.HasTraceIdeal {
 		r := w.TraceIdeal.Rate()
 		rep.Workload.TraceIdealHitRate = &r
@@ -137,11 +138,15 @@ func runPolicy(ctx context.Context, w *workload.Workload, opt Options, policy st
 		}
 		backends[i] = engines[i].URL()
 	}
-	proxy, err := factory(policy, backends)
-	if err != nil {
+	var proxy Proxy
+	var err error
+	if policy == OraclePolicy {
+		proxy = oracle{}
+	} else if proxy, err = factory(policy, backends); err != nil {
 		return nil, fmt.Errorf("starting proxy: %w", err)
 	}
 	defer proxy.Close()
+	pinned := oracleBases(policy, w, backends)
 	cpuBefore, cpuHow := cpuTime(proxy)
 
 	transport := &http.Transport{
@@ -218,11 +223,15 @@ loop:
 		go func() {
 			defer wg.Done()
 			defer close(finished[i])
+			base := bases[i%len(bases)]
+			if pinned != nil {
+				base = pinned[i]
+			}
 			var o outcome
 			if body, at, err := continuation(runCtx, r, outcomes, finished, due); err != nil {
-				o = outcome{sent: at, err: err}
+				o = outcome{sent: at, err: err, cached: -1}
 			} else {
-				o = send(runCtx, client, bases[i%len(bases)], r, body, at, opt.Timeout)
+				o = send(runCtx, client, base, r, body, at, opt.Timeout)
 			}
 			outcomes[i] = o
 			if o.err != nil {
@@ -280,6 +289,7 @@ loop:
 		}
 	}
 	res.Errors += n - int(sent.Load())
+	res.FirstTurns, res.ColdFirstTurns = coldFirstTurns(w, outcomes)
 	sortDurations(ttft)
 	sortDurations(e2e)
 	res.TTFT = ttft

@@ -18,6 +18,9 @@ type Request struct {
 	Body         []byte
 	Stream       bool
 	OutputTokens int // max_tokens in Body
+	// Prefix names the shared prefix (a system prompt) the request starts
+	// with, from 1; 0: none known. PrefixTokens is its length in tokens.
+	Prefix, PrefixTokens int
 	// Headers are sent with the request (a session header).
 	Headers [][2]string
 	// Continues is 1 + the index of the request whose Responses API
