@@ -22,7 +22,7 @@ import (
 // Keys are the maps' keyed hashes; the header's fingerprint covers the
 // hash key, so replicas that hash differently ignore each other.
 const (
-	kindBindings    = 16
+	kindBindings    = 17 // after kindQuota
 	affinitySubject = ".affinity.bind"
 	// maxPendingBindings bounds what waits for the publisher; beyond it a
 	// binding is dropped (and counted), never waited for.
@@ -64,6 +64,11 @@ func (n *Node) ShareAffinity(maps ...*affinity.Map) error {
 	}
 	_ = sub.SetPendingLimits(65536, 64<<20)
 	a.sub = sub
+	if n.nc.IsConnected() {
+		// The server knows of the subscription before the first binding
+		// anyone publishes after this returns.
+		_ = n.nc.FlushTimeout(time.Second)
+	}
 	for _, m := range maps {
 		m.SetPeer(a)
 	}

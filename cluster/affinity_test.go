@@ -12,6 +12,9 @@ import (
 func TestBindingsPropagate(t *testing.T) {
 	f := newFleet(t, 3, 2, true)
 	ra, rb := f.replicas[0], f.replicas[1]
+	for _, r := range f.replicas {
+		eventually(t, "the replicas to connect", r.node.Connected)
+	}
 	maps := func(r *replica) (resp, sess *affinity.Map) {
 		resp = affinity.New(affinity.Responses, affinity.Config{TTL: time.Hour})
 		sess = affinity.New(affinity.Sessions, affinity.Config{TTL: time.Hour})

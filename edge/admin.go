@@ -9,6 +9,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/pprofhandler"
 
+	"github.com/kvca/kvca/admit"
 	"github.com/kvca/kvca/sched"
 )
 
@@ -36,6 +37,8 @@ type State struct {
 	Table    TableState     `json:"table"`
 	// TTFT is the ttft policy's learned model per backend.
 	TTFT sched.TTFTState `json:"ttft"`
+	// Admission is the admission queue and the backends' slots.
+	Admission *admit.State `json:"admission,omitempty"`
 }
 
 // State snapshots the backends and the table.
@@ -57,6 +60,10 @@ func (s *Server) State() State {
 	ts := s.table.Stats()
 	st.Table = TableState{Blocks: ts.Blocks, Locations: ts.Locations, Capacity: ts.Capacity}
 	st.TTFT = s.sched.TTFTSnapshot()
+	if s.adm.Limited() {
+		a := s.adm.Snapshot()
+		st.Admission = &a
+	}
 	return st
 }
 

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvca/kvca/admit"
 	"github.com/kvca/kvca/chain"
 	"github.com/kvca/kvca/sched"
 )
@@ -72,6 +73,17 @@ type Config struct {
 	// PreserveHost sends the client's Host to backends instead of the
 	// backend URL's authority (--preserve-host).
 	PreserveHost bool
+
+	// Admission (docs/admission.md): MaxInflightPerBackend > 0 bounds the
+	// requests in flight on each backend; beyond, requests wait in one
+	// queue of QueueSize for at most QueueTimeout, served by priority
+	// class and fairly across tenants.
+	MaxInflightPerBackend int
+	QueueSize             int
+	QueueTimeout          time.Duration
+	QueueHolderWait       time.Duration
+	QueueStarvationLimit  int
+	QueueEngineAware      bool
 
 	// IO is how the public listener is served: "epoll", event loops (one
 	// per core, Linux; see evloop_linux.go), the only way; "auto" (or
@@ -143,6 +155,10 @@ func DefaultConfig() Config {
 		HeaderTimeout:         10 * time.Second,
 		ClientReadTimeout:     30 * time.Second,
 		MaxClientConns:        10000,
+		QueueSize:             admit.DefaultQueueSize,
+		QueueTimeout:          admit.DefaultQueueTimeout,
+		QueueHolderWait:       admit.DefaultHolderWait,
+		QueueStarvationLimit:  admit.DefaultStarvationLimit,
 		ClientIdleTimeout:     2 * time.Minute,
 		MaxConnsPerBackend:    1024,
 		TTFT:                  sched.TTFTConfig{ResidentEpsilon: sched.DefaultResidentEpsilon},
@@ -306,6 +322,9 @@ func (c *Config) Validate() error {
 	}
 	if c.HeaderTimeout == 0 {
 		c.HeaderTimeout = d.HeaderTimeout
+	}
+	if c.MaxInflightPerBackend < 0 || c.QueueSize < 0 || c.QueueTimeout < 0 || c.QueueHolderWait < 0 || c.QueueStarvationLimit < 0 {
+		return fmt.Errorf("--max-inflight-per-backend, --queue-size, --queue-timeout, --queue-holder-wait and --queue-starvation-limit must not be negative")
 	}
 	if c.MaxClientConns < 0 {
 		return fmt.Errorf("--max-client-conns must not be negative (0: no bound)")

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kvca/kvca/admit"
 	"github.com/kvca/kvca/canon"
 	"github.com/kvca/kvca/h1"
 )
@@ -19,6 +20,7 @@ const (
 	cliHead          // reading a request head
 	cliBody          // reading its body
 	cliAsync         // a goroutine works for the request (a large body's plan, model lists)
+	cliQueued        // waiting in the admission queue
 	cliWait          // the request is with a backend, no answer yet
 	cliRelay         // relaying the backend's answer
 	cliReply         // writing kvca's own answer
@@ -110,7 +112,7 @@ func (c *cliConn) event(ev uint32) {
 		c.read()
 	case cliLinger:
 		c.linger()
-	case cliAsync, cliWait, cliRelay:
+	case cliAsync, cliQueued, cliWait, cliRelay:
 		// Pipelined bytes wait in the socket until the answer is out; a
 		// hang-up means the client left: stop the backend's work for it.
 		if ev&syscall.EPOLLRDHUP != 0 {
@@ -388,6 +390,7 @@ func (c *cliConn) dispatch() {
 			return
 		}
 		c.lastBusy = false
+		c.admission()
 		c.attempts()
 	case kindHealth:
 		c.answer(200, "application/json", []byte(`{"status":"ok"}`+"\n"), "")
@@ -486,18 +489,87 @@ func (c *cliConn) afterPlan(err error) {
 		return
 	}
 	c.lastBusy = false
+	c.admission()
 	c.attempts()
+}
+
+// admission fills the request's admission ticket (priority class,
+// tenant) when admission is on.
+func (c *cliConn) admission() {
+	s := c.l.s
+	if !s.adm.Limited() {
+		return
+	}
+	tk, b := &c.c.tk, c.buf
+	tk.Class = admit.ClassOf(c.h.Get(b, "x-kvca-priority"), nil)
+	tk.Tenant = s.adm.TenantKey(c.h.Get(b, "x-kvca-tenant"))
+	tk.Owner, tk.Wake = c, admitWake
+}
+
+// admitWake brings a ticket's wake to the loop that owns its connection.
+func admitWake(t *admit.Ticket, seq uint64) {
+	c := t.Owner.(*cliConn)
+	c.l.post(func() { c.admitted(seq) })
+}
+
+// admitted continues a request that left the admission queue.
+func (c *cliConn) admitted(seq uint64) {
+	if c.state != cliQueued || c.c == nil || c.c.tk.Seq() != seq {
+		return // stale: the request ended meanwhile
+	}
+	c.state = cliWait
+	if c.c.tk.State() == admit.Dropped {
+		r := shed(&c.c.tk)
+		c.reply(&r)
+		return
+	}
+	c.c.req.Now = c.l.s.table.Now() // the cache picture may have changed
+	c.attempts()
+}
+
+// admit asks admission for room before routing: false when the request
+// now waits in the queue or was turned away (answered).
+func (c *cliConn) admit() bool {
+	s := c.l.s
+	call := c.c
+	tk := &call.tk
+	tk.Eligible = s.adm.Candidates(&call.req)
+	tk.Preferred = admit.Holders(s.table, &call.req)
+	switch s.adm.Admit(tk) {
+	case admit.Queued:
+		c.state = cliQueued
+		return false
+	case admit.Shed:
+		r := shed(tk)
+		c.reply(&r)
+		return false
+	}
+	return true
 }
 
 // attempts routes the request and sends it to the chosen backend, trying
 // others (up to --retries) while nothing has reached the client.
 func (c *cliConn) attempts() {
 	s := c.l.s
+	call := c.c
 	for {
-		u, r := s.pick(c.c, c.lastBusy)
+		limited := s.adm.Limited()
+		if limited && !c.admit() {
+			return
+		}
+		allowed := call.req.Allowed
+		if limited {
+			call.req.Allowed = call.tk.Room() // the backends with room
+		}
+		u, r := s.pick(call, c.lastBusy)
+		call.req.Allowed = allowed
 		if r != nil {
 			c.reply(r)
 			return
+		}
+		if limited && !s.adm.Take(&call.tk, u.b.Index) {
+			call.res.ReleaseActive() // its room went meanwhile: ask again
+			continue
 		}
 		res := c.attemptOn(u, false)
 		if res == sent || !c.failedAttempt(u, res) {
@@ -827,6 +899,8 @@ func (c *cliConn) gone() {
 			c.up = nil
 		}
 	}
+	// A request waiting in the admission queue (cliQueued) leaves it in
+	// done, and reserved nothing.
 	if call := c.c; call != nil {
 		c.c = nil
 		if call.outcome == outCompleted {

@@ -9,9 +9,11 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"strconv"
 	"syscall"
 	"time"
 
+	"github.com/kvca/kvca/admit"
 	"github.com/kvca/kvca/canon"
 	"github.com/kvca/kvca/chain"
 	"github.com/kvca/kvca/sched"
@@ -43,6 +45,7 @@ type call struct {
 	out     int64         // response body bytes sent to the client
 	outcome int
 	allowed chain.Set
+	tk      admit.Ticket // admission, when --max-inflight-per-backend is set
 }
 
 // Outcomes of an exchange, as the access log names them.
@@ -73,6 +76,7 @@ func (s *Server) putCall(c *call) {
 	c.model, c.path, c.client = c.model[:0], c.path[:0], c.client[:0]
 	c.info = canon.Info{Model: c.info.Model[:0]} // its buffer is kept
 	c.req = sched.Request{}
+	c.tk.Class, c.tk.Tenant, c.tk.HolderWait, c.tk.Wake, c.tk.Owner = 0, 0, 0, nil, nil
 	c.dec = sched.Decision{}
 	c.res = sched.Reservation{}
 	s.calls.Put(c)
@@ -177,6 +181,14 @@ func (s *Server) pick(c *call, lastBusy bool) (*upstream, *reply) {
 	return s.ups[c.dec.Backend.Index], nil
 }
 
+// shed is the answer to a request admission turned away: 429 in OpenAI's
+// shape, with when to retry.
+func shed(tk *admit.Ticket) reply {
+	r := tk.Reason()
+	return reply{status: 429, typ: admit.ErrorType, code: r.Code(), msg: r.Message(),
+		header: "Retry-After: " + strconv.Itoa(tk.RetryAfter()) + "\r\n"}
+}
+
 // failed books a failed attempt on u (load released, u excluded) and says
 // whether another backend may be tried; if not, how to answer.
 func (s *Server) failed(c *call, u *upstream, res int) (retry bool, r *reply) {
@@ -250,6 +262,7 @@ func (s *Server) streamFailed(u *upstream, err error) {
 // its pool. Its reservation must have been released.
 func (s *Server) done(c *call) {
 	c.res.ReleaseActive()
+	s.adm.Done(&c.tk)
 	s.m.duration[c.route].UpdateDuration(c.start)
 	if c.outcome == outClientGone {
 		s.m.disconnects.Inc()

@@ -106,10 +106,12 @@ func dropRequestField(name []byte) bool {
 		return h1.EqualFold(name, "expect")
 	case 12:
 		return h1.EqualFold(name, "x-request-id")
+	case 13:
+		return h1.EqualFold(name, "x-kvca-tenant") // kvca's own, for admission
 	case 14:
 		return h1.EqualFold(name, "content-length")
 	case 15:
-		return h1.EqualFold(name, "x-forwarded-for")
+		return h1.EqualFold(name, "x-forwarded-for") || h1.EqualFold(name, "x-kvca-priority")
 	case 17:
 		return h1.EqualFold(name, "transfer-encoding") || h1.EqualFold(name, "x-forwarded-proto")
 	}

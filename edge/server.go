@@ -14,6 +14,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/kvca/kvca/admit"
 	"github.com/kvca/kvca/canon"
 	"github.com/kvca/kvca/chain"
 	"github.com/kvca/kvca/sched"
@@ -56,6 +57,7 @@ type Server struct {
 	tlsPub      *certSource   // nil unless --tls-cert
 	tlsAdmin    *certSource   // nil unless --admin-tls-cert
 	evl         *evLoops
+	adm         *admit.Admitter // admission; bypassed without --max-inflight-per-backend
 }
 
 // Peer shares what this replica learns with other replicas. Its methods
@@ -126,6 +128,12 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.m = newServerMetrics(sc, table, s.memo, &s.clientConns)
 	s.m.set.RegisterMetricsWriter(sc.WriteTTFTMetrics)
+	s.adm, err = admit.New(admit.Config{Backends: backends, MaxInflight: cfg.MaxInflightPerBackend,
+		QueueSize: cfg.QueueSize, QueueTimeout: cfg.QueueTimeout, HolderWait: cfg.QueueHolderWait,
+		StarvationLimit: cfg.QueueStarvationLimit, EngineAware: cfg.QueueEngineAware, Metrics: s.m.set})
+	if err != nil {
+		return nil, err
+	}
 	upTLS, err := upstreamTLS(&cfg)
 	if err != nil {
 		return nil, err
@@ -285,6 +293,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	for _, f := range s.onShutdown {
 		f()
 	}
+	s.adm.Close()
 	s.stopBg()
 	s.loops.Wait()
 	for _, u := range s.ups {

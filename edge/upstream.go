@@ -193,6 +193,7 @@ func (s *Server) setHealth(u *upstream, healthy bool, why string) bool {
 	if healthy {
 		gen := s.resetBackend(u.b.Index)
 		s.log.Info("backend healthy", "backend", u.b.Name, "reason", why, "generation", gen)
+		s.adm.Refill(u.b.Index) // waiters may go there now
 		select {
 		case s.modelsWake <- struct{}{}:
 		default:

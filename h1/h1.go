@@ -442,6 +442,18 @@ func (r *Request) CheckHost(b []byte) bool {
 	return len(h) == 0 || validAuthority(h)
 }
 
+// Get returns the value of the last field called name (lower case), or
+// nil.
+func (r *Request) Get(b []byte, name string) []byte {
+	var v []byte
+	for i := 0; i < r.NF; i++ {
+		if n := r.Names[i].Of(b); equalFold(n, name) {
+			v = r.Vals[i].Of(b)
+		}
+	}
+	return v
+}
+
 // HasBody reports whether a body follows the head.
 func (r *Request) HasBody() bool { return r.Chunked || r.ContentLength > 0 }
 

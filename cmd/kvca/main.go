@@ -26,6 +26,7 @@ func newApp() *cli.App {
 		inspectCommand(),
 		mockCommand(),
 		kdnCommand(),
+		keysCommand(),
 		movedCommand("bench"),
 		movedCommand("demo"),
 	}
