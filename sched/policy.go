@@ -53,11 +53,15 @@ func (kvcaPolicy) Name() string { return "kvca" }
 
 func (kvcaPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 	elig := s.Eligible(r)
+	d.prefer = r.Bound
 	if r.Followup && len(r.Chain) > 0 {
 		if phase2(s, r, elig, d) {
 			return true
 		}
 		d.Phase = PhaseFallback
+	}
+	if s.pickBound(r, d) {
+		return true
 	}
 	// Phase 1 (and fallback): every eligible backend, all blocks novel.
 	return s.reserveMin(&elig, len(r.Chain), nil, false, d)
@@ -96,6 +100,7 @@ type kvcaCost struct{}
 func (kvcaCost) Name() string { return "kvca-cost" }
 
 func (kvcaCost) Pick(s *Scheduler, r *Request, d *Decision) bool {
+	d.prefer = r.Bound
 	if r.Followup && len(r.Chain) > 0 && phase2(s, r, s.Eligible(r), d) {
 		return true
 	}
@@ -112,6 +117,10 @@ func (costPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 	elig := s.Eligible(r)
 	var match [chain.MaxBackends]int32
 	best := prefixMatch(s, r, elig, &match)
+	d.prefer = r.Bound
+	if boundDecides(r, best) && s.pickBound(r, d) {
+		return true
+	}
 	switch {
 	case !r.Followup:
 		d.Phase = PhaseBootstrap

@@ -97,6 +97,17 @@ type Request struct {
 	Allowed *chain.Set
 	// Exclude holds backends already tried for this request.
 	Exclude chain.Set
+	// Bound is 1 + the index of the backend the request's conversation is
+	// bound to (a named session, a Responses API thread), 0 if none. The
+	// kvca, cost and kvca-cost policies send a bootstrap there, and a
+	// follow-up of which no eligible backend holds any block; otherwise the
+	// prefix decides and Bound is preferred among equally good choices
+	// (bound.go).
+	Bound int
+	// Pin makes Bound binding for every policy while that backend is
+	// eligible: a Responses API continuation (previous_response_id) can only
+	// be answered by the backend that stores its thread.
+	Pin bool
 }
 
 // Decision is a policy's answer.
@@ -110,6 +121,11 @@ type Decision struct {
 	Predicted time.Duration
 	// before is Backend's load word just before this request was reserved.
 	before uint64
+	// Bound: the choice was Request.Bound's backend because of the binding
+	// (pinned, or nothing else known), not because it won on prefix or load.
+	Bound bool
+	// prefer is Request.Bound for reserveMin's ties.
+	prefer int
 }
 
 // Policy selects a backend and reserves the request's load on it.
@@ -159,7 +175,8 @@ func New(backends []*Backend, table *chain.Table, activeWeight int, policy strin
 // released by the caller (ReleasePrefill at headers, ReleaseActive at end).
 func (s *Scheduler) Route(r *Request, d *Decision, res *Reservation) bool {
 	*d = Decision{}
-	if !s.Policy.Pick(s, r, d) {
+	// A pinned request goes to its bound backend whatever the policy.
+	if !(r.Pin && s.pickBound(r, d)) && !s.Policy.Pick(s, r, d) {
 		return false
 	}
 	res.arm(d.Backend, uint64(d.Novel), d.before, d.Predicted)
@@ -215,7 +232,9 @@ func (s *Scheduler) reserveMin(elig *chain.Set, n int, match *[chain.MaxBackends
 		if best < 0 {
 			return false
 		}
-		if ties > 1 {
+		if ties > 1 && s.preferTied(elig, d.prefer, bestCost, cost, &best, &bestSt) {
+			// The conversation's bound backend is among the tied.
+		} else if ties > 1 {
 			// Take the k-th of the tied backends in index order. Loads may
 			// move meanwhile; the compare-and-swap below catches that.
 			k := int(s.ties[ties&15].Add(1) % uint64(ties))

@@ -35,7 +35,12 @@ func renderResponses(dst []byte, req *fastjson.Value) ([]byte, error) {
 		dst = append(dst, s...)
 		dst = append(dst, '\n')
 	}
-	input := req.Get("input")
+	return renderInput(dst, req.Get("input"))
+}
+
+// renderInput renders the input items (or string) and the generation
+// prompt.
+func renderInput(dst []byte, input *fastjson.Value) ([]byte, error) {
 	if input == nil {
 		return dst, badParam("input", "input is required")
 	}
@@ -167,6 +172,14 @@ func (j *job) appendResponse(b []byte, done bool) []byte {
 	b = strconv.AppendInt(b, j.created, 10)
 	b = append(b, `,"model":`...)
 	b = appendJSONString(b, j.model)
+	b = append(b, `,"previous_response_id":`...)
+	if len(j.prevID) > 0 {
+		b = appendJSONString(b, string(j.prevID))
+	} else {
+		b = append(b, "null"...)
+	}
+	b = append(b, `,"store":`...)
+	b = strconv.AppendBool(b, j.store)
 	if !done {
 		return append(b, `,"status":"in_progress","output":[],"usage":null}`...)
 	}

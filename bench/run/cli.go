@@ -24,6 +24,12 @@ type Spec struct {
 	Trace     string
 	TraceOpts workload.TraceOptions
 	Synth     workload.Synthetic
+	// Kind is what the conversations are sent as: "chat" (default),
+	// "messages" (the same conversations on the Anthropic Messages API),
+	// "threads" (Responses API threads continued by previous_response_id
+	// only) or "subagents" (SubAgents).
+	Kind      string
+	SubAgents workload.SubAgents
 	// TimeScale multiplies arrival times (and, through Run.Engine.TimeScale,
 	// every simulated duration) so that long workloads replay quickly with
 	// the same load shape. ArrivalScale multiplies arrivals only: below 1 it
@@ -44,6 +50,11 @@ func env(name string) []string {
 // Flags are `kvca-bench bench`'s flags; read them back with SpecFromCLI.
 func Flags() []cli.Flag {
 	return []cli.Flag{
+		&cli.StringFlag{Name: "workload", Value: "chat", Usage: "what the conversations are sent as: chat, messages (the same conversations on the Anthropic Messages API, /v1/messages), " +
+			"threads (synthetic conversations as Responses API threads continued by previous_response_id only), subagents (Messages API sessions fanning out parallel sub-agent requests that share a new prefix, named by x-claude-code-session-id)", EnvVars: env("workload")},
+		&cli.IntFlag{Name: "agents", Value: 4, Usage: "subagents: parallel sub-agent requests per fan-out", EnvVars: env("agents")},
+		&cli.IntFlag{Name: "fanouts", Value: 2, Usage: "subagents: fan-outs per session", EnvVars: env("fanouts")},
+		&cli.IntFlag{Name: "agent-context-tokens", Value: 2048, Usage: "subagents: tokens of the new prefix a fan-out's requests share", EnvVars: env("agent-context-tokens")},
 		&cli.StringFlag{Name: "trace", Usage: "Mooncake-format JSONL trace `FILE` to replay (default: synthetic chat)", EnvVars: env("trace")},
 		&cli.IntFlag{Name: "max-requests", Usage: "replay only the first N requests of the trace (0: all)", EnvVars: env("max-requests")},
 		&cli.BoolFlag{Name: "plain", Usage: "send each trace request as one user message (no conversation reconstruction)", EnvVars: env("plain")},
@@ -100,6 +111,25 @@ func SpecFromCLI(c *cli.Context) (Spec, error) {
 		SystemPrompts: c.Int("system-prompts"), SystemPromptTokens: c.Int("system-tokens"),
 		UserTokens: c.Int("user-tokens"), OutputTokens: c.Int("output-tokens"), ToolRate: c.Float64("tool-rate"),
 	}
+	s.Kind = c.String("workload")
+	switch s.Kind {
+	case "chat", "messages", "subagents":
+	case "threads":
+		if s.Trace != "" {
+			return s, fmt.Errorf("--workload threads is synthetic; it cannot replay --trace")
+		}
+	default:
+		return s, fmt.Errorf("--workload %q: want chat, messages, threads or subagents", s.Kind)
+	}
+	if s.Kind == "subagents" && s.Trace != "" {
+		return s, fmt.Errorf("--workload subagents is synthetic; it cannot replay --trace")
+	}
+	s.SubAgents = workload.SubAgents{
+		Seed: c.Uint64("seed"), Sessions: c.Int("sessions"), Rate: c.Float64("rate"),
+		Rounds: c.Int("fanouts"), Agents: c.Int("agents"), ContextTokens: c.Int("agent-context-tokens"),
+		SystemTokens: c.Int("system-tokens"), UserTokens: c.Int("user-tokens"), OutputTokens: c.Int("output-tokens"),
+		ThinkTime: c.Duration("think-time"),
+	}
 	var policies []string
 	for _, p := range strings.Split(c.String("policies"), ",") {
 		if p = strings.TrimSpace(p); p != "" {
@@ -133,7 +163,20 @@ func (s Spec) Workload() (*workload.Workload, error) {
 			return nil, err
 		}
 	} else {
-		w = s.Synth.Generate()
+		switch s.Kind {
+		case "threads":
+			w = s.Synth.Threads()
+		case "subagents":
+			w = s.SubAgents.Generate()
+		default:
+			w = s.Synth.Generate()
+		}
+	}
+	if s.Kind == "messages" {
+		var err error
+		if w, err = workload.AsMessages(w); err != nil {
+			return nil, err
+		}
 	}
 	scale := s.TimeScale * s.ArrivalScale
 	if scale <= 0 {

@@ -5,6 +5,7 @@
 package run
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -163,6 +164,12 @@ func runPolicy(ctx context.Context, w *workload.Workload, opt Options, policy st
 
 	n := len(w.Requests)
 	outcomes := make([]outcome, n)
+	// finished[i] is closed once outcomes[i] is set: a Responses API
+	// continuation waits for the answer it continues.
+	finished := make([]chan struct{}, n)
+	for i := range finished {
+		finished[i] = make(chan struct{})
+	}
 	var sent, done, failed, delayed atomic.Int64
 	sem := make(chan struct{}, opt.MaxInFlight)
 	var wg sync.WaitGroup
@@ -215,11 +222,17 @@ loop:
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer close(finished[i])
 			base := bases[i%len(bases)]
 			if pinned != nil {
 				base = pinned[i]
 			}
-			o := send(runCtx, client, base, r, due, opt.Timeout)
+			var o outcome
+			if body, at, err := continuation(runCtx, r, outcomes, finished, due); err != nil {
+				o = outcome{sent: at, err: err, cached: -1}
+			} else {
+				o = send(runCtx, client, base, r, body, at, opt.Timeout)
+			}
 			outcomes[i] = o
 			if o.err != nil {
 				failed.Add(1)
@@ -229,6 +242,9 @@ loop:
 		}()
 	}
 	wg.Wait()
+	for i := int(sent.Load()); i < n; i++ {
+		close(finished[i]) // never sent
+	}
 	end := time.Now()
 	stopProgress()
 	load := sampler.stop()
@@ -337,4 +353,32 @@ func progress(w io.Writer, line func() string) (stop func()) {
 	return func() { close(quit); <-stopped }
 }
 
-var errNoDone = errors.New("stream ended without data: [DONE]")
+var errNoDone = errors.New("stream ended without its final event (data: [DONE], message_stop or response.completed)")
+
+// continuation returns the body to send for r and the time its latency
+// counts from: a request continuing an earlier answer waits for it, is
+// sent with that answer's id as previous_response_id, and is timed from
+// when it could be sent at the earliest.
+func continuation(ctx context.Context, r *workload.Request, outcomes []outcome, finished []chan struct{}, due time.Time) ([]byte, time.Time, error) {
+	if r.Continues <= 0 {
+		return r.Body, due, nil
+	}
+	k := r.Continues - 1
+	select {
+	case <-finished[k]:
+	case <-ctx.Done():
+		return nil, due, ctx.Err()
+	}
+	prev := outcomes[k]
+	if prev.err != nil || len(prev.respID) == 0 {
+		return nil, due, fmt.Errorf("the response it continues failed or had no id (%v)", prev.err)
+	}
+	if t := prev.sent.Add(prev.e2e); t.After(due) {
+		due = t
+	}
+	body := make([]byte, 0, len(r.Body)+len(prev.respID)+32)
+	body = append(body, `{"previous_response_id":"`...)
+	body = append(body, prev.respID...)
+	body = append(body, `",`...)
+	return append(body, bytes.TrimPrefix(bytes.TrimSpace(r.Body), []byte("{"))...), due, nil
+}

@@ -57,7 +57,7 @@ var (
 func apiOf(name string, body []byte) (canon.API, error) {
 	if name != "" {
 		a, err := canon.ParseAPI(name)
-		if err != nil || a == canon.Responses {
+		if err != nil || (a != canon.Chat && a != canon.Completions) {
 			return canon.Chat, errPrefixAPI
 		}
 		return a, nil
