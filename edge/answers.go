@@ -117,13 +117,51 @@ func appendAnswer(b []byte, status int, ctype string, body []byte, rid []byte, h
 	return b
 }
 
-// appendErrorAnswer appends r as a whole answer.
-func appendErrorAnswer(b []byte, r *reply, rid []byte, close, head bool) []byte {
+// appendErrorAnswer appends r as a whole answer, in Anthropic's error
+// shape for the Messages API (anthropic), else OpenAI's.
+func appendErrorAnswer(b []byte, r *reply, rid []byte, close, head, anthropic bool) []byte {
 	if r.body != "" {
 		return appendAnswer(b, r.status, "application/json", []byte(r.body), rid, r.header, close, head)
 	}
 	var body [512]byte
-	return appendAnswer(b, r.status, "application/json", appendErrorBody(body[:0], r.typ, r.code, r.msg), rid, r.header, close, head)
+	e := body[:0]
+	if anthropic {
+		e = appendAnthropicError(e, anthropicType(r.status), r.msg)
+	} else {
+		e = appendErrorBody(e, r.typ, r.code, r.msg)
+	}
+	return appendAnswer(b, r.status, "application/json", e, rid, r.header, close, head)
+}
+
+// appendAnthropicError appends an error in Anthropic's shape:
+// {"type":"error","error":{"type":...,"message":...}}.
+func appendAnthropicError(b []byte, typ, msg string) []byte {
+	b = append(b, `{"type":"error","error":{"type":`...)
+	b = appendJSONString(b, typ)
+	b = append(b, `,"message":`...)
+	b = appendJSONString(b, msg)
+	return append(b, "}}\n"...)
+}
+
+// anthropicType is the Anthropic error type of a status.
+func anthropicType(status int) string {
+	switch status {
+	case 400, 405, 408, 411, 417, 431, 501, 505:
+		return "invalid_request_error"
+	case 401:
+		return "authentication_error"
+	case 403:
+		return "permission_error"
+	case 404:
+		return "not_found_error"
+	case 413:
+		return "request_too_large"
+	case 429:
+		return "rate_limit_error"
+	case 503:
+		return "overloaded_error"
+	}
+	return "api_error"
 }
 
 // statusText is the reason phrase kvca writes for its own answers.
@@ -172,6 +210,13 @@ func statusText(code int) string {
 // sseBrokenEvent ends a stream that broke off after it began: a client
 // must never take a cut stream for a clean end.
 var sseBrokenEvent = []byte("event: error\ndata: {\"error\":{\"message\":\"the inference backend failed mid-stream\",\"type\":\"upstream_error\",\"param\":null,\"code\":\"upstream_stream_broken\"}}\n\n")
+
+// anthropicBrokenEvent and anthropicShutdownEvent are the same for the
+// Messages API, in Anthropic's stream error event.
+var (
+	anthropicBrokenEvent   = []byte("event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"the inference backend failed mid-stream\"}}\n\n")
+	anthropicShutdownEvent = []byte("event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"the proxy is shutting down; the stream was cut\"}}\n\n")
+)
 
 // sseShutdownEvent ends a stream cut because kvca's shutdown ran out of
 // time.

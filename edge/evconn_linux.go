@@ -297,6 +297,8 @@ func (c *cliConn) classify(method, path []byte) {
 		c.api, c.route = canon.Completions, routeCompletions
 	case "/v1/responses":
 		c.api, c.route = canon.Responses, routeResponses
+	case "/v1/messages":
+		c.api, c.route = canon.Messages, routeMessages
 	case "/v1/models":
 		c.route = routeModels
 		if c.kind = kindModels; !get {
@@ -506,6 +508,7 @@ func (c *cliConn) afterPlan(err error) {
 		c.reply(&r)
 		return
 	}
+	s.bindConversation(call, c.buf, &c.h)
 	c.lastBusy = false
 	c.admission()
 	c.attempts()
@@ -682,8 +685,9 @@ func (c *cliConn) onHead(up *upConn) {
 		up.reusable = up.reusable && (c.head || r.ContentLength <= 0 || r.Status == 304 || r.Status == 204)
 	}
 	var quotaHeaders []byte
-	if call.tenant != nil {
-		// Usage is read in passing to charge the tenant what it used.
+	if call.tenant != nil || (c.route == routeResponses && r.Status < 300) {
+		// Usage is read in passing to charge the tenant what it used,
+		// and a Responses answer's id to find its backend again.
 		call.sniffing = true
 		f := sniff.JSON
 		if r.SSE {
@@ -693,6 +697,8 @@ func (c *cliConn) onHead(up *upConn) {
 			f |= sniff.Chunked
 		}
 		call.sn.Reset(f)
+	}
+	if call.tenant != nil {
 		quotaHeaders = call.qd.AppendHeaders(c.uhead[:0]) // the upstream head is sent: its buffer is free
 	}
 	c.out = appendClientHead(c.out, up.buf[up.hoff:], r, up.mode, up.dechunk, call.rid, quotaHeaders, c.closeAfter)
@@ -766,7 +772,7 @@ func (c *cliConn) reply(r *reply) {
 	if s.draining.Load() {
 		c.closeAfter = true
 	}
-	c.out = appendErrorAnswer(c.out, r, call.rid, c.closeAfter, c.head)
+	c.out = appendErrorAnswer(c.out, r, call.rid, c.closeAfter, c.head, c.route == routeMessages)
 	c.writeOwn()
 }
 
@@ -823,7 +829,7 @@ func (c *cliConn) finish(clientGone bool) {
 			// Never let a broken stream look like a clean end: an SSE
 			// client gets an error event, then the connection closes
 			// without the terminating chunk.
-			c.writeLast(sseBrokenChunk)
+			c.writeLast(c.brokenChunk(false))
 		}
 		c.closeAfter = true
 	} else if clientGone && call.outcome == outCompleted {
@@ -854,11 +860,28 @@ func (c *cliConn) writeLast(b []byte) {
 	c.sock.writev(c.l, c.out, nil)
 }
 
-// sseBrokenChunk and sseShutdownChunk are the SSE error events as chunks.
+// The SSE error events as chunks: OpenAI's, and Anthropic's for the
+// Messages API.
 var (
-	sseBrokenChunk   = h1.AppendChunk(nil, sseBrokenEvent)
-	sseShutdownChunk = h1.AppendChunk(nil, sseShutdownEvent)
+	sseBrokenChunk         = h1.AppendChunk(nil, sseBrokenEvent)
+	sseShutdownChunk       = h1.AppendChunk(nil, sseShutdownEvent)
+	anthropicBrokenChunk   = h1.AppendChunk(nil, anthropicBrokenEvent)
+	anthropicShutdownChunk = h1.AppendChunk(nil, anthropicShutdownEvent)
 )
+
+// brokenChunk is the event that ends a stream cut short, by the
+// backend's failure or by a shutdown.
+func (c *cliConn) brokenChunk(shutdown bool) []byte {
+	switch {
+	case c.route == routeMessages && shutdown:
+		return anthropicShutdownChunk
+	case c.route == routeMessages:
+		return anthropicBrokenChunk
+	case shutdown:
+		return sseShutdownChunk
+	}
+	return sseBrokenChunk
+}
 
 // next readies the connection for its next request, which the client may
 // have pipelined already.
@@ -966,7 +989,7 @@ func (c *cliConn) abort() {
 	if c.state == cliRelay && c.up != nil {
 		up := c.up
 		if up.mode == h1.BodyChunked && !up.dechunk && up.h.SSE && up.cs.Between() && !c.pending() {
-			c.writeLast(sseShutdownChunk)
+			c.writeLast(c.brokenChunk(true))
 		}
 		up.close()
 		c.up = nil
@@ -1348,8 +1371,11 @@ func (up *upConn) pump() {
 			}
 			if len(data) > 0 {
 				c.c.firstByte(up.mode == h1.BodyChunked)
-				if c.c.sniffing {
-					c.c.sn.Feed(data)
+				if call := c.c; call.sniffing {
+					call.sn.Feed(data)
+					if c.route == routeResponses && !call.idBound {
+						c.l.s.learnID(call)
+					}
 				}
 			}
 			// The head, if still pending, goes out in the same write.

@@ -58,6 +58,10 @@ type call struct {
 	sniffing bool
 	sn       sniff.Sniffer
 	tr       tracing.Request
+	// session is the keyed hash naming the request's conversation (0:
+	// none); idBound: the answer's id has been bound to its backend.
+	session uint64
+	idBound bool
 }
 
 // Outcomes of an exchange, as the access log names them.
@@ -86,7 +90,8 @@ func (s *Server) putCall(c *call) {
 	c.status, c.ttfb, c.ttft, c.attempt, c.inBytes, c.out, c.outcome = 0, 0, 0, 0, 0, 0, outCompleted
 	c.routed = false
 	c.model, c.path, c.client = c.model[:0], c.path[:0], c.client[:0]
-	c.info = canon.Info{Model: c.info.Model[:0]} // its buffer is kept
+	c.info = canon.Info{Model: c.info.Model[:0], PreviousResponseID: c.info.PreviousResponseID[:0]} // buffers kept
+	c.session, c.idBound = 0, false
 	c.req = sched.Request{}
 	c.tk.Class, c.tk.Tenant, c.tk.HolderWait, c.tk.Wake, c.tk.Owner = 0, 0, 0, nil, nil
 	c.tenant, c.qd, c.sniffing = nil, quota.Decision{}, false
@@ -184,6 +189,14 @@ func (s *Server) pick(c *call, lastBusy bool) (*upstream, *reply) {
 		s.table.TouchAt(c.req.Chain, c.dec.Backend.Index, max(at, 0))
 	}
 	if c.attempt == 0 {
+		if c.session != 0 {
+			// Bound at once, not at the answer: siblings fired in parallel
+			// before any answer follow.
+			s.sessions.Bind(c.session, c.dec.Backend.Index, c.req.Now)
+		}
+		if c.req.Pin && !c.dec.Bound {
+			s.threads.Unavailable() // the producer of previous_response_id is gone
+		}
 		s.m.requests[c.route][c.dec.Phase].Inc()
 		if c.routed {
 			s.m.cached.Add(c.dec.Cached)
@@ -208,11 +221,11 @@ func (s *Server) authenticate(c *call, b []byte, h *h1.Request) (reply, bool) {
 				return reply{}, true
 			}
 			s.keys.Refused(false)
-			return reply{status: 401, body: apikeys.UnauthorizedBody(false, false)}, false
+			return reply{status: 401, body: apikeys.UnauthorizedBody(c.route == routeMessages, false)}, false
 		}
 	}
 	s.keys.Refused(true)
-	return reply{status: 401, body: apikeys.UnauthorizedBody(false, true)}, false
+	return reply{status: 401, body: apikeys.UnauthorizedBody(c.route == routeMessages, true)}, false
 }
 
 // overQuota admits the request against its tenant's quota; false with
@@ -221,7 +234,51 @@ func (s *Server) overQuota(c *call, cbrLen int) (reply, bool) {
 	if c.tenant == nil || s.quota.Admit(c.tenant, quota.EstimateTokens(cbrLen), &c.qd) {
 		return reply{}, false
 	}
+	if c.route == routeMessages {
+		return reply{status: 429, header: string(c.qd.AppendAnthropicHeaders(nil, time.Now())), body: string(c.qd.AppendErrorBody(nil, true))}, true
+	}
 	return reply{status: 429, header: string(c.qd.AppendHeaders(nil)), body: string(c.qd.AppendErrorBody(nil, false))}, true
+}
+
+// bindConversation applies what the request says of its conversation: a
+// Responses continuation (previous_response_id) must go to the backend
+// that produced that response, which alone may store it; a named session
+// (prompt_cache_key, a session header, user) prefers its backend where
+// the prefix says nothing yet.
+func (s *Server) bindConversation(c *call, b []byte, h *h1.Request) {
+	now := c.req.Now
+	if id := c.info.PreviousResponseID; len(id) > 0 {
+		if be, ok := s.threads.Lookup(s.canon.HashSessionKey(id), now); ok {
+			c.req.Bound, c.req.Pin = be+1, true
+			return
+		}
+	}
+	c.session = c.info.CacheKey
+	if c.session == 0 {
+		for _, name := range canon.SessionHeaders() {
+			if k := s.canon.HashSessionKey(h.Get(b, name)); k != 0 {
+				c.session = k
+				break
+			}
+		}
+	}
+	if c.session == 0 {
+		c.session = c.info.UserKey
+	}
+	if c.session != 0 {
+		if be, ok := s.sessions.Lookup(c.session, now); ok {
+			c.req.Bound = be + 1
+		}
+	}
+}
+
+// learnID binds a Responses answer's id to its backend once the answer
+// has shown it, so a continuation can find the one backend storing it.
+func (s *Server) learnID(c *call) {
+	if id := c.sn.ID(); len(id) > 0 {
+		c.idBound = true
+		s.threads.Bind(s.canon.HashSessionKey(id), c.dec.Backend.Index, c.req.Now)
+	}
 }
 
 // shed is the answer to a request admission turned away: 429 in OpenAI's
@@ -265,8 +322,13 @@ func (s *Server) answered(c *call, u *upstream, status int) (retry bool) {
 			return true
 		}
 	}
-	if status >= 200 && status < 300 && c.routed && len(c.req.Chain) > 0 {
-		s.learned(c.req.Chain, u.b.Index, c.req.Now)
+	if status >= 200 && status < 300 {
+		if c.routed && len(c.req.Chain) > 0 {
+			s.learned(c.req.Chain, u.b.Index, c.req.Now)
+		}
+		if c.session != 0 && c.attempt > 1 {
+			s.sessions.Bind(c.session, u.b.Index, c.req.Now) // it moved
+		}
 	}
 	return false
 }

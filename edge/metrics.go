@@ -16,6 +16,7 @@ const (
 	routeChat = iota
 	routeCompletions
 	routeResponses
+	routeMessages
 	routeModels
 	routePassthrough
 	routeHealth // /health and /ready
@@ -23,7 +24,7 @@ const (
 	numRoutes
 )
 
-var routeNames = [numRoutes]string{"chat", "completions", "responses", "models", "passthrough", "health", "other"}
+var routeNames = [numRoutes]string{"chat", "completions", "responses", "messages", "models", "passthrough", "health", "other"}
 
 const numPhases = 3 // sched.PhaseBootstrap, PhaseFollowup, PhaseFallback
 

@@ -75,7 +75,7 @@ func (s *Server) rebuildModels() {
 			idx.byName[id] = set
 			if idx.ttft[id] == nil {
 				var h [numRoutes]*metrics.PrometheusHistogram
-				for _, r := range []int{routeChat, routeCompletions, routeResponses, routePassthrough} {
+				for _, r := range []int{routeChat, routeCompletions, routeResponses, routeMessages, routePassthrough} {
 					h[r] = s.m.ttftHistogram(r, id)
 				}
 				idx.ttft[id] = &h

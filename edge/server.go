@@ -17,6 +17,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvca/kvca/admit"
+	"github.com/kvca/kvca/affinity"
 	"github.com/kvca/kvca/apikeys"
 	"github.com/kvca/kvca/canon"
 	"github.com/kvca/kvca/chain"
@@ -66,6 +67,10 @@ type Server struct {
 	keys        *apikeys.Store  // nil without --api-keys
 	quota       *quota.Limiter  // nil without --api-keys
 	tracer      *tracing.Tracer // nil: tracing off
+	// threads binds a Responses answer's id to the backend that produced
+	// it (which alone may store it); sessions binds a named conversation
+	// (prompt_cache_key, a session header, user) to its backend.
+	threads, sessions *affinity.Map
 	stopKeys    func()
 }
 
@@ -124,7 +129,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg:         cfg,
 		key:         key,
-		canon:       canon.NewWithOptions(cfg.CBRExclude, canon.Options{NoSession: !usesSession(cfg.Policy)}),
+		canon:       canon.NewWithOptions(cfg.CBRExclude, canon.Options{NoSession: !usesSession(cfg.Policy), HashKey: [2]uint64{key.K0, key.K1}}),
 		memo:        chain.NewMemo(cfg.CBRMemoBytes),
 		table:       table,
 		sched:       sc,
@@ -137,6 +142,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.m = newServerMetrics(sc, table, s.memo, &s.clientConns)
 	s.m.set.RegisterMetricsWriter(sc.WriteTTFTMetrics)
+	s.threads = affinity.New(affinity.Responses, affinity.Config{TTL: max(cfg.TTL, time.Hour)})
+	s.sessions = affinity.New(affinity.Sessions, affinity.Config{TTL: cfg.TTL})
+	s.m.set.RegisterMetricsWriter(s.threads.WritePrometheus)
+	s.m.set.RegisterMetricsWriter(s.sessions.WritePrometheus)
 	s.m.set.NewGauge(fmt.Sprintf(`kvca_build_info{version=%q,goversion=%q}`, cmp.Or(cfg.Version, "dev"), runtime.Version()), func() float64 { return 1 })
 	s.adm, err = admit.New(admit.Config{Backends: backends, MaxInflight: cfg.MaxInflightPerBackend,
 		QueueSize: cfg.QueueSize, QueueTimeout: cfg.QueueTimeout, HolderWait: cfg.QueueHolderWait,
@@ -358,3 +367,7 @@ func (q quietLogger) Printf(format string, args ...any) {
 // Quota is the per-tenant limiter (nil without --api-keys), for sharing
 // through the cluster.
 func (s *Server) Quota() *quota.Limiter { return s.quota }
+
+// Affinity returns the response-id and session binding maps, for sharing
+// through the cluster.
+func (s *Server) Affinity() (threads, sessions *affinity.Map) { return s.threads, s.sessions }

@@ -58,6 +58,10 @@ func startCluster(c *cli.Context, srv *edge.Server, cfg edge.Config) (stop func(
 	if err != nil {
 		return nil, err
 	}
+	if err := node.ShareAffinity(srv.Affinity()); err != nil {
+		node.Close()
+		return nil, err
+	}
 	if l := srv.Quota(); l != nil {
 		stopQuota, err := node.ShareQuota(l, 0)
 		if err != nil {
