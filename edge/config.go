@@ -61,6 +61,10 @@ type Config struct {
 	UpstreamHeaderTimeout time.Duration
 	StreamIdleTimeout     time.Duration
 	ShutdownTimeout       time.Duration
+	// DrainDelay: at shutdown, /ready fails this long first while traffic
+	// is served as usual, so a load balancer stops sending before the
+	// listener closes (--drain-delay).
+	DrainDelay time.Duration
 	// HeaderTimeout bounds how long a client takes to send a request head
 	// (--header-timeout), ClientReadTimeout its body.
 	HeaderTimeout      time.Duration
@@ -319,6 +323,7 @@ func (c *Config) Validate() error {
 		"--shutdown-timeout":        &c.ShutdownTimeout,
 		"--client-read-timeout":     &c.ClientReadTimeout,
 		"--header-timeout":          &c.HeaderTimeout,
+		"--drain-delay":             &c.DrainDelay,
 		"--client-idle-timeout":     &c.ClientIdleTimeout,
 	} {
 		if *v < 0 {

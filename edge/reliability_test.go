@@ -400,3 +400,35 @@ func TestBusyBackendIsNotEjected(t *testing.T) {
 	}
 	waitIdle(t, s)
 }
+
+// --drain-delay: at shutdown /ready fails at once while requests are
+// still served; the listener closes only after the delay.
+func TestDrainDelay(t *testing.T) {
+	b := newTestBackend(t, "a")
+	s := startProxy(t, func(c *Config) { c.DrainDelay = 400 * time.Millisecond }, b)
+	done := make(chan error, 1)
+	go func() { done <- s.Shutdown(context.Background()) }()
+	waitFor(t, "/ready failing", func() bool {
+		resp, err := client.Get("http://" + s.Addr() + "/ready")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 503
+	})
+	if resp, out := post(t, s, "/v1/chat/completions", conversation(1, 0, false)); resp.StatusCode != 200 {
+		t.Fatalf("during the drain delay: %d %s", resp.StatusCode, out)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("shutdown returned during the drain delay: %v", err)
+	default:
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if c, err := net.DialTimeout("tcp", s.Addr(), time.Second); err == nil {
+		c.Close()
+		t.Fatal("the listener still accepts after shutdown")
+	}
+}

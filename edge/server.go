@@ -52,6 +52,7 @@ type Server struct {
 	loops    sync.WaitGroup
 	serving  sync.WaitGroup
 	draining atomic.Bool
+	notReady atomic.Bool // /ready fails: shutting down (during --drain-delay too)
 	// adminRoutes lets other packages (the KDN API) mount admin handlers.
 	adminRoutes map[string]fasthttp.RequestHandler
 	peer        Peer
@@ -71,7 +72,7 @@ type Server struct {
 	// it (which alone may store it); sessions binds a named conversation
 	// (prompt_cache_key, a session header, user) to its backend.
 	threads, sessions *affinity.Map
-	stopKeys    func()
+	stopKeys          func()
 }
 
 // Peer shares what this replica learns with other replicas. Its methods
@@ -312,6 +313,16 @@ func (s *Server) AdminAddr() string { return addrOf(s.adln) }
 // event where they can) and stops the background loops. The error says
 // whether anything had to be cut.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.notReady.Store(true)
+	if d := s.cfg.DrainDelay; d > 0 {
+		s.log.Info("draining: /ready fails; serving on until the drain delay ends", "drain_delay", d)
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+	}
 	s.draining.Store(true)
 	var err error
 	if s.evl != nil {
@@ -351,8 +362,8 @@ func (s *Server) readiness() (int, []byte) {
 			n++
 		}
 	}
-	if n == 0 || s.draining.Load() {
-		return 503, fmt.Appendf(nil, `{"status":"not_ready","healthy_backends":%d,"draining":%v}`+"\n", n, s.draining.Load())
+	if n == 0 || s.notReady.Load() {
+		return 503, fmt.Appendf(nil, `{"status":"not_ready","healthy_backends":%d,"draining":%v}`+"\n", n, s.notReady.Load())
 	}
 	return 200, fmt.Appendf(nil, `{"status":"ready","healthy_backends":%d}`+"\n", n)
 }
