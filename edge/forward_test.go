@@ -336,3 +336,40 @@ func TestForwardHEAD(t *testing.T) {
 		})
 	}
 }
+
+// TestPipelinedFraming: requests pipelined in one write behind bodies of
+// each framing reach the backend as separate requests, each body exactly
+// its framing's worth, so no byte of one request can pass as another's.
+func TestPipelinedFraming(t *testing.T) {
+	t.Parallel()
+	for _, m := range edgeModes {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			b := newRawBackend(t, nil)
+			_, d := startRawProxy(t, m, nil, func(c *Config) { c.Backends = []string{b.url("")} })
+			c := d.dial(t)
+			c.send("POST /v1/embeddings?n=1 HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}" +
+				"POST /v1/embeddings?n=2 HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n[1]\r\n0\r\n\r\n" +
+				"GET /v1/files?n=3 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n" +
+				"POST /v1/embeddings?n=4 HTTP/1.1\r\nHost: x\r\nContent-Length: 30\r\n\r\nGET /v1/files?n=5 HTTP/1.1\r\n\r\n" +
+				"GET /v1/files?n=6 HTTP/1.1\r\nHost: x\r\n\r\n")
+			for i, want := range []struct{ line, body string }{
+				{"POST /v1/embeddings?n=1 HTTP/1.1", "{}"},
+				{"POST /v1/embeddings?n=2 HTTP/1.1", "[1]"},
+				{"GET /v1/files?n=3 HTTP/1.1", ""},
+				{"POST /v1/embeddings?n=4 HTTP/1.1", "GET /v1/files?n=5 HTTP/1.1\r\n\r\n"},
+				{"GET /v1/files?n=6 HTTP/1.1", ""},
+			} {
+				up := b.next(t)
+				if up.line() != want.line || string(up.body) != want.body {
+					t.Fatalf("request %d: backend got %q with body %q, want %q with %q", i, up.line(), up.body, want.line, want.body)
+				}
+				if r := c.read(false); r.status != 200 {
+					t.Fatalf("answer %d: %d", i, r.status)
+				}
+			}
+			c.open()
+			b.none(t)
+		})
+	}
+}
