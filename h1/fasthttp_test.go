@@ -39,7 +39,7 @@ func FuzzRequestFasthttp(f *testing.F) {
 			return
 		}
 		if r.Asterisk && string(r.Method.Of(b)) != "OPTIONS" {
-			return // asterisk-form is OPTIONS only: the edge's router refuses it (400)
+			return // asterisk-form is OPTIONS only (RFC 9112 §3.2.4); the edge answers 400
 		}
 		if r.Minor == 1 && r.Host.Len() == 0 && !r.Abs {
 			return // an empty Host is valid (RFC 9112 §3.2); fasthttp refuses it
