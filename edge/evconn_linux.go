@@ -280,6 +280,11 @@ func (c *cliConn) classify(method, path []byte) {
 		c.rep = replyMethod
 		return
 	}
+	if string(method) == "CONNECT" && c.h.URI.Len() == 0 && !c.h.Asterisk {
+		// authority-form: kvca is no forward proxy.
+		c.rep = methodNotAllowed("GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS")
+		return
+	}
 	get := string(method) == "GET" || string(method) == "HEAD"
 	post := string(method) == "POST"
 	if c.h.Asterisk {

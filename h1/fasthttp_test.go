@@ -41,8 +41,8 @@ func FuzzRequestFasthttp(f *testing.F) {
 		if r.Asterisk && string(r.Method.Of(b)) != "OPTIONS" {
 			return // asterisk-form is OPTIONS only (RFC 9112 §3.2.4); the edge answers 400
 		}
-		if r.Minor == 1 && r.Host.Len() == 0 && !r.Abs {
-			return // an empty Host is valid (RFC 9112 §3.2); fasthttp refuses it
+		if !r.CheckHost(b) {
+			return // the edge refuses it (an empty or malformed Host)
 		}
 		if r.ContentLength > 1<<20 {
 			return // accepted, but too large a body to build here

@@ -439,10 +439,11 @@ func (r *Request) finish() *Error {
 	return nil
 }
 
-// CheckHost reports whether the Host value is a valid uri-host [":" port].
+// CheckHost reports whether the Host field, if any, is a valid uri-host
+// [":" port]. An empty one is refused too: every target kvca serves has
+// an authority (RFC 9112 §3.2 allows it empty only when there is none).
 func (r *Request) CheckHost(b []byte) bool {
-	h := r.Host.Of(b)
-	return len(h) == 0 || validAuthority(h)
+	return r.hosts == 0 || validAuthority(r.Host.Of(b))
 }
 
 // Get returns the value of the last field called name (lower case), or

@@ -60,7 +60,7 @@ func TestParseRequestAccepts(t *testing.T) {
 		{"absolute form without path", "GET https://x HTTP/1.1\r\nHost: a\r\n\r\n", func(r *Request, b []byte) bool { return r.Abs && r.URI.Len() == 0 }},
 		{"asterisk", "OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n", func(r *Request, _ []byte) bool { return r.Asterisk }},
 		{"leading blank lines", "\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n", func(r *Request, b []byte) bool { return string(r.Method.Of(b)) == "GET" }},
-		{"empty Host", "GET / HTTP/1.1\r\nHost:\r\n\r\n", func(r *Request, _ []byte) bool { return r.Host.Len() == 0 }},
+		{"empty Host parses, CheckHost refuses it", "GET / HTTP/1.1\r\nHost:\r\n\r\n", func(r *Request, b []byte) bool { return !r.CheckHost(b) }},
 		{"obs-text and tab in a value", "GET / HTTP/1.1\r\nHost: a\r\nX-Name: caf\xc3\xa9\tb\r\n\r\n", func(r *Request, _ []byte) bool { return r.NF == 2 }},
 		{"percent-encoding", "GET /a%20b?c=%2F HTTP/1.1\r\nHost: a\r\n\r\n", func(r *Request, _ []byte) bool { return true }},
 		{"IPv6 host", "GET / HTTP/1.1\r\nHost: [::1]:8080\r\n\r\n", func(r *Request, b []byte) bool { return r.CheckHost(b) }},
