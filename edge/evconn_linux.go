@@ -1087,9 +1087,6 @@ type upConn struct {
 
 func (up *upConn) deadline() int64 { return up.dl }
 
-// dialTimeout bounds a connection attempt to a backend.
-const dialTimeout = 3 * time.Second
-
 // idleConnTimeout closes keep-alive backend connections unused this long.
 const idleConnTimeout = 90 * time.Second
 

@@ -120,7 +120,7 @@ func (s *Server) startLoops(ln net.Listener) error {
 		}
 	}
 	// Backends named by host name are looked up again now and then, as
-	// fasthttp's dialer would on every new connection.
+	// a dialer would on every new connection.
 	for _, u := range s.ups {
 		if !u.literalHost() || u.la.Load() == nil {
 			s.loops.Add(1)

@@ -432,3 +432,42 @@ func TestDrainDelay(t *testing.T) {
 		t.Fatal("the listener still accepts after shutdown")
 	}
 }
+
+// A failed attempt's backend is excluded from the retry: a follow-up whose
+// only known holder has died (health checks off, below the ejection
+// threshold, so kvca still believes in it) is tried there once, then on
+// the other backend, which answers. Without the exclusion the holder
+// would be picked again and the client would get a 502.
+func TestRetryExcludesTheFailedBackend(t *testing.T) {
+	a, b := newTestBackend(t, "a"), newTestBackend(t, "b")
+	s := startProxy(t, func(c *Config) {
+		c.Policy, c.Retries, c.FailThreshold, c.HealthInterval = "kvca", 1, 10, 0
+	}, a, b)
+	resp, out := post(t, s, "/v1/chat/completions", conversation(1, 0, false))
+	if resp.StatusCode != 200 {
+		t.Fatalf("first turn: %d %s", resp.StatusCode, out)
+	}
+	home := a
+	if backendOf(resp) == "b" {
+		home = b
+	}
+	waitIdle(t, s)
+	home.close()
+	resp, out = post(t, s, "/v1/chat/completions", conversation(1, 1, false))
+	if resp.StatusCode != 200 || backendOf(resp) == home.name {
+		t.Fatalf("follow-up after its holder died: %d from %q: %s", resp.StatusCode, backendOf(resp), out)
+	}
+	found := false
+	for _, u := range s.ups {
+		if u.addr.url == home.url() {
+			found = true
+			if got := u.m.errors[errConnect].Get(); got != 1 {
+				t.Fatalf("connection failures counted on the dead holder: %d, want exactly 1 (one attempt)", got)
+			}
+		}
+	}
+	if !found {
+		t.Fatal("dead holder not found among the backends")
+	}
+	waitIdle(t, s)
+}

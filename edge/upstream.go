@@ -49,6 +49,9 @@ type loopAddr struct {
 	v6   bool
 }
 
+// dialTimeout bounds a connection attempt to a backend.
+const dialTimeout = 3 * time.Second
+
 func newUpstream(b *sched.Backend, a backendAddr, m *backendMetrics, tc *tls.Config) *upstream {
 	u := &upstream{b: b, addr: a, authority: []byte(a.authority), m: m, wake: make(chan struct{}, 1)}
 	if a.tls {
