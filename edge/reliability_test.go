@@ -471,3 +471,53 @@ func TestRetryExcludesTheFailedBackend(t *testing.T) {
 	}
 	waitIdle(t, s)
 }
+
+// A shutdown whose deadline passes with a stream still running cuts it
+// with the SSE error event (never a clean-looking end), returns an error
+// saying so, and releases the stream's load.
+func TestShutdownDeadlineCutsStreams(t *testing.T) {
+	b := newTestBackend(t, "a")
+	b.events = 3
+	b.gate = make(chan struct{}) // the stream stalls after its first event
+	defer close(b.gate)
+	cfg := DefaultConfig()
+	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", ""
+	cfg.Backends = []string{b.url()}
+	cfg.HealthInterval = 0
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	body := conversation(1, 0, true)
+	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := make([]byte, 16)
+	if _, err := io.ReadFull(resp.Body, first); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := s.Shutdown(ctx); err == nil {
+		t.Fatal("shutdown cut a stream and reported no error")
+	}
+	rest, _ := io.ReadAll(resp.Body) // ends without the terminating chunk
+	if !strings.Contains(string(rest), "event: error") || !strings.Contains(string(rest), `"code":"proxy_shutdown"`) {
+		t.Fatalf("the cut stream did not end with the shutdown event: %q", rest)
+	}
+	if be := s.sched.Backends[0]; be.Active() != 0 || be.Prefill() != 0 {
+		t.Fatalf("load left after shutdown: active %d prefill %d", be.Active(), be.Prefill())
+	}
+}
