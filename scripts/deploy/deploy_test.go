@@ -625,14 +625,22 @@ func TestKustomizeBuilds(t *testing.T) {
 
 // exportedMetrics starts a kvca server (in front of a backend that is never
 // contacted) and returns the metric names its admin /metrics serves,
-// histogram series under their base name.
+// histogram series under their base name. API keys are on, with one
+// tenant, because per-tenant series exist only for the tenants of a keys
+// file.
 func exportedMetrics(t *testing.T) map[string]bool {
 	t.Helper()
+	keys := filepath.Join(t.TempDir(), "keys.txt")
+	line := "sha256:" + strings.Repeat("ab", 32) + " tenant=dashboard rpm=60 tpm=1000\n"
+	if err := os.WriteFile(keys, []byte(line), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	cfg := edge.DefaultConfig()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.AdminListen = "127.0.0.1:0"
 	cfg.Backends = []string{"http://127.0.0.1:9"}
 	cfg.HealthInterval = 0
+	cfg.APIKeys = keys
 	s, err := edge.New(cfg)
 	if err != nil {
 		t.Fatal(err)
