@@ -108,8 +108,11 @@ type Table struct {
 	evictExpired  atomic.Uint64
 	evictCapacity atomic.Uint64
 	evictReset    atomic.Uint64
-	vacuumRuns    atomic.Uint64
-	vacuumNext    atomic.Int64 // ms since epoch of the vacuum's next wake
+	// capBlocks bounds each backend's locations (capacity.go); 0: none.
+	capBlocks       [MaxBackends]atomic.Int64
+	evictBackendCap atomic.Uint64
+	vacuumRuns      atomic.Uint64
+	vacuumNext      atomic.Int64 // ms since epoch of the vacuum's next wake
 }
 
 // NewTable returns an empty table. TTL and MaxBlocks must be positive.
@@ -475,8 +478,10 @@ type Stats struct {
 	EvictedExpired              uint64
 	EvictedCapacity             uint64
 	EvictedReset                uint64
-	VacuumRuns                  uint64
-	VacuumNext                  time.Time
+	// EvictedBackendCapacity counts ReasonBackendCapacity evictions.
+	EvictedBackendCapacity uint64
+	VacuumRuns             uint64
+	VacuumNext             time.Time
 }
 
 // Stats sums the shards.
@@ -492,6 +497,7 @@ func (t *Table) Stats() Stats {
 	s.EvictedExpired = t.evictExpired.Load()
 	s.EvictedCapacity = t.evictCapacity.Load()
 	s.EvictedReset = t.evictReset.Load()
+	s.EvictedBackendCapacity = t.evictBackendCap.Load()
 	s.VacuumRuns = t.vacuumRuns.Load()
 	s.VacuumNext = t.TimeOf(t.vacuumNext.Load())
 	return s

@@ -99,6 +99,20 @@ type Config struct {
 	// arrives (at "answer"), with the request body: a test makes it panic
 	// to prove the loops' panic guard.
 	testHook func(at string, body []byte)
+	// CustomPolicy, when set (tests and the bench only), routes instead of
+	// the policy named by Policy.
+	CustomPolicy sched.Policy
+
+	// EngineMetrics scrapes each backend's Prometheus /metrics (vLLM,
+	// SGLang) every EngineMetricsInterval: the engine's queue and KV usage
+	// weigh in routing, its capacity bounds its locations, and a restart
+	// resets them (--engine-metrics; off per backend without /metrics).
+	EngineMetrics         bool
+	EngineMetricsInterval time.Duration
+	// BackendCacheTokens is the KV-cache capacity in tokens of backends
+	// whose engines do not export it: one value for all, or one per
+	// backend in order; 0: unknown (--backend-cache-tokens).
+	BackendCacheTokens []int64
 }
 
 // Values of Config.IO.
@@ -131,6 +145,8 @@ func DefaultConfig() Config {
 		ClientReadTimeout:     30 * time.Second,
 		ClientIdleTimeout:     2 * time.Minute,
 		MaxConnsPerBackend:    1024,
+		EngineMetrics:         true,
+		EngineMetricsInterval: time.Second,
 	}
 }
 
@@ -291,6 +307,20 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxConnsPerBackend <= 0 {
 		c.MaxConnsPerBackend = d.MaxConnsPerBackend
+	}
+	if c.EngineMetricsInterval < 0 {
+		return fmt.Errorf("--engine-metrics-interval must not be negative")
+	}
+	if c.EngineMetricsInterval == 0 {
+		c.EngineMetricsInterval = d.EngineMetricsInterval
+	}
+	if n := len(c.BackendCacheTokens); n > 1 && n != len(c.Backends) {
+		return fmt.Errorf("--backend-cache-tokens takes one value for all backends or one per backend (%d), got %d", len(c.Backends), n)
+	}
+	for _, v := range c.BackendCacheTokens {
+		if v < 0 {
+			return fmt.Errorf("--backend-cache-tokens must not be negative, got %d", v)
+		}
 	}
 	switch c.IO {
 	case "", IOAuto:

@@ -122,6 +122,9 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.CustomPolicy != nil {
+		sc.Policy = cfg.CustomPolicy
+	}
 	s := &Server{
 		cfg:         cfg,
 		key:         key,
@@ -250,6 +253,7 @@ func (s *Server) StartOn(ln, adln net.Listener) {
 	go func() { defer s.loops.Done(); s.table.Vacuum(s.bg) }()
 	s.loops.Add(1)
 	go func() { defer s.loops.Done(); s.discoverModels(s.bg) }()
+	s.startTelemetry()
 	for _, u := range s.ups {
 		s.loops.Add(1)
 		go func() { defer s.loops.Done(); s.healthLoop(s.bg, u) }()
