@@ -77,6 +77,7 @@ func (t *Table) EnforceCapacity() int {
 	if !any {
 		return 0
 	}
+
 	// Collect the over-capacity backends' location times, and find for
 	// each the time at or before which enough of them fall.
 	times := make(map[int][]int64)

@@ -122,8 +122,11 @@ type Scheduler struct {
 	// KVFull and LongPrefixBlocks tune the near-full rule (engine.go).
 	KVFull           float32
 	LongPrefixBlocks int
-	engineMaxAge     int64         // ms; 0: engine signals off
-	rr               atomic.Uint64 // round-robin's turn
+	engineMaxAge     int64 // ms; 0: engine signals off
+	// ExtraLoad, when set before routing starts (the bench's oracle),
+	// adds to each backend's load in blocks.
+	ExtraLoad func(b *Backend) uint64
+	rr        atomic.Uint64 // round-robin's turn
 	// ties[k] is least-loaded's turn among k equal backends: one counter
 	// per tie size, so requests tying among other sets (a conversation's
 	// replicas) do not shift the turns of an idle fleet's first turns.
@@ -186,6 +189,9 @@ func (s *Scheduler) reserveMin(elig *chain.Set, n int, match *[chain.MaxBackends
 		b := s.Backends[i]
 		st := b.state.Load()
 		c := loadOf(st, w) + loadOf(b.remote.Load(), w) + s.engineLoad(b, now)
+		if s.ExtraLoad != nil {
+			c += s.ExtraLoad(b)
+		}
 		if addNovel {
 			c += uint64(n - int(match[i]))
 		}

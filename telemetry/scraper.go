@@ -33,6 +33,11 @@ const StaleIntervals = 3
 // absent stays off before it is asked again.
 const reprobeIntervals = 60
 
+// calibrateWindow is the fewest prompt tokens one calibration
+// observation spans: large against the requests routed but not yet
+// admitted by the engine, whose tokens one side counts and the other not.
+const calibrateWindow = 1 << 20
+
 // maxBody bounds what one scrape reads; engines export a few hundred KB at
 // most.
 const maxBody = 8 << 20
@@ -81,8 +86,6 @@ type backend struct {
 	status   string
 	err      string
 	offUntil time.Time
-	last     Reading
-	lastAt   time.Time
 	restarts uint32
 	// baselines of the hit-rate window (since the first reading or the
 	// last restart).
@@ -90,10 +93,14 @@ type backend struct {
 	baseQ, baseH         float64
 	baseBlocks, baseHits uint64
 	// the previous reading's counters, for restarts and calibration.
-	prev       Reading
-	havePrev   bool
-	prevBlocks uint64
-	capBlocks  int
+	prev     Reading
+	havePrev bool
+	// the calibration window's start: engine prompt tokens and kvca's
+	// routed blocks.
+	calTokens float64
+	calBlocks uint64
+	calSet    bool
+	capBlocks int
 	// logged keeps the last logged problem, so a persisting one is logged
 	// once and its end is logged too.
 	logged string
@@ -216,17 +223,27 @@ func (s *Scraper) record(i int, now time.Time, rd Reading, status string, err er
 		st.baseBlocks, st.baseHits = blocks, cached
 	}
 	// Calibration: the prompt tokens the engine counted against the CBR
-	// bytes kvca routed to it over the same interval. Whole blocks only
-	// are counted, so the ratio errs low by half a block per request.
-	if st.havePrev && !restarted && rd.HasPrompt && st.prev.HasPrompt && s.cfg.BlockSize > 0 {
-		dt := rd.PromptTokens - st.prev.PromptTokens
-		db := blocks - st.prevBlocks
-		if dt > 0 && db > 0 {
-			s.cfg.Calibrator.Observe(rd.Model, int(db)*s.cfg.BlockSize, int(dt))
+	// bytes kvca routed to it over the same window. kvca counts a request
+	// when it routes it and the engine when it admits it, so a window is
+	// observed only once it holds many times what can be in between
+	// (calibrateWindow). Whole blocks only are counted, so the ratio errs
+	// low by half a block per request.
+	switch {
+	case restarted || !rd.HasPrompt || s.cfg.BlockSize <= 0:
+		st.calTokens, st.calBlocks, st.calSet = 0, 0, false
+	case !st.calSet:
+		st.calTokens, st.calBlocks, st.calSet = rd.PromptTokens, blocks, true
+	default:
+		dt := rd.PromptTokens - st.calTokens
+		db := blocks - st.calBlocks
+		if dt >= calibrateWindow {
+			if db > 0 {
+				s.cfg.Calibrator.Observe(rd.Model, int(db)*s.cfg.BlockSize, int(dt))
+			}
+			st.calTokens, st.calBlocks = rd.PromptTokens, blocks
 		}
 	}
-	st.prev, st.havePrev, st.prevBlocks = rd, true, blocks
-	st.last, st.lastAt = rd, now
+	st.prev, st.havePrev = rd, true
 
 	sig := sched.EngineSignals{
 		Running: int32(rd.Running), Waiting: int32(rd.Waiting),

@@ -10,7 +10,10 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/kvca/kvca/bench/mock"
+	"github.com/kvca/kvca/bench/precise"
 	"github.com/kvca/kvca/bench/run"
+	"github.com/kvca/kvca/bench/workload"
 	"github.com/kvca/kvca/chain"
 	"github.com/kvca/kvca/cluster"
 	"github.com/kvca/kvca/edge"
@@ -28,6 +31,8 @@ func proxyFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "predict-ttl", Usage: "proxy: predicted locations at routing time (before --time-scale; 0: off)", EnvVars: env("predict-ttl")},
 		&cli.IntFlag{Name: "replicas", Value: 1, Usage: "kvca replicas sharing state through an embedded NATS server; requests are spread over them in turn", EnvVars: env("replicas")},
 		&cli.BoolFlag{Name: "no-cluster", Usage: "with --replicas N: replicas do not share state (the baseline clustering fixes)", EnvVars: env("no-cluster")},
+		&cli.BoolFlag{Name: "engine-metrics", Value: d.EngineMetrics, Usage: "proxy: scrape the engines' /metrics (--engine-metrics=false: kvca's own view only)", EnvVars: env("engine-metrics")},
+		&cli.DurationFlag{Name: "engine-metrics-interval", Value: d.EngineMetricsInterval, Usage: "proxy: engine metrics scrape interval (before --time-scale)", EnvVars: env("engine-metrics-interval")},
 		&cli.BoolFlag{Name: "proxy-process", Usage: "run each proxy as a `kvca serve` child process (exact proxy CPU per request)", EnvVars: env("proxy-process")},
 	}
 }
@@ -36,6 +41,25 @@ func proxyFlags() []cli.Flag {
 type benchProxy struct{ s *edge.Server }
 
 func (p benchProxy) URL() string { return "http://" + p.s.Addr() }
+
+// Predicted is the share of the CBR blocks routed that the scheduler
+// believed cached on the backend it chose.
+func (p benchProxy) Predicted() (float64, bool) {
+	var blocks, cached uint64
+	for _, b := range p.s.Scheduler().Backends {
+		_, n, c := b.Routed()
+		blocks += n
+		cached += c
+	}
+	if blocks == 0 {
+		return 0, false
+	}
+	return float64(cached) / float64(blocks), true
+}
+
+func (p benchProxy) CapacityEvictions() uint64 {
+	return p.s.Table().Stats().EvictedBackendCapacity
+}
 
 func (p benchProxy) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -116,6 +140,7 @@ func proxyFactory(c *cli.Context, timeScale float64) run.ProxyFactory {
 	if ttl < time.Second {
 		ttl = time.Second
 	}
+	interval := max(time.Duration(float64(c.Duration("engine-metrics-interval"))*timeScale), 10*time.Millisecond)
 	if c.Bool("proxy-process") {
 		exe, _ := os.Executable()
 		return run.ExecFactory(func(policy string, backends []string, listen string) []string {
@@ -123,7 +148,8 @@ func proxyFactory(c *cli.Context, timeScale float64) run.ProxyFactory {
 				"--block-size", strconv.Itoa(c.Int("block-size")), "--ttl", ttl.String(),
 				"--max-blocks", strconv.Itoa(c.Int("max-blocks")), "--active-weight", strconv.Itoa(c.Int("active-weight")),
 				"--log-level", "warn", "--prefill-release", c.String("prefill-release"),
-				"--predict-ttl", time.Duration(float64(c.Duration("predict-ttl")) * timeScale).String()}
+				"--predict-ttl", time.Duration(float64(c.Duration("predict-ttl")) * timeScale).String(),
+				"--engine-metrics=" + strconv.FormatBool(c.Bool("engine-metrics")), "--engine-metrics-interval", interval.String()}
 			for _, b := range backends {
 				argv = append(argv, "--backend", b)
 			}
@@ -141,6 +167,8 @@ func proxyFactory(c *cli.Context, timeScale float64) run.ProxyFactory {
 		cfg.ActiveWeight = c.Int("active-weight")
 		cfg.PrefillAtHeaders = c.String("prefill-release") == "headers"
 		cfg.PredictTTL = time.Duration(float64(c.Duration("predict-ttl")) * timeScale)
+		cfg.EngineMetrics = c.Bool("engine-metrics")
+		cfg.EngineMetricsInterval = interval
 		if n := c.Int("replicas"); n > 1 {
 			return startReplicas(cfg, n, !c.Bool("no-cluster"))
 		}
@@ -170,9 +198,45 @@ and proxy CPU per request.`,
 			if err != nil {
 				return err
 			}
+			spec.Run.Precise = preciseFactory(c, spec.TimeScale)
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return run.Main(ctx, spec, proxyFactory(c, spec.TimeScale), os.Stdout)
 		},
+	}
+}
+
+// preciseFactory starts an in-process kvca whose policy is the precise
+// oracle over the bench's own engines, with the same proxy settings (and
+// so the same chains) as the others.
+func preciseFactory(c *cli.Context, timeScale float64) func([]*mock.Engine, *workload.Workload, []string) (run.Proxy, error) {
+	return func(engines []*mock.Engine, w *workload.Workload, backends []string) (run.Proxy, error) {
+		key := chain.RandomKey()
+		p, err := precise.New(engines, w, key, c.Int("block-size"))
+		if err != nil {
+			return nil, err
+		}
+		ttl := max(time.Duration(float64(c.Duration("ttl"))*timeScale), time.Second)
+		cfg := edge.DefaultConfig()
+		cfg.Listen, cfg.AdminListen = "127.0.0.1:0", ""
+		cfg.Backends = backends
+		cfg.HashKey = key.String()
+		cfg.CustomPolicy = p
+		cfg.BlockSize = c.Int("block-size")
+		cfg.TTL = ttl
+		cfg.MaxBlocks = c.Int("max-blocks")
+		cfg.ActiveWeight = c.Int("active-weight")
+		cfg.PrefillAtHeaders = c.String("prefill-release") == "headers"
+		// The oracle needs no telemetry: it reads the engines.
+		cfg.EngineMetrics = false
+		s, err := edge.New(cfg)
+		if err != nil {
+			return nil, err
+		}
+		s.Scheduler().ExtraLoad = p.ExtraLoad
+		if err := s.Start(); err != nil {
+			return nil, err
+		}
+		return benchProxy{s}, nil
 	}
 }
