@@ -107,6 +107,9 @@ type Config struct {
 	// SGLang) every EngineMetricsInterval: the engine's queue and KV usage
 	// weigh in routing, its capacity bounds its locations, and a restart
 	// resets them (--engine-metrics; off per backend without /metrics).
+	// `kvca serve` turns it on unless told otherwise; DefaultConfig leaves
+	// it off, so that programs embedding the server send their backends
+	// nothing they did not ask for.
 	EngineMetrics         bool
 	EngineMetricsInterval time.Duration
 	// BackendCacheTokens is the KV-cache capacity in tokens of backends
@@ -145,7 +148,6 @@ func DefaultConfig() Config {
 		ClientReadTimeout:     30 * time.Second,
 		ClientIdleTimeout:     2 * time.Minute,
 		MaxConnsPerBackend:    1024,
-		EngineMetrics:         true,
 		EngineMetricsInterval: time.Second,
 	}
 }

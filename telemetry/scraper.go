@@ -70,6 +70,11 @@ const (
 	StatusOff     = "off"     // no /metrics (404) or no engine metrics in it
 )
 
+// statusUnparsable is fetch's verdict on an answer that is no
+// exposition: off for a backend that never gave one (a server answering
+// every path alike), an error for one that did.
+const statusUnparsable = "unparsable"
+
 // Scraper scrapes every backend's /metrics.
 type Scraper struct {
 	cfg      Config
@@ -191,6 +196,12 @@ func (s *Scraper) record(i int, now time.Time, rd Reading, status string, err er
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if err != nil {
+		if status == statusUnparsable {
+			status = StatusError
+			if !st.havePrev {
+				status = StatusOff
+			}
+		}
 		st.status, st.err = status, err.Error()
 		sig, _ := b.EngineLatest()
 		sig.Status, sig.Err = status, st.err
@@ -279,7 +290,7 @@ func (s *Scraper) record(i int, now time.Time, rd Reading, status string, err er
 // restartedBetween reports whether the engine restarted between two
 // readings: its start time moved forward, or a counter went backwards.
 func restartedBetween(prev, cur Reading) bool {
-	if prev.HasStartTime && cur.HasStartTime && cur.StartTime > prev.StartTime+1 {
+	if prev.HasStartTime && cur.HasStartTime && cur.StartTime > prev.StartTime+0.001 {
 		return true
 	}
 	back := func(hp, hc bool, p, c float64) bool { return hp && hc && c < p }
@@ -334,7 +345,7 @@ func (s *Scraper) fetch(ctx context.Context, url string) (Reading, string, error
 	}
 	rd, err := Parse(io.LimitReader(resp.Body, maxBody))
 	if err != nil {
-		return Reading{}, StatusError, fmt.Errorf("GET %s: unparsable exposition: %v", url, err)
+		return Reading{}, statusUnparsable, fmt.Errorf("GET %s: unparsable exposition: %v", url, err)
 	}
 	if rd.Source == "" {
 		return Reading{}, StatusOff, fmt.Errorf("GET %s: no vLLM or SGLang metrics in it", url)

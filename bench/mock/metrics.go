@@ -53,7 +53,8 @@ func (e *Engine) initMetrics() {
 }
 
 // restartMetrics makes the exported series what a freshly started engine
-// exports: counters back at zero and a later start time.
+// exports: counters back at zero and a later start time (at least a second
+// later, as a real process takes longer than that to come back).
 func (e *Engine) restartMetrics() {
 	for _, c := range []interface{ Set(uint64) }{e.mQueries, e.mHit, e.mPrompt, e.mGen, e.mSuccess} {
 		c.Set(0)
@@ -61,7 +62,7 @@ func (e *Engine) restartMetrics() {
 	now := time.Now().UnixMilli()
 	for {
 		old := e.started.Load()
-		if e.started.CompareAndSwap(old, max(now, old+1)) {
+		if e.started.CompareAndSwap(old, max(now, old+1000)) {
 			return
 		}
 	}

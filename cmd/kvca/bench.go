@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -31,11 +32,14 @@ func proxyFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "predict-ttl", Usage: "proxy: predicted locations at routing time (before --time-scale; 0: off)", EnvVars: env("predict-ttl")},
 		&cli.IntFlag{Name: "replicas", Value: 1, Usage: "kvca replicas sharing state through an embedded NATS server; requests are spread over them in turn", EnvVars: env("replicas")},
 		&cli.BoolFlag{Name: "no-cluster", Usage: "with --replicas N: replicas do not share state (the baseline clustering fixes)", EnvVars: env("no-cluster")},
-		&cli.BoolFlag{Name: "engine-metrics", Value: d.EngineMetrics, Usage: "proxy: scrape the engines' /metrics (--engine-metrics=false: kvca's own view only)", EnvVars: env("engine-metrics")},
+		&cli.BoolFlag{Name: "engine-metrics", Value: true, Usage: "proxy: scrape the engines' /metrics (--engine-metrics=false: kvca's own view only)", EnvVars: env("engine-metrics")},
 		&cli.DurationFlag{Name: "engine-metrics-interval", Value: d.EngineMetricsInterval, Usage: "proxy: engine metrics scrape interval (before --time-scale)", EnvVars: env("engine-metrics-interval")},
 		&cli.BoolFlag{Name: "proxy-process", Usage: "run each proxy as a `kvca serve` child process (exact proxy CPU per request)", EnvVars: env("proxy-process")},
 	}
 }
+
+// noTelemetrySuffix after a policy name runs it without engine metrics.
+const noTelemetrySuffix = "/no-telemetry"
 
 // benchProxy is an in-process kvca.
 type benchProxy struct{ s *edge.Server }
@@ -157,6 +161,9 @@ func proxyFactory(c *cli.Context, timeScale float64) run.ProxyFactory {
 		}, "/ready")
 	}
 	return func(policy string, backends []string) (run.Proxy, error) {
+		// "<policy>/no-telemetry" runs the policy with --engine-metrics
+		// off, so that one run compares both.
+		policy, noTelemetry := strings.CutSuffix(policy, noTelemetrySuffix)
 		cfg := edge.DefaultConfig()
 		cfg.Listen, cfg.AdminListen = "127.0.0.1:0", ""
 		cfg.Backends = backends
@@ -167,7 +174,7 @@ func proxyFactory(c *cli.Context, timeScale float64) run.ProxyFactory {
 		cfg.ActiveWeight = c.Int("active-weight")
 		cfg.PrefillAtHeaders = c.String("prefill-release") == "headers"
 		cfg.PredictTTL = time.Duration(float64(c.Duration("predict-ttl")) * timeScale)
-		cfg.EngineMetrics = c.Bool("engine-metrics")
+		cfg.EngineMetrics = c.Bool("engine-metrics") && !noTelemetry
 		cfg.EngineMetricsInterval = interval
 		if n := c.Int("replicas"); n > 1 {
 			return startReplicas(cfg, n, !c.Bool("no-cluster"))
