@@ -40,9 +40,12 @@ const capacitySlack = 32
 
 // EnforceCapacity drops, for every backend holding more locations than its
 // capacity, its least recently touched chains until it holds at most
-// capacity − capacity/32, and returns how many locations it dropped. A
-// chain's blocks share the time of the touch that learned them, so whole
-// chains go, oldest first, as the engine's LRU evicts whole prompts. It
+// capacity − capacity/32, and returns how many locations it dropped.
+// Oldest first, as the engine's LRU: a chain's blocks share the time of the
+// touch that learned them, so whole chains go, and the one chain that goes
+// only in part loses its deepest blocks first (in depth buckets of powers
+// of two), as an engine frees a finished prompt's blocks tail first and so
+// evicts them first. It
 // takes each shard's lock twice (count, then drop) and a third time only
 // when something is over: it is for a background loop, not the request
 // path.
@@ -78,8 +81,8 @@ func (t *Table) EnforceCapacity() int {
 		return 0
 	}
 
-	// Collect the over-capacity backends' location times, and find for
-	// each the time at or before which enough of them fall.
+	// Collect the over-capacity backends' eviction keys, and find for each
+	// the key at or below which enough of them fall.
 	times := make(map[int][]int64)
 	for si := range t.shards {
 		sh := &t.shards[si]
@@ -91,7 +94,7 @@ func (t *Table) EnforceCapacity() int {
 			}
 			see := func(l uint64) {
 				if b := locBackend(l); over[b] > 0 && !locIsPinned(l) {
-					times[b] = append(times[b], locTime(l))
+					times[b] = append(times[b], evictKey(l))
 				}
 			}
 			see(e.loc)
@@ -116,7 +119,7 @@ func (t *Table) EnforceCapacity() int {
 	}
 	keep := func(l uint64) bool {
 		c := cutoff[locBackend(l)]
-		return c < 0 || locIsPinned(l) || locTime(l) > c
+		return c < 0 || locIsPinned(l) || evictKey(l) > c
 	}
 	dropped := 0
 	for si := range t.shards {
@@ -147,6 +150,10 @@ func (t *Table) EnforceCapacity() int {
 	t.evictBackendCap.Add(uint64(dropped))
 	return dropped
 }
+
+// evictKey orders locations for EnforceCapacity: by last access, and
+// among those of one access the deepest first.
+func evictKey(l uint64) int64 { return locTime(l)<<4 | int64(15-locDepth(l)) }
 
 // CapacityLoop runs EnforceCapacity every period until ctx ends. Checking
 // costs one shared lock per shard, so a period well under the time a

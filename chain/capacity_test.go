@@ -18,13 +18,18 @@ func TestBackendCapacityDropsLeastRecentChains(t *testing.T) {
 	if got := tb.Held(0); got != 12 {
 		t.Fatalf("held %d", got)
 	}
-	// 12 > 10: the oldest chain (a) goes whole, 8 are left.
-	if n := tb.EnforceCapacity(); n != 4 {
-		t.Fatalf("dropped %d, want a's 4 blocks", n)
+	// 12 > 10: the oldest chain (a) goes first, deepest blocks first
+	// (depth buckets 0, 1, 2, 2): its last two are enough.
+	if n := tb.EnforceCapacity(); n != 2 {
+		t.Fatalf("dropped %d, want a's last 2 blocks", n)
 	}
-	for _, h := range a {
-		if got := tb.Lookup(h, tb.Now()); got != set(1) {
-			t.Fatalf("block %d: %v, want only backend 1", h, got)
+	for i, h := range a {
+		want := set(0, 1)
+		if i >= 2 {
+			want = set(1)
+		}
+		if got := tb.Lookup(h, tb.Now()); got != want {
+			t.Fatalf("a[%d]: %v, want %v", i, got, want)
 		}
 	}
 	for _, h := range append(b, c...) {
@@ -32,34 +37,53 @@ func TestBackendCapacityDropsLeastRecentChains(t *testing.T) {
 			t.Fatalf("block %d: %v", h, got)
 		}
 	}
-	// b is used again, d arrives: c is now the least recently used.
+	// b is used again, d arrives: 14 held. What is left of a goes, then
+	// c, the least recently used chain now, loses its tail.
 	clk.add(time.Second)
 	tb.Touch(b, 0, tb.Now())
 	clk.add(time.Second)
 	tb.Touch(d, 0, tb.Now())
 	if n := tb.EnforceCapacity(); n != 4 {
-		t.Fatalf("dropped %d, want c's 4 blocks", n)
+		t.Fatalf("dropped %d, want a's head and c's tail", n)
 	}
-	if got := tb.Lookup(31, tb.Now()); !got.Empty() {
-		t.Fatalf("c still located on %v", got)
+	if n, _ := tb.Prefix(c, tb.Now()); n != 2 {
+		t.Fatalf("c's known prefix %d blocks, want its first 2", n)
 	}
-	if got := tb.Lookup(21, tb.Now()); got != set(0) {
-		t.Fatalf("b lost: %v", got)
+	if got := tb.Lookup(11, tb.Now()); got != set(1) {
+		t.Fatalf("a's head still on %v", got)
 	}
-	if got := tb.Held(0); got != 8 {
+	if n, _ := tb.Prefix(b, tb.Now()); n != 4 {
+		t.Fatalf("b lost: %d", n)
+	}
+	if got := tb.Held(0); got != 10 {
 		t.Fatalf("held %d", got)
 	}
 	if n := tb.EnforceCapacity(); n != 0 {
 		t.Fatalf("within capacity yet %d dropped", n)
 	}
 	st := tb.Stats()
-	if st.EvictedBackendCapacity != 8 || st.EvictedCapacity != 0 || st.EvictedReset != 0 {
+	if st.EvictedBackendCapacity != 6 || st.EvictedCapacity != 0 || st.EvictedReset != 0 {
 		t.Fatalf("stats %+v", st)
 	}
 	// A chain dropped this way is learned again by its next touch.
 	tb.Touch(c, 0, tb.Now())
-	if got := tb.Lookup(34, tb.Now()); got != set(0) {
-		t.Fatalf("c not relearned: %v", got)
+	if n, _ := tb.Prefix(c, tb.Now()+1); n != 4 {
+		t.Fatalf("c not relearned: %d", n)
+	}
+}
+
+func TestBackendCapacityDropsTailFirst(t *testing.T) {
+	tb, _ := newTestTable(time.Hour, 1<<12)
+	c := []uint64{1, 2, 3, 4, 5, 6, 7, 8}
+	tb.SetBackendCapacity(0, 6)
+	tb.Touch(c, 0, tb.Now())
+	// Depth buckets 0 1 2 2 3 3 3 3: two blocks over, and the deepest
+	// bucket goes whole.
+	if n := tb.EnforceCapacity(); n != 4 {
+		t.Fatalf("dropped %d", n)
+	}
+	if n, _ := tb.Prefix(c, tb.Now()); n != 4 {
+		t.Fatalf("known prefix %d, want the first 4 blocks", n)
 	}
 }
 

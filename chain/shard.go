@@ -207,9 +207,11 @@ func (e *entry) anyLoc(f func(uint64) bool) bool {
 	return false
 }
 
-// set creates or refreshes b's location in e. A refresh never moves the
-// time backwards (remote updates may arrive late) and keeps an existing pin.
-func (sh *shard) set(e *entry, b int, gen uint32, now int64, pin bool) {
+// set creates or refreshes b's location in e, a block at depth bucket
+// depth of its chain. A refresh never moves the time backwards (remote
+// updates may arrive late) and keeps an existing pin.
+func (sh *shard) set(e *entry, b int, gen uint32, now int64, pin bool, depth uint64) {
+	depth <<= locDepthShift
 	upd := func(l uint64) uint64 {
 		if locGen(l) == gen&0xff {
 			if t := locTime(l); t > now {
@@ -217,10 +219,10 @@ func (sh *shard) set(e *entry, b int, gen uint32, now int64, pin bool) {
 			}
 			pin = pin || locIsPinned(l)
 		}
-		return makeLoc(now, gen, pin, b)
+		return makeLoc(now, gen, pin, b) | depth
 	}
 	if e.loc == 0 {
-		e.loc = makeLoc(now, gen, pin, b)
+		e.loc = makeLoc(now, gen, pin, b) | depth
 		sh.locs++
 		sh.held[b]++
 		return
@@ -239,7 +241,7 @@ func (sh *shard) set(e *entry, b int, gen uint32, now int64, pin bool) {
 	} else {
 		e.more = &moreLocs{l: make([]uint64, 0, 2)}
 	}
-	e.more.l = append(e.more.l, makeLoc(now, gen, pin, b))
+	e.more.l = append(e.more.l, makeLoc(now, gen, pin, b)|depth)
 	sh.locs++
 	sh.held[b]++
 }

@@ -38,9 +38,17 @@ func eachBit(s *Set, f func(b int)) {
 const (
 	locBackendMask = 0xff
 	locPinned      = 1 << 8
+	locDepthShift  = 9 // 4 bits: the block's depth in its chain, log2 (capacity.go)
 	locGenShift    = 16
 	locTimeShift   = 24
 )
+
+// depthOf is the depth bucket of a chain's i-th block: bits.Len(i), at
+// most 15. A block hash names its whole prefix, so a block's depth never
+// changes.
+func depthOf(i int) uint64 { return uint64(min(bits.Len(uint(i)), 15)) }
+
+func locDepth(l uint64) uint64 { return l >> locDepthShift & 0xf }
 
 func makeLoc(ms int64, gen uint32, pinned bool, b int) uint64 {
 	l := uint64(ms)<<locTimeShift | uint64(gen&0xff)<<locGenShift | uint64(b)
@@ -292,7 +300,7 @@ func (t *Table) touch(chain []uint64, b int, now int64, pin bool) {
 	// the checking: the rest of the chain was learned with it and most
 	// likely needs writing too.
 	checking := !pin
-	for _, h := range chain {
+	for pos, h := range chain {
 		sh := t.shardOf(h)
 		if checking {
 			if t.current(h, b, gen, now) {
@@ -309,7 +317,7 @@ func (t *Table) touch(chain []uint64, b int, now int64, pin bool) {
 			i = sh.insert(h)
 		}
 		e := &sh.ents[i]
-		sh.set(e, b, gen, now, pin)
+		sh.set(e, b, gen, now, pin, depthOf(pos))
 		sh.moveToFront(i)
 		sh.mu.Unlock()
 	}
