@@ -6,6 +6,7 @@ import (
 
 	"github.com/kvca/kvca/bench/mock"
 	"github.com/kvca/kvca/canon"
+	"github.com/kvca/kvca/cluster/embednats"
 )
 
 // Learned runs on the request path: it must not allocate, and must drop
@@ -53,7 +54,7 @@ func BenchmarkLearned(b *testing.B) {
 // A chain larger than one message is split over several, all applied.
 func TestLargeChainsAreSplit(t *testing.T) {
 	f := &fleet{t: t, engines: startEngines(t, 2)}
-	url, stop, err := StartEmbeddedNATS("")
+	url, stop, err := embednats.Start("")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/kvca/kvca/bench/mock"
 	"github.com/kvca/kvca/canon"
 	"github.com/kvca/kvca/chain"
+	"github.com/kvca/kvca/cluster/embednats"
 	"github.com/kvca/kvca/edge"
 )
 
@@ -149,7 +150,7 @@ func TestLoadIsShared(t *testing.T) {
 		engines = append(engines, e)
 	}
 	f := &fleet{t: t, engines: engines}
-	url, stop, err := StartEmbeddedNATS("")
+	url, stop, err := embednats.Start("")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +231,7 @@ func TestKillReplicaAndNATS(t *testing.T) {
 		f.stopNATS()
 		time.Sleep(time.Second)
 		receivedBefore = f.replicas[0].node.Stats().Received
-		_, stop, err := StartEmbeddedNATS(hostport)
+		_, stop, err := embednats.Start(hostport)
 		if err != nil {
 			t.Errorf("restart NATS: %v", err)
 			return
