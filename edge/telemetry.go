@@ -43,6 +43,7 @@ func (s *Server) startTelemetry() {
 		Client:      &http.Client{Transport: tr, Timeout: s.cfg.EngineMetricsInterval},
 		Logger:      s.log,
 		OnRestart:   func(i int) { s.resetBackend(i) },
+		OnSignals:   s.adm.AdaptToEngine,
 		Table:       s.table,
 		BlockSize:   s.cfg.BlockSize,
 		Calibrator:  cal,

@@ -51,6 +51,10 @@ type Config struct {
 	// OnRestart is called (from the scraping goroutine) when backend i's
 	// engine restarted: its cache is gone.
 	OnRestart func(i int)
+	// OnSignals, when set, is called (from the scraping goroutine) after
+	// each scrape of backend i with its latest signals; fresh is false
+	// when the scrape failed and the signals are the earlier ones.
+	OnSignals func(i int, sig sched.EngineSignals, fresh bool)
 	// Table, when set, gets each backend's capacity in blocks of
 	// BlockSize bytes (SetBackendCapacity): the engine's, or CacheTokens[i]
 	// where the engine does not say, converted with Calibrator.
@@ -184,6 +188,10 @@ func (s *Scraper) ScrapeOnce(ctx context.Context, i int) error {
 	restarted := s.record(i, now, rd, status, err)
 	if restarted && s.cfg.OnRestart != nil {
 		s.cfg.OnRestart(i)
+	}
+	if s.cfg.OnSignals != nil {
+		sig, _ := s.backends[i].EngineLatest()
+		s.cfg.OnSignals(i, sig, err == nil)
 	}
 	s.applyCapacity(i, rd)
 	return err

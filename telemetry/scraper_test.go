@@ -386,6 +386,23 @@ func TestRestartDetected(t *testing.T) {
 	}
 }
 
+func TestOnSignalsAfterEachScrape(t *testing.T) {
+	e := newEngine(t, vllmText)
+	f := newFixture(t, []string{e.srv.URL}, nil)
+	var got []bool
+	var waiting []int32
+	f.s.cfg.OnSignals = func(i int, sig sched.EngineSignals, fresh bool) {
+		got = append(got, fresh)
+		waiting = append(waiting, sig.Waiting)
+	}
+	f.scrape(t, 0)
+	e.set("", http.StatusInternalServerError)
+	f.scrape(t, 0)
+	if len(got) != 2 || !got[0] || got[1] || waiting[0] != 5 || waiting[1] != 5 {
+		t.Fatalf("fresh %v waiting %v", got, waiting)
+	}
+}
+
 func TestUnreachableBackendNeverCrashes(t *testing.T) {
 	e := newEngine(t, vllmText)
 	url := e.srv.URL
