@@ -90,6 +90,10 @@ func (h *Hasher) Reset() {
 	h.pending = false
 }
 
+// Len returns the CBR bytes written since Reset, the trailing partial
+// block included (what Calibrator.Observe takes).
+func (h *Hasher) Len() int { return len(h.Chain)*h.bs + h.n }
+
 // BlockSize returns the block size in bytes.
 func (h *Hasher) BlockSize() int { return h.bs }
 

@@ -30,12 +30,16 @@ type shard struct {
 	head, tail int32
 	count      int
 	locs       int
-	_          [40]byte // keep neighbouring shards' locks off one cache line
+	// held counts each backend's locations in this shard, for the
+	// per-backend capacity bound (capacity.go).
+	held *[MaxBackends]int32
+	_    [32]byte // keep neighbouring shards' locks off one cache line
 }
 
 func (sh *shard) init() {
 	sh.idx = make([]int32, 16)
 	sh.free, sh.head, sh.tail = -1, -1, -1
+	sh.held = new([MaxBackends]int32)
 }
 
 // home is a block's first probe position. Block hashes are SipHash
@@ -130,9 +134,13 @@ func (sh *shard) remove(i int32) {
 	sh.indexDel(e.hash)
 	if e.loc != 0 {
 		sh.locs--
+		sh.held[locBackend(e.loc)]--
 	}
 	if e.more != nil {
 		sh.locs -= len(e.more.l)
+		for _, l := range e.more.l {
+			sh.held[locBackend(l)]--
+		}
 	}
 	*e = entry{next: sh.free, prev: -1}
 	sh.free = i
@@ -199,9 +207,11 @@ func (e *entry) anyLoc(f func(uint64) bool) bool {
 	return false
 }
 
-// set creates or refreshes b's location in e. A refresh never moves the
-// time backwards (remote updates may arrive late) and keeps an existing pin.
-func (sh *shard) set(e *entry, b int, gen uint32, now int64, pin bool) {
+// set creates or refreshes b's location in e, a block at depth bucket
+// depth of its chain. A refresh never moves the time backwards (remote
+// updates may arrive late) and keeps an existing pin.
+func (sh *shard) set(e *entry, b int, gen uint32, now int64, pin bool, depth uint64) {
+	depth <<= locDepthShift
 	upd := func(l uint64) uint64 {
 		if locGen(l) == gen&0xff {
 			if t := locTime(l); t > now {
@@ -209,11 +219,12 @@ func (sh *shard) set(e *entry, b int, gen uint32, now int64, pin bool) {
 			}
 			pin = pin || locIsPinned(l)
 		}
-		return makeLoc(now, gen, pin, b)
+		return makeLoc(now, gen, pin, b) | depth
 	}
 	if e.loc == 0 {
-		e.loc = makeLoc(now, gen, pin, b)
+		e.loc = makeLoc(now, gen, pin, b) | depth
 		sh.locs++
+		sh.held[b]++
 		return
 	}
 	if locBackend(e.loc) == b {
@@ -230,8 +241,9 @@ func (sh *shard) set(e *entry, b int, gen uint32, now int64, pin bool) {
 	} else {
 		e.more = &moreLocs{l: make([]uint64, 0, 2)}
 	}
-	e.more.l = append(e.more.l, makeLoc(now, gen, pin, b))
+	e.more.l = append(e.more.l, makeLoc(now, gen, pin, b)|depth)
 	sh.locs++
+	sh.held[b]++
 }
 
 // prune drops the locations of e that are no longer live and returns how
@@ -251,6 +263,7 @@ func (sh *shard) filter(i int32, keep func(uint64) bool) int {
 	e := &sh.ents[i]
 	dropped := 0
 	if e.loc != 0 && !keep(e.loc) {
+		sh.held[locBackend(e.loc)]--
 		e.loc = 0
 		dropped++
 	}
@@ -260,6 +273,7 @@ func (sh *shard) filter(i int32, keep func(uint64) bool) int {
 			if keep(l) {
 				kept = append(kept, l)
 			} else {
+				sh.held[locBackend(l)]--
 				dropped++
 			}
 		}

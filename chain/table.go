@@ -38,9 +38,17 @@ func eachBit(s *Set, f func(b int)) {
 const (
 	locBackendMask = 0xff
 	locPinned      = 1 << 8
+	locDepthShift  = 9 // 4 bits: the block's depth in its chain, log2 (capacity.go)
 	locGenShift    = 16
 	locTimeShift   = 24
 )
+
+// depthOf is the depth bucket of a chain's i-th block: bits.Len(i), at
+// most 15. A block hash names its whole prefix, so a block's depth never
+// changes.
+func depthOf(i int) uint64 { return uint64(min(bits.Len(uint(i)), 15)) }
+
+func locDepth(l uint64) uint64 { return l >> locDepthShift & 0xf }
 
 func makeLoc(ms int64, gen uint32, pinned bool, b int) uint64 {
 	l := uint64(ms)<<locTimeShift | uint64(gen&0xff)<<locGenShift | uint64(b)
@@ -108,8 +116,11 @@ type Table struct {
 	evictExpired  atomic.Uint64
 	evictCapacity atomic.Uint64
 	evictReset    atomic.Uint64
-	vacuumRuns    atomic.Uint64
-	vacuumNext    atomic.Int64 // ms since epoch of the vacuum's next wake
+	// capBlocks bounds each backend's locations (capacity.go); 0: none.
+	capBlocks       [MaxBackends]atomic.Int64
+	evictBackendCap atomic.Uint64
+	vacuumRuns      atomic.Uint64
+	vacuumNext      atomic.Int64 // ms since epoch of the vacuum's next wake
 }
 
 // NewTable returns an empty table. TTL and MaxBlocks must be positive.
@@ -309,7 +320,7 @@ func (t *Table) touch(chain []uint64, b int, now int64, pin bool) {
 	// the checking: the rest of the chain was learned with it and most
 	// likely needs writing too.
 	checking := !pin
-	for _, h := range chain {
+	for pos, h := range chain {
 		sh := t.shardOf(h)
 		if checking {
 			if t.current(h, b, gen, now) {
@@ -326,7 +337,7 @@ func (t *Table) touch(chain []uint64, b int, now int64, pin bool) {
 			i = sh.insert(h)
 		}
 		e := &sh.ents[i]
-		sh.set(e, b, gen, now, pin)
+		sh.set(e, b, gen, now, pin, depthOf(pos))
 		sh.moveToFront(i)
 		sh.mu.Unlock()
 	}
@@ -495,8 +506,10 @@ type Stats struct {
 	EvictedExpired              uint64
 	EvictedCapacity             uint64
 	EvictedReset                uint64
-	VacuumRuns                  uint64
-	VacuumNext                  time.Time
+	// EvictedBackendCapacity counts ReasonBackendCapacity evictions.
+	EvictedBackendCapacity uint64
+	VacuumRuns             uint64
+	VacuumNext             time.Time
 }
 
 // Stats sums the shards.
@@ -512,6 +525,7 @@ func (t *Table) Stats() Stats {
 	s.EvictedExpired = t.evictExpired.Load()
 	s.EvictedCapacity = t.evictCapacity.Load()
 	s.EvictedReset = t.evictReset.Load()
+	s.EvictedBackendCapacity = t.evictBackendCap.Load()
 	s.VacuumRuns = t.vacuumRuns.Load()
 	s.VacuumNext = t.TimeOf(t.vacuumNext.Load())
 	return s

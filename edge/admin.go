@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvca/kvca/admit"
 	"github.com/kvca/kvca/sched"
+	"github.com/kvca/kvca/telemetry"
 )
 
 // BackendState is one backend in /admin/state.
@@ -23,6 +24,8 @@ type BackendState struct {
 	Active        int64  `json:"active"`
 	PrefillBlocks int64  `json:"prefill_blocks"`
 	Load          int64  `json:"load"`
+	// Engine is what the engine's own metrics say (--engine-metrics).
+	Engine *telemetry.BackendState `json:"engine,omitempty"`
 }
 
 // TableState is the block table in /admin/state.
@@ -56,6 +59,7 @@ func (s *Server) State() State {
 			Active:        a,
 			PrefillBlocks: p,
 			Load:          a*int64(s.sched.ActiveWeight) + p,
+			Engine:        s.engineState(b.Index),
 		})
 	}
 	ts := s.table.Stats()

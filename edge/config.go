@@ -139,6 +139,24 @@ type Config struct {
 	// --prefill-block-time, --first-token-base) and the resident-work bound
 	// (--resident-epsilon, --resident-window); zeros are learned.
 	TTFT sched.TTFTConfig
+
+	// CustomPolicy, when set (tests and the bench only), routes instead of
+	// the policy named by Policy.
+	CustomPolicy sched.Policy
+
+	// EngineMetrics scrapes each backend's Prometheus /metrics (vLLM,
+	// SGLang) every EngineMetricsInterval: the engine's queue and KV usage
+	// weigh in routing, its capacity bounds its locations, and a restart
+	// resets them (--engine-metrics; off per backend without /metrics).
+	// `kvca serve` turns it on unless told otherwise; DefaultConfig leaves
+	// it off, so that programs embedding the server send their backends
+	// nothing they did not ask for.
+	EngineMetrics         bool
+	EngineMetricsInterval time.Duration
+	// BackendCacheTokens is the KV-cache capacity in tokens of backends
+	// whose engines do not export it: one value for all, or one per
+	// backend in order; 0: unknown (--backend-cache-tokens).
+	BackendCacheTokens []int64
 }
 
 // Values of Config.IO.
@@ -177,6 +195,7 @@ func DefaultConfig() Config {
 		ClientIdleTimeout:     2 * time.Minute,
 		MaxConnsPerBackend:    1024,
 		TTFT:                  sched.TTFTConfig{ResidentEpsilon: sched.DefaultResidentEpsilon},
+		EngineMetricsInterval: time.Second,
 	}
 }
 
@@ -353,6 +372,20 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxConnsPerBackend <= 0 {
 		c.MaxConnsPerBackend = d.MaxConnsPerBackend
+	}
+	if c.EngineMetricsInterval < 0 {
+		return fmt.Errorf("--engine-metrics-interval must not be negative")
+	}
+	if c.EngineMetricsInterval == 0 {
+		c.EngineMetricsInterval = d.EngineMetricsInterval
+	}
+	if n := len(c.BackendCacheTokens); n > 1 && n != len(c.Backends) {
+		return fmt.Errorf("--backend-cache-tokens takes one value for all backends or one per backend (%d), got %d", len(c.Backends), n)
+	}
+	for _, v := range c.BackendCacheTokens {
+		if v < 0 {
+			return fmt.Errorf("--backend-cache-tokens must not be negative, got %d", v)
+		}
 	}
 	switch c.IO {
 	case "", IOAuto, IOEpoll:

@@ -124,6 +124,9 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.CustomPolicy != nil {
+		sc.Policy = cfg.CustomPolicy
+	}
 	if err := sc.SetTTFT(cfg.TTFT); err != nil {
 		return nil, err
 	}
@@ -263,6 +266,7 @@ func (s *Server) StartOn(ln, adln net.Listener) error {
 	go func() { defer s.loops.Done(); s.table.Vacuum(s.bg) }()
 	s.loops.Add(1)
 	go func() { defer s.loops.Done(); s.discoverModels(s.bg) }()
+	s.startTelemetry()
 	for _, u := range s.ups {
 		s.loops.Add(1)
 		go func() { defer s.loops.Done(); s.healthLoop(s.bg, u) }()

@@ -26,6 +26,8 @@ type Backend struct {
 	healthy atomic.Bool
 	// engine is what the engine's own metrics last reported (engine.go).
 	engine atomic.Pointer[EngineSignals]
+	// routed* count what the scheduler sent here (engine.go: Routed).
+	routedReqs, routedBlocks, routedCached atomic.Uint64
 	// seed decorrelates backends in rendezvous hashing.
 	seed uint64
 	// model is b's learned first-token latency and resident work (ttft.go).
@@ -142,7 +144,14 @@ type Scheduler struct {
 	Table        *chain.Table
 	ActiveWeight uint64
 	Policy       Policy
-	rr           atomic.Uint64 // round-robin's turn
+	// KVFull and LongPrefixBlocks tune the near-full rule (engine.go).
+	KVFull           float32
+	LongPrefixBlocks int
+	engineMaxAge     int64 // ms; 0: engine signals off
+	// ExtraLoad, when set before routing starts (the bench's oracle),
+	// adds to each backend's load in blocks.
+	ExtraLoad func(b *Backend) uint64
+	rr        atomic.Uint64 // round-robin's turn
 	// ties[k] is least-loaded's turn among k equal backends: one counter
 	// per tie size, so requests tying among other sets (a conversation's
 	// replicas) do not shift the turns of an idle fleet's first turns.
@@ -166,7 +175,8 @@ func New(backends []*Backend, table *chain.Table, activeWeight int, policy strin
 	if err != nil {
 		return nil, err
 	}
-	s := &Scheduler{Backends: backends, Table: table, ActiveWeight: uint64(activeWeight), Policy: p}
+	s := &Scheduler{Backends: backends, Table: table, ActiveWeight: uint64(activeWeight), Policy: p,
+		KVFull: DefaultKVFull, LongPrefixBlocks: DefaultLongPrefixBlocks}
 	s.initTTFT()
 	return s, nil
 }
@@ -181,6 +191,7 @@ func (s *Scheduler) Route(r *Request, d *Decision, res *Reservation) bool {
 	}
 	res.arm(d.Backend, uint64(d.Novel), d.before, d.Predicted)
 	s.noteResident(d.Backend, r)
+	d.Backend.countRouted(len(r.Chain), d.Cached)
 	return true
 }
 
@@ -204,10 +215,14 @@ func (s *Scheduler) Eligible(r *Request) chain.Set {
 // its first turns spread evenly) and no index is favoured.
 func (s *Scheduler) reserveMin(elig *chain.Set, n int, match *[chain.MaxBackends]int32, addNovel bool, d *Decision) bool {
 	w := s.ActiveWeight
+	now := s.engineNow()
 	cost := func(i int) (uint64, uint64) {
 		b := s.Backends[i]
 		st := b.state.Load()
-		c := loadOf(st, w) + loadOf(b.remote.Load(), w)
+		c := loadOf(st, w) + loadOf(b.remote.Load(), w) + s.engineLoad(b, now)
+		if s.ExtraLoad != nil {
+			c += s.ExtraLoad(b)
+		}
 		if addNovel {
 			c += uint64(n - int(match[i]))
 		}

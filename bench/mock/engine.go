@@ -87,6 +87,10 @@ type Engine struct {
 	requests, errors, badRequests, killed atomic.Uint64
 	queryTokens, hitTokens, outTokens     atomic.Uint64
 	restarts, nextID                      atomic.Uint64
+	// kvUsed is the KV blocks the running sequences hold.
+	kvUsed atomic.Int64
+	// started is the process start time exported, unix ms.
+	started atomic.Int64
 
 	bodiesMu sync.Mutex
 	bodies   [][]byte
@@ -154,6 +158,7 @@ func New(cfg Config) *Engine {
 	}
 	f := cfg.Faults
 	e.faults.Store(&f)
+	e.started.Store(time.Now().UnixMilli())
 	e.initMetrics()
 	e.modelsJSON = modelsJSON(cfg.Models)
 	e.fast = buildFastResponses(cfg.Models[0])
@@ -167,13 +172,37 @@ func (e *Engine) Config() Config { return e.cfg }
 func (e *Engine) SetFaults(f Faults) { e.faults.Store(&f) }
 
 // Restart empties the KV cache and forgets the stored Responses API
-// threads, as a restarted engine would have them.
+// threads, as a restarted engine would have them, and restarts the
+// exported metrics (counters at zero, a new start time); the Stats
+// counters go on, for the bench's totals.
 func (e *Engine) Restart() {
 	e.cacheMu.Lock()
 	e.cache.reset()
 	e.cacheMu.Unlock()
 	e.responses.reset() // held in memory, as vLLM holds them
+	e.restartMetrics()
 	e.restarts.Add(1)
+}
+
+// CachedPrefix returns how many leading blocks of hashes (a prompt of
+// promptTokens tokens, BlockHashes) the engine's cache holds now, as its
+// admission would count them: what a router fed the engine's own KV
+// events would know.
+func (e *Engine) CachedPrefix(hashes []uint64, promptTokens int) int {
+	limit := (promptTokens - 1) / e.cfg.BlockTokens
+	e.cacheMu.Lock()
+	n := e.cache.match(hashes, limit)
+	e.cacheMu.Unlock()
+	return n
+}
+
+// Backlog is the prefill work booked on the engine and not yet done, in
+// wall time: what its queue holds.
+func (e *Engine) Backlog() time.Duration {
+	e.sched.mu.Lock()
+	end := e.sched.prefill
+	e.sched.mu.Unlock()
+	return max(time.Until(end), 0)
 }
 
 // Stats returns the engine's counters.

@@ -25,6 +25,7 @@ type job struct {
 	maxTokens    int
 	promptTokens int
 	cached       int
+	kvBlocks     int64 // KV blocks held while running (kv_cache_usage_perc)
 	id           uint64
 	created      int64
 	arrived      time.Time
@@ -353,6 +354,10 @@ func (j *job) run(w *bufio.Writer) bool {
 }
 
 func (e *Engine) release(j *job) {
+	if j.kvBlocks > 0 {
+		e.kvUsed.Add(-j.kvBlocks)
+		j.kvBlocks = 0
+	}
 	j.conn = nil
 	if cap(j.prompt) > 1<<20 {
 		j.prompt = nil // do not pin huge prompts in the pool
@@ -377,6 +382,8 @@ func (j *job) admit() bool {
 	e.cache.insert(j.hashes)
 	e.cacheMu.Unlock()
 	j.cached = hit * bt
+	j.kvBlocks = int64((j.promptTokens + j.maxTokens + bt - 1) / bt)
+	e.kvUsed.Add(j.kvBlocks)
 	e.queryTokens.Add(uint64(j.promptTokens))
 	e.hitTokens.Add(uint64(j.cached))
 	e.mQueries.Add(j.promptTokens)

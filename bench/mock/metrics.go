@@ -1,7 +1,9 @@
 package mock
 
 import (
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 )
@@ -31,13 +33,37 @@ func (e *Engine) initMetrics() {
 		_, w, _ := e.sched.snapshot()
 		return float64(w)
 	})
+	// As in vLLM, usage counts the blocks running sequences hold; cached
+	// blocks nobody references are free (evictable) and do not count.
 	e.set.NewGauge("vllm:kv_cache_usage_perc"+labels, func() float64 {
 		if e.cache.capacity <= 0 {
 			return 0
 		}
-		e.cacheMu.Lock()
-		n := e.cache.len()
-		e.cacheMu.Unlock()
-		return float64(n) / float64(e.cache.capacity)
+		return min(float64(e.kvUsed.Load())/float64(e.cache.capacity), 1)
 	})
+	// vLLM exports its cache configuration as an info gauge whose labels
+	// carry the values; capacity in tokens is num_gpu_blocks × block_size.
+	info := `vllm:cache_config_info{block_size="` + strconv.Itoa(e.cfg.BlockTokens) +
+		`",enable_prefix_caching="True",engine="` + r.Replace(e.cfg.Name) +
+		`",num_gpu_blocks="` + strconv.Itoa(max(e.cfg.CacheTokens, 0)/e.cfg.BlockTokens) + `"}`
+	e.set.NewGauge(info, func() float64 { return 1 })
+	e.set.NewGauge("process_start_time_seconds", func() float64 {
+		return float64(e.started.Load()) / 1e3
+	})
+}
+
+// restartMetrics makes the exported series what a freshly started engine
+// exports: counters back at zero and a later start time (at least a second
+// later, as a real process takes longer than that to come back).
+func (e *Engine) restartMetrics() {
+	for _, c := range []interface{ Set(uint64) }{e.mQueries, e.mHit, e.mPrompt, e.mGen, e.mSuccess} {
+		c.Set(0)
+	}
+	now := time.Now().UnixMilli()
+	for {
+		old := e.started.Load()
+		if e.started.CompareAndSwap(old, max(now, old+1000)) {
+			return
+		}
+	}
 }

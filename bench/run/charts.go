@@ -58,8 +58,31 @@ func (r *Report) hitRateChart(path string) error {
 	bars.Color = palette[0]
 	bars.LineStyle.Width = 0
 	p.Add(bars)
+	// Beside each engine-measured bar, what the proxy predicted, where it
+	// can tell: the gap is how far its table drifted from the engines.
+	pred := make(plotter.Values, len(r.Results))
+	anyPred := false
+	for i, res := range r.Results {
+		if res.Predicted >= 0 {
+			pred[i], anyPred = 100*res.Predicted, true
+		}
+	}
+	if anyPred {
+		pb, err := plotter.NewBarChart(pred, vg.Points(30))
+		if err != nil {
+			return err
+		}
+		pb.Color = palette[1%len(palette)]
+		pb.LineStyle.Width = 0
+		bars.Offset = -vg.Points(15)
+		pb.Offset = vg.Points(15)
+		p.Add(pb)
+		p.Legend.Add("engines (measured)", bars)
+		p.Legend.Add("proxy (predicted)", pb)
+		vals = append(vals, pred...)
+	}
 	ideal := 100 * r.Workload.IdealHitRate
-	line, err := plotter.NewLine(plotter.XYs{{X: -0.5, Y: ideal}, {X: float64(len(vals)) - 0.5, Y: ideal}})
+	line, err := plotter.NewLine(plotter.XYs{{X: -0.5, Y: ideal}, {X: float64(len(r.Results)) - 0.5, Y: ideal}})
 	if err != nil {
 		return err
 	}
@@ -71,7 +94,7 @@ func (r *Report) hitRateChart(path string) error {
 	p.NominalX(r.policies()...)
 	p.Y.Min = 0
 	p.Y.Max = math.Max(ideal, maxValue(vals)) * 1.15
-	return p.Save(vg.Length(140+90*len(vals)), 4*vg.Inch, path)
+	return p.Save(vg.Length(140+90*len(r.Results)), 4*vg.Inch, path)
 }
 
 // ttftChart plots each policy's TTFT CDF on a log time axis.

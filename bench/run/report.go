@@ -29,6 +29,9 @@ type WorkloadInfo struct {
 	TraceIdealHitRate *float64
 	BlockTokens       int
 	Engines           int
+	// WorkingSetTokens is the tokens of the workload's distinct blocks;
+	// CacheTokens one engine's KV-cache capacity.
+	WorkingSetTokens, CacheTokens int64
 	// TTFTFloor is the p50, p90 and p99 of each request's bare prefill
 	// with the ideal cache and nothing queued: what no routing can beat.
 	TTFTFloor [3]time.Duration
@@ -59,6 +62,13 @@ type Result struct {
 	ProxyCPUPerRequest time.Duration
 	CPUMeasure         string
 
+	// Predicted is the hit rate the proxy believed it routed for (cached
+	// blocks it routed on over all it routed), -1 when it cannot tell;
+	// CapacityEvictions the locations it dropped because a backend's cache
+	// could not hold them.
+	Predicted         float64
+	CapacityEvictions uint64
+
 	TTFT        []time.Duration // successful requests, sorted
 	EngineStats []mock.Stats
 	Load        []LoadSeries
@@ -85,6 +95,9 @@ type jsonResult struct {
 	ThroughputRPS float64 `json:"throughput_rps"`
 	Imbalance     float64 `json:"imbalance"`
 	Errors        int     `json:"errors"`
+	// PredictedHitRate is omitted when the proxy cannot tell.
+	PredictedHitRate  *float64 `json:"predicted_hit_rate,omitempty"`
+	CapacityEvictions uint64   `json:"capacity_evictions,omitempty"`
 }
 
 func ms(d time.Duration) float64 { return round(float64(d)/float64(time.Millisecond), 3) }
@@ -102,12 +115,18 @@ func (r *Report) WriteJSON(w io.Writer) error {
 	j.Workload.IdealHitRate = round(r.Workload.IdealHitRate, 6)
 	j.Results = []jsonResult{}
 	for _, res := range r.Results {
-		j.Results = append(j.Results, jsonResult{
+		jr := jsonResult{
 			Policy: res.Policy, HitRate: round(res.HitRate, 6),
 			TTFTp50: ms(res.TTFTp50), TTFTp90: ms(res.TTFTp90), TTFTp99: ms(res.TTFTp99),
 			E2Ep50: ms(res.E2Ep50), E2Ep99: ms(res.E2Ep99),
 			ThroughputRPS: round(res.Throughput, 3), Imbalance: round(res.Imbalance, 4), Errors: res.Errors,
-		})
+			CapacityEvictions: res.CapacityEvictions,
+		}
+		if res.Predicted >= 0 {
+			v := round(res.Predicted, 6)
+			jr.PredictedHitRate = &v
+		}
+		j.Results = append(j.Results, jr)
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
@@ -123,12 +142,17 @@ func (r *Report) WriteTable(w io.Writer) {
 		fmt.Fprintf(w, ", %.1f%% in the trace's own blocks", 100**wl.TraceIdealHitRate)
 	}
 	fmt.Fprintln(w)
+	if wl.WorkingSetTokens > 0 && wl.CacheTokens > 0 {
+		fmt.Fprintf(w, "working set %d tokens; each engine caches %d tokens (%.1f%% of it), all %d together %.1f%%\n",
+			wl.WorkingSetTokens, wl.CacheTokens, 100*float64(wl.CacheTokens)/float64(wl.WorkingSetTokens),
+			wl.Engines, 100*float64(wl.CacheTokens)*float64(wl.Engines)/float64(wl.WorkingSetTokens))
+	}
 	if f := wl.TTFTFloor; f[2] > 0 {
 		fmt.Fprintf(w, "TTFT floor (ideal cache, nothing queued, prefill only): p50 %s, p90 %s, p99 %s\n",
 			fmtDur(f[0]), fmtDur(f[1]), fmtDur(f[2]))
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\thit rate\tof ideal\tTTFT p50\tp90\tp99\te2e p50\tp99\treq/s\timbalance\terrors\tCPU/req\t")
+	fmt.Fprintln(tw, "policy\thit rate\tof ideal\tpredicted\tTTFT p50\tp90\tp99\te2e p50\tp99\treq/s\timbalance\terrors\tCPU/req\t")
 	for _, res := range r.Results {
 		ofIdeal := "-"
 		if wl.IdealHitRate > 0 {
@@ -138,8 +162,12 @@ func (r *Report) WriteTable(w io.Writer) {
 		if res.CPUMeasure != "" {
 			cpu = fmtDur(res.ProxyCPUPerRequest)
 		}
-		fmt.Fprintf(tw, "%s\t%.1f%%\t%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t%d\t%s\t\n",
-			res.Policy, 100*res.HitRate, ofIdeal, fmtDur(res.TTFTp50), fmtDur(res.TTFTp90), fmtDur(res.TTFTp99),
+		pred := "-"
+		if res.Predicted >= 0 {
+			pred = fmt.Sprintf("%.1f%%", 100*res.Predicted)
+		}
+		fmt.Fprintf(tw, "%s\t%.1f%%\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t%d\t%s\t\n",
+			res.Policy, 100*res.HitRate, ofIdeal, pred, fmtDur(res.TTFTp50), fmtDur(res.TTFTp90), fmtDur(res.TTFTp99),
 			fmtDur(res.E2Ep50), fmtDur(res.E2Ep99), res.Throughput, res.Imbalance, res.Errors, cpu)
 	}
 	tw.Flush()
@@ -150,6 +178,12 @@ func (r *Report) WriteTable(w io.Writer) {
 		}
 	}
 	writeCold(w, r)
+	fmt.Fprintln(w, "hit rate: what the engines' prefix caches report (token-weighted); predicted: what the proxy believed when routing (cached CBR blocks over all it routed)")
+	for _, res := range r.Results {
+		if res.CapacityEvictions > 0 {
+			fmt.Fprintf(w, "%s: %d locations dropped because a backend's cache could not hold them\n", res.Policy, res.CapacityEvictions)
+		}
+	}
 	for _, res := range r.Results {
 		if res.Delayed > 0 {
 			fmt.Fprintf(w, "%s: %d arrivals waited for the in-flight limit\n", res.Policy, res.Delayed)

@@ -42,8 +42,21 @@ type CPUReporter interface {
 // ("http://127.0.0.1:port").
 type ProxyFactory func(policy string, backends []string) (Proxy, error)
 
-// DefaultPolicies are the policies the bench compares.
-var DefaultPolicies = []string{"kvca-cost", "kvca", "cost", "round-robin", "least-loaded", "random", "session-hash"}
+// DefaultPolicies are the policies the bench compares. "precise" is the
+// bench's own oracle (Options.Precise), the bound for the others.
+var DefaultPolicies = []string{"precise", "kvca-cost", "kvca", "cost", "round-robin", "least-loaded", "random", "session-hash"}
+
+// PrecisePolicy names the oracle baseline, run by Options.Precise.
+const PrecisePolicy = "precise"
+
+// Predictor is implemented by proxies that can tell what they predicted:
+// the share of the blocks they routed that they believed cached where
+// they sent them, and how many locations they dropped because a
+// backend's cache could not hold them.
+type Predictor interface {
+	Predicted() (hitRate float64, ok bool)
+	CapacityEvictions() uint64
+}
 
 // Options configure a bench run.
 type Options struct {
@@ -57,6 +70,9 @@ type Options struct {
 	Timeout     time.Duration // per request; default 10m
 	SampleEvery time.Duration // engine load sampling period; default 200ms
 	Progress    io.Writer     // a line per second while running; nil: quiet
+	// Precise starts the proxy for PrecisePolicy, which reads the engines
+	// themselves; nil: that policy is refused.
+	Precise func(engines []*mock.Engine, w *workload.Workload, backends []string) (Proxy, error)
 }
 
 func (o *Options) defaults() {
@@ -91,6 +107,7 @@ func Run(ctx context.Context, w *workload.Workload, opt Options, factory ProxyFa
 	rep := &Report{Workload: WorkloadInfo{
 		Name: w.Name, Requests: len(w.Requests), IdealHitRate: ideal.Rate(),
 		BlockTokens: bt, Engines: opt.Engines,
+		WorkingSetTokens: ideal.UniqueTokens, CacheTokens: int64(max(ecfg.CacheTokens, 0)),
 	}}
 	// The TTFT floor: every request's prefill with the ideal cache and no
 	// queueing. No routing can beat it, so it shows how much of a TTFT
@@ -140,9 +157,17 @@ func runPolicy(ctx context.Context, w *workload.Workload, opt Options, policy st
 	}
 	var proxy Proxy
 	var err error
-	if policy == OraclePolicy {
+	switch {
+	case policy == OraclePolicy:
 		proxy = oracle{}
-	} else if proxy, err = factory(policy, backends); err != nil {
+	case policy != PrecisePolicy:
+		proxy, err = factory(policy, backends)
+	case opt.Precise != nil:
+		proxy, err = opt.Precise(engines, w, backends)
+	default:
+		err = errors.New("this proxy cannot run the precise baseline (it runs in-process only)")
+	}
+	if err != nil {
 		return nil, fmt.Errorf("starting proxy: %w", err)
 	}
 	defer proxy.Close()
@@ -253,7 +278,13 @@ loop:
 		return nil, err
 	}
 
-	res := &Result{Policy: policy, Requests: n, Delayed: int(delayed.Load()), Wall: end.Sub(start), Load: load}
+	res := &Result{Policy: policy, Requests: n, Delayed: int(delayed.Load()), Wall: end.Sub(start), Load: load, Predicted: -1}
+	if pr, ok := proxy.(Predictor); ok {
+		if v, ok := pr.Predicted(); ok {
+			res.Predicted = v
+		}
+		res.CapacityEvictions = pr.CapacityEvictions()
+	}
 	var hit, query uint64
 	var busy []time.Duration
 	for _, e := range engines {

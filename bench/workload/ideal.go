@@ -52,5 +52,6 @@ func IdealNovel(reqs []Request, blockTokens int, novel *[]int) (HitRate, error) 
 		h.QueryTokens += int64(tokens)
 		h.HitTokens += int64(n * blockTokens)
 	}
+	h.UniqueTokens = int64(len(seen) * blockTokens)
 	return h, nil
 }

@@ -45,6 +45,9 @@ type Workload struct {
 // HitRate is a token-weighted hit count.
 type HitRate struct {
 	QueryTokens, HitTokens int64
+	// UniqueTokens is the working set: the tokens of the distinct blocks
+	// of all prompts (set by IdealNovel).
+	UniqueTokens int64
 }
 
 // Rate is HitTokens/QueryTokens, 0 for no queries.

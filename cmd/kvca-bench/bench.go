@@ -7,15 +7,19 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/kvca/kvca/bench/mock"
+	"github.com/kvca/kvca/bench/precise"
 	"github.com/kvca/kvca/internal/cliflag"
 	"github.com/kvca/kvca/internal/ttftflag"
 
 	"github.com/kvca/kvca/bench/run"
+	"github.com/kvca/kvca/bench/workload"
 	"github.com/kvca/kvca/chain"
 	"github.com/kvca/kvca/cluster"
 	"github.com/kvca/kvca/cluster/embednats"
@@ -34,15 +38,39 @@ func proxyFlags() []cli.Flag {
 		&cli.GenericFlag{Name: "predict-ttl", Value: cliflag.Duration(0), Usage: "proxy: predicted locations at routing time (before --time-scale; 0: off)", EnvVars: env("predict-ttl")},
 		&cli.IntFlag{Name: "replicas", Value: 1, Usage: "kvca replicas sharing state through an embedded NATS server; requests are spread over them in turn", EnvVars: env("replicas")},
 		&cli.BoolFlag{Name: "no-cluster", Usage: "with --replicas N: replicas do not share state (the baseline clustering fixes)", EnvVars: env("no-cluster")},
+		&cli.BoolFlag{Name: "engine-metrics", Value: true, Usage: "proxy: scrape the engines' /metrics (--engine-metrics=false: kvca's own view only)", EnvVars: env("engine-metrics")},
+		&cli.DurationFlag{Name: "engine-metrics-interval", Value: d.EngineMetricsInterval, Usage: "proxy: engine metrics scrape interval (before --time-scale)", EnvVars: env("engine-metrics-interval")},
 		&cli.BoolFlag{Name: "proxy-process", Usage: "run each proxy as a `kvca serve` child process (exact proxy CPU per request)", EnvVars: env("proxy-process")},
 		&cli.StringFlag{Name: "kvca", Usage: "with --proxy-process: the kvca `BINARY` (default: kvca beside this executable, else on PATH)", EnvVars: env("kvca")},
 	}, ttftflag.Flags(env)...)
 }
 
+// noTelemetrySuffix after a policy name runs it without engine metrics.
+const noTelemetrySuffix = "/no-telemetry"
+
 // benchProxy is an in-process kvca.
 type benchProxy struct{ s *edge.Server }
 
 func (p benchProxy) URL() string { return "http://" + p.s.Addr() }
+
+// Predicted is the share of the CBR blocks routed that the scheduler
+// believed cached on the backend it chose.
+func (p benchProxy) Predicted() (float64, bool) {
+	var blocks, cached uint64
+	for _, b := range p.s.Scheduler().Backends {
+		_, n, c := b.Routed()
+		blocks += n
+		cached += c
+	}
+	if blocks == 0 {
+		return 0, false
+	}
+	return float64(cached) / float64(blocks), true
+}
+
+func (p benchProxy) CapacityEvictions() uint64 {
+	return p.s.Table().Stats().EvictedBackendCapacity
+}
 
 func (p benchProxy) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -123,6 +151,7 @@ func proxyFactory(c *cli.Context, timeScale float64) run.ProxyFactory {
 	if ttl < time.Second {
 		ttl = time.Second
 	}
+	interval := max(time.Duration(float64(c.Duration("engine-metrics-interval"))*timeScale), 10*time.Millisecond)
 	if c.Bool("proxy-process") {
 		exe := kvcaBinary(c.String("kvca"))
 		return run.ExecFactory(func(policy string, backends []string, listen string) []string {
@@ -130,7 +159,8 @@ func proxyFactory(c *cli.Context, timeScale float64) run.ProxyFactory {
 				"--block-size", strconv.Itoa(c.Int("block-size")), "--ttl", ttl.String(),
 				"--max-blocks", strconv.Itoa(c.Int("max-blocks")), "--active-weight", strconv.Itoa(c.Int("active-weight")),
 				"--log-level", "warn", "--prefill-release", c.String("prefill-release"),
-				"--predict-ttl", time.Duration(float64(c.Duration("predict-ttl")) * timeScale).String()}
+				"--predict-ttl", time.Duration(float64(c.Duration("predict-ttl")) * timeScale).String(),
+				"--engine-metrics=" + strconv.FormatBool(c.Bool("engine-metrics")), "--engine-metrics-interval", interval.String()}
 			tc := ttftflag.From(c, timeScale)
 			argv = append(argv, "--batch-capacity", strconv.Itoa(tc.Capacity), "--prefill-block-time", tc.BlockTime.String(),
 				"--first-token-base", tc.Base.String(), "--resident-window", tc.ResidentWindow.String(),
@@ -142,6 +172,9 @@ func proxyFactory(c *cli.Context, timeScale float64) run.ProxyFactory {
 		}, "/ready")
 	}
 	return func(policy string, backends []string) (run.Proxy, error) {
+		// "<policy>/no-telemetry" runs the policy with --engine-metrics
+		// off, so that one run compares both.
+		policy, noTelemetry := strings.CutSuffix(policy, noTelemetrySuffix)
 		cfg := edge.DefaultConfig()
 		cfg.Listen, cfg.AdminListen = "127.0.0.1:0", ""
 		cfg.Backends = backends
@@ -152,6 +185,8 @@ func proxyFactory(c *cli.Context, timeScale float64) run.ProxyFactory {
 		cfg.ActiveWeight = c.Int("active-weight")
 		cfg.PrefillAtHeaders = c.String("prefill-release") == "headers"
 		cfg.PredictTTL = time.Duration(float64(c.Duration("predict-ttl")) * timeScale)
+		cfg.EngineMetrics = c.Bool("engine-metrics") && !noTelemetry
+		cfg.EngineMetricsInterval = interval
 		cfg.TTFT = ttftflag.From(c, timeScale)
 		if n := c.Int("replicas"); n > 1 {
 			return startReplicas(cfg, n, !c.Bool("no-cluster"))
@@ -205,9 +240,45 @@ and proxy CPU per request.`,
 			if err != nil {
 				return err
 			}
+			spec.Run.Precise = preciseFactory(c, spec.TimeScale)
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return run.Main(ctx, spec, proxyFactory(c, spec.TimeScale), os.Stdout)
 		},
+	}
+}
+
+// preciseFactory starts an in-process kvca whose policy is the precise
+// oracle over the bench's own engines, with the same proxy settings (and
+// so the same chains) as the others.
+func preciseFactory(c *cli.Context, timeScale float64) func([]*mock.Engine, *workload.Workload, []string) (run.Proxy, error) {
+	return func(engines []*mock.Engine, w *workload.Workload, backends []string) (run.Proxy, error) {
+		key := chain.RandomKey()
+		p, err := precise.New(engines, w, key, c.Int("block-size"))
+		if err != nil {
+			return nil, err
+		}
+		ttl := max(time.Duration(float64(c.Duration("ttl"))*timeScale), time.Second)
+		cfg := edge.DefaultConfig()
+		cfg.Listen, cfg.AdminListen = "127.0.0.1:0", ""
+		cfg.Backends = backends
+		cfg.HashKey = key.String()
+		cfg.CustomPolicy = p
+		cfg.BlockSize = c.Int("block-size")
+		cfg.TTL = ttl
+		cfg.MaxBlocks = c.Int("max-blocks")
+		cfg.ActiveWeight = c.Int("active-weight")
+		cfg.PrefillAtHeaders = c.String("prefill-release") == "headers"
+		// The oracle needs no telemetry: it reads the engines.
+		cfg.EngineMetrics = false
+		s, err := edge.New(cfg)
+		if err != nil {
+			return nil, err
+		}
+		s.Scheduler().ExtraLoad = p.ExtraLoad
+		if err := s.Start(); err != nil {
+			return nil, err
+		}
+		return benchProxy{s}, nil
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -66,6 +67,9 @@ func serveFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "preserve-host", Usage: "send the client's Host to backends instead of the backend URL's host", EnvVars: env("preserve-host")},
 		&cli.IntFlag{Name: "loops", Usage: "event loops serving the public listener (0: one per core, GOMAXPROCS); the process runs one Go P more than this", EnvVars: env("loops")},
 		&cli.StringFlag{Name: "io", Value: edge.IOAuto, Usage: "how the public listener is served: auto or epoll, the same thing: an event loop per core (Linux), for every connection, TLS included", EnvVars: env("io")},
+		&cli.BoolFlag{Name: "engine-metrics", Value: true, Usage: "scrape each backend's Prometheus /metrics (vLLM, SGLang names): its queue and KV usage weigh in routing, its KV capacity bounds its learned locations, a restart resets them; a backend without /metrics is left out (--engine-metrics=false: never scrape)", EnvVars: env("engine-metrics")},
+		&cli.GenericFlag{Name: "engine-metrics-interval", Value: cliflag.Duration(d.EngineMetricsInterval), Usage: "how often engine metrics are scraped; a signal older than three intervals is ignored", EnvVars: env("engine-metrics-interval")},
+		&cli.StringSliceFlag{Name: "backend-cache-tokens", Usage: "KV-cache capacity in tokens of backends whose engines do not export it: one value for all, or one per --backend in order (repeatable or comma-separated; 0: unknown)", EnvVars: env("backend-cache-tokens")},
 		&cli.IntFlag{Name: "max-conns-per-backend", Value: d.MaxConnsPerBackend, Usage: "keep-alive pool size per backend", EnvVars: env("max-conns-per-backend")},
 		&cli.StringFlag{Name: "prefill-release", Value: "first-byte", Usage: "when a streamed response's novel-block load is released: first-byte (when the backend has prefilled: vLLM and SGLang send stream headers before they prefill) or headers (when its response headers arrive)", EnvVars: env("prefill-release")},
 		&cli.StringFlag{Name: "tls-cert", Usage: "serve the public listener over TLS with this PEM certificate `FILE` (re-read when it changes or on SIGHUP)", EnvVars: env("tls-cert")},
@@ -206,7 +210,24 @@ func configFrom(c *cli.Context) edge.Config {
 		UpstreamKey:           c.String("upstream-key"),
 		UpstreamInsecure:      c.Bool("upstream-insecure"),
 		TTFT:                  ttftflag.From(c, 1),
+		EngineMetrics:         c.Bool("engine-metrics"),
+		EngineMetricsInterval: c.Duration("engine-metrics-interval"),
+		BackendCacheTokens:    cacheTokens(c.StringSlice("backend-cache-tokens")),
 	}
+}
+
+// cacheTokens parses --backend-cache-tokens; a value that is not a
+// non-negative integer becomes -1, which Validate refuses.
+func cacheTokens(in []string) []int64 {
+	var out []int64
+	for _, v := range splitList(in) {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			n = -1
+		}
+		out = append(out, n)
+	}
+	return out
 }
 
 // splitList accepts both repeated flags and comma- or space-separated

@@ -1,0 +1,71 @@
+package edge
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvca/kvca/bench/mock"
+)
+
+func TestEngineTelemetryWired(t *testing.T) {
+	e := startEngine(t, mock.Config{Name: "e0", CacheTokens: 1 << 16})
+	plain := newTestBackend(t, "plain") // answers /metrics with no exposition: off
+	s := startProxy(t, func(c *Config) {
+		c.Backends = []string{e.URL(), plain.url()}
+		c.EngineMetrics = true
+		c.EngineMetricsInterval = 20 * time.Millisecond
+		c.BackendCacheTokens = []int64{0, 4096}
+		c.HealthInterval = time.Hour
+	})
+	waitFor(t, "both backends' telemetry", func() bool {
+		st := s.State()
+		return st.Backends[0].Engine != nil && st.Backends[0].Engine.Status == "on" &&
+			st.Backends[1].Engine != nil && st.Backends[1].Engine.Status == "off"
+	})
+	st := s.State()
+	if got := st.Backends[0].Engine; got.Source != "vllm" || got.CapacityTokens != 1<<16 || got.CapacityBlocks != (1<<16)*4/64 {
+		t.Fatalf("engine state %+v", got)
+	}
+	// The backend without /metrics is bounded by --backend-cache-tokens.
+	if got := st.Backends[1].Engine.CapacityBlocks; got != 4096*4/64 {
+		t.Fatalf("configured capacity %d blocks", got)
+	}
+	// A restart of the engine resets its locations: generation 2.
+	gen := s.table.Generation(0)
+	e.Restart()
+	waitFor(t, "the restart to be seen", func() bool { return s.table.Generation(0) == gen+1 })
+	if got := s.State().Backends[0].Engine.Restarts; got != 1 {
+		t.Fatalf("restarts %d", got)
+	}
+	resp, err := http.Get("http://" + s.AdminAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"kvca_engine_metrics_up{", "kvca_engine_restarts_total{", `kvca_table_evictions_total{reason="backend_capacity"}`} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	var doc map[string]any
+	resp2, err := http.Get("http://" + s.AdminAddr() + "/admin/state")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp2.Body.Close()
+	if err := json.NewDecoder(resp2.Body).Decode(&doc); err != nil {
+		t.Fatal(err)
+	}
+	b0 := doc["backends"].([]any)[0].(map[string]any)["engine"].(map[string]any)
+	if b0["status"] != "on" || b0["restarts"] != 1.0 {
+		t.Fatalf("admin state engine %v", b0)
+	}
+}

@@ -1,0 +1,429 @@
+package telemetry
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kvca/kvca/chain"
+	"github.com/kvca/kvca/sched"
+)
+
+// engine is an HTTP server on 127.0.0.1 serving whatever exposition text
+// (or status) the test sets, counting scrapes.
+type engine struct {
+	srv     *httptest.Server
+	mu      sync.Mutex
+	body    string
+	status  int
+	scrapes atomic.Int32
+	seen    chan struct{} // a token per scrape, dropped when full
+}
+
+func newEngine(t *testing.T, body string) *engine {
+	e := &engine{body: body, status: http.StatusOK, seen: make(chan struct{}, 1)}
+	e.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/metrics" {
+			http.NotFound(w, r)
+			return
+		}
+		e.scrapes.Add(1)
+		select {
+		case e.seen <- struct{}{}:
+		default:
+		}
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if e.status != http.StatusOK {
+			w.WriteHeader(e.status)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		w.Write([]byte(e.body))
+	}))
+	t.Cleanup(e.srv.Close)
+	return e
+}
+
+func (e *engine) set(body string, status int) {
+	e.mu.Lock()
+	e.body, e.status = body, status
+	e.mu.Unlock()
+}
+
+// fakeClock is moved by hand.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeClock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// logBuf collects log lines safely.
+type logBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuf) Write(p []byte) (int, error) { l.mu.Lock(); defer l.mu.Unlock(); return l.b.Write(p) }
+func (l *logBuf) String() string              { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
+
+type fixture struct {
+	s        *Scraper
+	backends []*sched.Backend
+	table    *chain.Table
+	clock    *fakeClock
+	log      *logBuf
+	restarts []int
+	mu       sync.Mutex
+}
+
+func newFixture(t *testing.T, urls []string, cacheTokens []int64) *fixture {
+	f := &fixture{clock: &fakeClock{t: time.Unix(1_700_000_000, 0)}, log: &logBuf{}}
+	for i, u := range urls {
+		f.backends = append(f.backends, sched.NewBackend(i, u, strings.TrimPrefix(u, "http://")))
+	}
+	f.table = chain.NewTable(chain.Config{TTL: time.Hour, MaxBlocks: 1 << 16, Now: f.clock.now})
+	f.s = New(f.backends, Config{
+		Interval: time.Second,
+		Logger:   slog.New(slog.NewTextHandler(f.log, nil)),
+		OnRestart: func(i int) {
+			f.mu.Lock()
+			f.restarts = append(f.restarts, i)
+			f.mu.Unlock()
+		},
+		Table: f.table, BlockSize: 64, CacheTokens: cacheTokens,
+		Now: f.clock.now,
+	})
+	return f
+}
+
+func (f *fixture) scrape(t *testing.T, i int) error {
+	t.Helper()
+	return f.s.ScrapeOnce(context.Background(), i)
+}
+
+func (f *fixture) signals(t *testing.T, i int) sched.EngineSignals {
+	t.Helper()
+	sig, ok := f.backends[i].Engine(f.clock.now().UnixMilli(), f.s.MaxAge().Milliseconds())
+	if !ok {
+		t.Fatalf("backend %d: no fresh signals", i)
+	}
+	return sig
+}
+
+const vllmText = `# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="llama"} 3.0
+# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="llama"} 5.0
+# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="llama"} 0.42
+# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig
+# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{block_size="16",cache_dtype="auto",enable_prefix_caching="True",engine="0",num_gpu_blocks="2048"} 1.0
+# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.
+# TYPE vllm:prefix_cache_queries_total counter
+vllm:prefix_cache_queries_total{engine="0",model_name="llama"} 1000.0
+# HELP vllm:prefix_cache_hits_total Prefix cache hits, in terms of number of cached tokens.
+# TYPE vllm:prefix_cache_hits_total counter
+vllm:prefix_cache_hits_total{engine="0",model_name="llama"} 250.0
+# HELP vllm:prompt_tokens_total Number of prefill tokens processed.
+# TYPE vllm:prompt_tokens_total counter
+vllm:prompt_tokens_total{engine="0",model_name="llama"} 1000.0
+# HELP process_start_time_seconds Start time of the process since unix epoch in seconds.
+# TYPE process_start_time_seconds gauge
+process_start_time_seconds 1.7e+09
+`
+
+func TestScrapeVLLM(t *testing.T) {
+	e := newEngine(t, vllmText)
+	f := newFixture(t, []string{e.srv.URL}, nil)
+	// kvca has one request in flight there itself: 3+5-1 are foreign.
+	var res sched.Reservation
+	sc, _ := sched.New(f.backends, f.table, 4, "least-loaded")
+	if !sc.ReserveOn(f.backends[0], 0, &res) {
+		t.Fatal("reserve")
+	}
+	defer res.ReleaseActive()
+	if err := f.scrape(t, 0); err != nil {
+		t.Fatal(err)
+	}
+	sig := f.signals(t, 0)
+	if sig.Running != 3 || sig.Waiting != 5 || sig.Foreign != 7 || sig.ForeignWaiting != 5 {
+		t.Fatalf("queue %+v", sig)
+	}
+	if sig.KVUsage != 0.42 || sig.CapacityTokens != 2048*16 || sig.Source != "vllm" || sig.Model != "llama" {
+		t.Fatalf("cache %+v", sig)
+	}
+	if sig.PrefixQueries != 1000 || sig.PrefixHits != 250 || sig.StartTime != 1.7e9 || sig.Status != StatusOn {
+		t.Fatalf("counters %+v", sig)
+	}
+	// Capacity in CBR blocks: 32768 tokens × 4 bytes (default ratio) / 64.
+	if got := f.table.BackendCapacity(0); got != 2048*16*4/64 {
+		t.Fatalf("capacity %d blocks", got)
+	}
+	// The hit-rate window starts at the first reading: nothing in it yet.
+	if sig.EngineHitRate != -1 {
+		t.Fatalf("engine hit rate %v before any delta", sig.EngineHitRate)
+	}
+	f.clock.add(time.Second)
+	e.set(strings.NewReplacer("1000.0", "2000.0", "250.0", "1000.0").Replace(vllmText), http.StatusOK)
+	if err := f.scrape(t, 0); err != nil {
+		t.Fatal(err)
+	}
+	if sig := f.signals(t, 0); sig.EngineHitRate != 0.75 {
+		t.Fatalf("engine hit rate %v, want (1000-250)/(2000-1000)", sig.EngineHitRate)
+	}
+	st := StateOf(f.backends[0], f.table, f.clock.now(), f.s.MaxAge())
+	if st.Status != StatusOn || !st.Fresh || st.EngineHitRate == nil || *st.EngineHitRate != 0.75 || st.CapacityBlocks != 2048 {
+		t.Fatalf("state %+v", st)
+	}
+	var out bytes.Buffer
+	WriteMetrics(&out, f.backends, f.table, f.s.Calibrator(), f.clock.now(), f.s.MaxAge())
+	for _, want := range []string{
+		`kvca_engine_requests_waiting{backend="` + f.backends[0].Name + `"} 5`,
+		`kvca_backend_hit_rate{backend="` + f.backends[0].Name + `",source="engine"} 0.75`,
+		`kvca_backend_capacity_blocks{backend="` + f.backends[0].Name + `"} 2048`,
+		`kvca_table_evictions_total{reason="backend_capacity"} 0`,
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("metrics lack %s:\n%s", want, out.String())
+		}
+	}
+}
+
+const sglangText = `# HELP sglang:num_running_reqs The number of running requests.
+# TYPE sglang:num_running_reqs gauge
+sglang:num_running_reqs{model_name="qwen"} 2.0
+# HELP sglang:num_queue_reqs The number of requests in the waiting queue.
+# TYPE sglang:num_queue_reqs gauge
+sglang:num_queue_reqs{model_name="qwen"} 1.0
+# HELP sglang:token_usage The token usage.
+# TYPE sglang:token_usage gauge
+sglang:token_usage{model_name="qwen"} 0.97
+# HELP sglang:max_total_num_tokens Maximum total number of tokens.
+# TYPE sglang:max_total_num_tokens gauge
+sglang:max_total_num_tokens{model_name="qwen"} 500000.0
+# HELP sglang:prompt_tokens_total Number of prefill tokens processed.
+# TYPE sglang:prompt_tokens_total counter
+sglang:prompt_tokens_total{model_name="qwen"} 400.0
+# HELP sglang:cached_tokens_total Number of cached prompt tokens.
+# TYPE sglang:cached_tokens_total counter
+sglang:cached_tokens_total{model_name="qwen"} 100.0
+`
+
+func TestScrapeSGLang(t *testing.T) {
+	e := newEngine(t, sglangText)
+	f := newFixture(t, []string{e.srv.URL}, nil)
+	if err := f.scrape(t, 0); err != nil {
+		t.Fatal(err)
+	}
+	sig := f.signals(t, 0)
+	if sig.Source != "sglang" || sig.Model != "qwen" || sig.Running != 2 || sig.Waiting != 1 || sig.Foreign != 3 {
+		t.Fatalf("queue %+v", sig)
+	}
+	if sig.KVUsage != 0.97 || sig.CapacityTokens != 500000 || sig.PrefixQueries != 400 || sig.PrefixHits != 100 {
+		t.Fatalf("cache %+v", sig)
+	}
+	if got := f.table.BackendCapacity(0); got != 500000*4/64 {
+		t.Fatalf("capacity %d", got)
+	}
+}
+
+func TestMissingMetricsTurnsBackendOff(t *testing.T) {
+	e := newEngine(t, "")
+	e.set("", http.StatusNotFound)
+	f := newFixture(t, []string{e.srv.URL}, []int64{6400})
+	for range 3 {
+		f.scrape(t, 0)
+		f.clock.add(time.Second)
+	}
+	if n := e.scrapes.Load(); n != 1 {
+		t.Fatalf("%d scrapes of an absent /metrics within the re-probe delay, want 1", n)
+	}
+	if _, ok := f.backends[0].Engine(f.clock.now().UnixMilli(), f.s.MaxAge().Milliseconds()); ok {
+		t.Fatal("an off backend has signals")
+	}
+	if st := StateOf(f.backends[0], f.table, f.clock.now(), f.s.MaxAge()); st.Status != StatusOff || st.Fresh {
+		t.Fatalf("state %+v", st)
+	}
+	if c := strings.Count(f.log.String(), "engine metrics off"); c != 1 {
+		t.Fatalf("want one log line saying metrics are off, got %d:\n%s", c, f.log.String())
+	}
+	// --backend-cache-tokens still bounds it: 6400 tokens × 4 / 64.
+	if got := f.table.BackendCapacity(0); got != 400 {
+		t.Fatalf("capacity %d", got)
+	}
+	// Once /metrics appears it is found at the next probe.
+	e.set(vllmText, http.StatusOK)
+	f.clock.add(reprobeIntervals * time.Second)
+	if err := f.scrape(t, 0); err != nil {
+		t.Fatal(err)
+	}
+	if sig := f.signals(t, 0); sig.Waiting != 5 {
+		t.Fatalf("after re-probe %+v", sig)
+	}
+	if !strings.Contains(f.log.String(), "engine metrics read again") {
+		t.Fatalf("no recovery line:\n%s", f.log.String())
+	}
+}
+
+func TestMalformedExpositionIgnored(t *testing.T) {
+	e := newEngine(t, vllmText)
+	f := newFixture(t, []string{e.srv.URL}, nil)
+	if err := f.scrape(t, 0); err != nil {
+		t.Fatal(err)
+	}
+	at := f.signals(t, 0).At
+	f.clock.add(time.Second)
+	e.set("vllm:num_requests_waiting{model_name=\"llama\" 7\n garbage {{{\n", http.StatusOK)
+	if err := f.scrape(t, 0); err == nil || !strings.Contains(err.Error(), "unparsable") {
+		t.Fatalf("err %v", err)
+	}
+	// The earlier reading stands, with its own time, until it is stale.
+	if sig := f.signals(t, 0); sig.At != at || sig.Waiting != 5 || sig.Status != StatusError {
+		t.Fatalf("after a malformed scrape %+v", sig)
+	}
+	f.clock.add(StaleIntervals * time.Second)
+	if _, ok := f.backends[0].Engine(f.clock.now().UnixMilli(), f.s.MaxAge().Milliseconds()); ok {
+		t.Fatal("signals older than three intervals are still used")
+	}
+	if !strings.Contains(f.log.String(), "scrape failed") {
+		t.Fatalf("no log line:\n%s", f.log.String())
+	}
+}
+
+func TestMalformedSignalsDroppedOthersKept(t *testing.T) {
+	text := strings.NewReplacer(
+		`vllm:kv_cache_usage_perc{engine="0",model_name="llama"} 0.42`, `vllm:kv_cache_usage_perc{engine="0",model_name="llama"} NaN`,
+		`num_gpu_blocks="2048"`, `num_gpu_blocks="None"`,
+	).Replace(vllmText)
+	e := newEngine(t, text)
+	f := newFixture(t, []string{e.srv.URL}, []int64{640})
+	if err := f.scrape(t, 0); err != nil {
+		t.Fatal(err)
+	}
+	sig := f.signals(t, 0)
+	if sig.KVUsage != 0 || sig.CapacityTokens != 0 || sig.Waiting != 5 || sig.Running != 3 {
+		t.Fatalf("%+v", sig)
+	}
+	if !strings.Contains(sig.Err, "vllm:kv_cache_usage_perc") || !strings.Contains(sig.Err, "vllm:cache_config_info") {
+		t.Fatalf("err %q", sig.Err)
+	}
+	// The configured capacity stands in for the unusable one.
+	if got := f.table.BackendCapacity(0); got != 640*4/64 {
+		t.Fatalf("capacity %d", got)
+	}
+	if !strings.Contains(f.log.String(), "malformed") {
+		t.Fatalf("no log line:\n%s", f.log.String())
+	}
+}
+
+func TestNoEngineMetricsIsOff(t *testing.T) {
+	e := newEngine(t, "# TYPE go_goroutines gauge\ngo_goroutines 12\n")
+	f := newFixture(t, []string{e.srv.URL}, nil)
+	if err := f.scrape(t, 0); err == nil || !strings.Contains(err.Error(), "no vLLM or SGLang") {
+		t.Fatalf("err %v", err)
+	}
+	if st := StateOf(f.backends[0], f.table, f.clock.now(), f.s.MaxAge()); st.Status != StatusOff {
+		t.Fatalf("state %+v", st)
+	}
+}
+
+func TestRestartDetected(t *testing.T) {
+	e0, e1 := newEngine(t, vllmText), newEngine(t, vllmText)
+	f := newFixture(t, []string{e0.srv.URL, e1.srv.URL}, nil)
+	for i := range 2 {
+		if err := f.scrape(t, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.clock.add(time.Second)
+	// Engine 0 comes back with a later start time; engine 1's counters
+	// go backwards (an exporter without a start time).
+	e0.set(strings.Replace(vllmText, "process_start_time_seconds 1.7e+09", "process_start_time_seconds 1.7000001e+09", 1), http.StatusOK)
+	e1.set(strings.NewReplacer("1000.0", "10.0", "250.0", "0.0", "process_start_time_seconds 1.7e+09\n", "").Replace(vllmText), http.StatusOK)
+	f.scrape(t, 0)
+	f.mu.Lock()
+	got := append([]int(nil), f.restarts...)
+	f.mu.Unlock()
+	if len(got) != 1 || got[0] != 0 {
+		t.Fatalf("restarts %v after engine 0's", got)
+	}
+	f.scrape(t, 1)
+	f.mu.Lock()
+	got = append([]int(nil), f.restarts...)
+	f.mu.Unlock()
+	if len(got) != 2 || got[1] != 1 {
+		t.Fatalf("restarts %v after engine 1's", got)
+	}
+	if sig := f.signals(t, 1); sig.Restarts != 1 || sig.EngineHitRate != -1 {
+		t.Fatalf("after restart %+v (the hit-rate window restarts too)", sig)
+	}
+	// The same readings again are no restart.
+	f.clock.add(time.Second)
+	f.scrape(t, 0)
+	f.scrape(t, 1)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.restarts) != 2 {
+		t.Fatalf("restarts %v", f.restarts)
+	}
+}
+
+func TestOnSignalsAfterEachScrape(t *testing.T) {
+	e := newEngine(t, vllmText)
+	f := newFixture(t, []string{e.srv.URL}, nil)
+	var got []bool
+	var waiting []int32
+	f.s.cfg.OnSignals = func(i int, sig sched.EngineSignals, fresh bool) {
+		got = append(got, fresh)
+		waiting = append(waiting, sig.Waiting)
+	}
+	f.scrape(t, 0)
+	e.set("", http.StatusInternalServerError)
+	f.scrape(t, 0)
+	if len(got) != 2 || !got[0] || got[1] || waiting[0] != 5 || waiting[1] != 5 {
+		t.Fatalf("fresh %v waiting %v", got, waiting)
+	}
+}
+
+func TestUnreachableBackendNeverCrashes(t *testing.T) {
+	e := newEngine(t, vllmText)
+	url := e.srv.URL
+	e.srv.Close()
+	f := newFixture(t, []string{url}, nil)
+	if err := f.scrape(t, 0); err == nil {
+		t.Fatal("no error from a closed server")
+	}
+	if st := StateOf(f.backends[0], f.table, f.clock.now(), f.s.MaxAge()); st.Status != StatusError {
+		t.Fatalf("state %+v", st)
+	}
+}
+
+func TestRunStopsWithContext(t *testing.T) {
+	e := newEngine(t, vllmText)
+	f := newFixture(t, []string{e.srv.URL}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { f.s.Run(ctx); close(done) }()
+	// Run scrapes at once; stop once the engine has seen it.
+	<-e.seen
+	cancel()
+	<-done
+}
