@@ -74,6 +74,26 @@ func (c *Calibrator) Observe(model string, cbrBytes, promptTokens int) {
 		}
 		c.mu.Unlock()
 	}
+	c.add(m, cbrBytes, promptTokens)
+}
+
+// ObserveBytes is Observe for a model name in bytes (as canon gives it):
+// no allocation once the model is known.
+func (c *Calibrator) ObserveBytes(model []byte, cbrBytes, promptTokens int) {
+	c.mu.RLock()
+	m := c.models[string(model)]
+	c.mu.RUnlock()
+	if m == nil {
+		c.Observe(string(model), cbrBytes, promptTokens)
+		return
+	}
+	if r := float64(cbrBytes) / float64(promptTokens); cbrBytes <= 0 || promptTokens <= 0 || r < minBytesPerToken || r > maxBytesPerToken {
+		return
+	}
+	c.add(m, cbrBytes, promptTokens)
+}
+
+func (c *Calibrator) add(m *calib, cbrBytes, promptTokens int) {
 	m.bytes.Add(uint64(cbrBytes))
 	m.tokens.Add(uint64(promptTokens))
 	c.all.bytes.Add(uint64(cbrBytes))

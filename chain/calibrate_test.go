@@ -73,4 +73,11 @@ func TestCalibratorObserveAllocatesNothing(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { c.Observe("m", 400, 100) }); n != 0 {
 		t.Fatalf("Observe allocates %v", n)
 	}
+	model := []byte("m")
+	if n := testing.AllocsPerRun(100, func() { c.ObserveBytes(model, 400, 100) }); n != 0 {
+		t.Fatalf("ObserveBytes allocates %v", n)
+	}
+	if r, ok := c.BytesPerToken("m"); !ok || r != 4 {
+		t.Fatalf("ratio %v %v", r, ok)
+	}
 }

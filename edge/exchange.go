@@ -368,6 +368,11 @@ func (s *Server) streamFailed(u *upstream, err error) {
 // its pool. Its reservation must have been released.
 func (s *Server) done(c *call) {
 	c.tr.End(c.status)
+	if c.sniffing && c.routed && c.status >= 200 && c.status < 300 && s.calibrate {
+		if p, _, ok := c.sn.Usage(); ok {
+			s.cal.ObserveBytes(c.info.Model, c.info.CBRLen, int(p))
+		}
+	}
 	if c.tenant != nil && c.qd.OK {
 		s.quota.Settle(c.tenant, &c.qd, c.usage())
 	}

@@ -72,7 +72,12 @@ type Server struct {
 	// it (which alone may store it); sessions binds a named conversation
 	// (prompt_cache_key, a session header, user) to its backend.
 	threads, sessions *affinity.Map
-	stopKeys          func()
+	// cal learns CBR bytes per token (model by model) from the answers'
+	// usage, to turn engines' cache capacities into blocks; calibrate is
+	// set when capacities are in use.
+	cal       *chain.Calibrator
+	calibrate bool
+	stopKeys  func()
 }
 
 // Peer shares what this replica learns with other replicas. Its methods
@@ -146,6 +151,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.m = newServerMetrics(sc, table, s.memo, &s.clientConns)
 	s.m.set.RegisterMetricsWriter(sc.WriteTTFTMetrics)
+	s.cal = chain.NewCalibrator(0)
 	s.threads = affinity.New(affinity.Responses, affinity.Config{TTL: max(cfg.TTL, time.Hour)})
 	s.sessions = affinity.New(affinity.Sessions, affinity.Config{TTL: cfg.TTL})
 	s.m.set.RegisterMetricsWriter(s.threads.WritePrometheus)

@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/kvca/kvca/chain"
 	"github.com/kvca/kvca/telemetry"
 )
 
@@ -37,7 +36,8 @@ func (s *Server) startTelemetry() {
 	if tc, err := upstreamTLS(&s.cfg); err == nil {
 		tr.TLSClientConfig = tc
 	}
-	cal := chain.NewCalibrator(0)
+	cal := s.cal
+	s.calibrate = true
 	sc := telemetry.New(s.sched.Backends, telemetry.Config{
 		Interval:    s.cfg.EngineMetricsInterval,
 		Client:      &http.Client{Transport: tr, Timeout: s.cfg.EngineMetricsInterval},
