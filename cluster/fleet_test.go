@@ -14,6 +14,7 @@ import (
 	"github.com/kvca/kvca/bench/mock"
 	"github.com/kvca/kvca/bench/workload"
 	"github.com/kvca/kvca/edge"
+	"github.com/kvca/kvca/internal/testkit"
 )
 
 const testKey = "000102030405060708090a0b0c0d0e0f"
@@ -31,6 +32,7 @@ type fleet struct {
 func (f *fleet) stopNATS() { f.natsOnce.Do(f.natsStop) }
 
 type replica struct {
+	t    testing.TB
 	srv  *edge.Server
 	node *Node // nil when not clustered
 	down atomic.Bool
@@ -40,16 +42,11 @@ func startEngines(t *testing.T, n int) []*mock.Engine {
 	t.Helper()
 	var es []*mock.Engine
 	for i := range n {
-		e := mock.New(mock.Config{
+		es = append(es, testkit.Start(t, mock.New(mock.Config{
 			Name:            fmt.Sprintf("e%d", i),
 			PrefillPerToken: 20 * time.Microsecond,
 			DecodePerToken:  2 * time.Millisecond,
-		})
-		if err := e.Start("127.0.0.1:0"); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { e.Close() })
-		es = append(es, e)
+		})))
 	}
 	return es
 }
@@ -69,7 +66,7 @@ func (f *fleet) startReplica(i int, natsURL string, opt Options) *replica {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	r := &replica{srv: srv}
+	r := &replica{t: f.t, srv: srv}
 	if natsURL != "" {
 		opt.URL = natsURL
 		if r.node, err = Join(srv, opt); err != nil {
@@ -89,7 +86,9 @@ func (r *replica) stop() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_ = r.srv.Shutdown(ctx)
+	if err := r.srv.Shutdown(ctx); err != nil {
+		r.t.Errorf("replica shutdown: %v", err)
+	}
 	if r.node != nil {
 		r.node.Close()
 	}
@@ -119,14 +118,10 @@ func newFleet(t *testing.T, engines, replicas int, clustered bool) *fleet {
 // waitPeers waits until every live replica hears from want others.
 func (f *fleet) waitPeers(want int) {
 	f.t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for _, r := range f.replicas {
-		for !r.down.Load() && r.node.LivePeers() < want {
-			if time.Now().After(deadline) {
-				f.t.Fatalf("replica hears %d peers, want %d", r.node.LivePeers(), want)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+	for i, r := range f.replicas {
+		testkit.WaitUntil(f.t, fmt.Sprintf("replica %d to hear %d peers", i, want), func() bool {
+			return r.down.Load() || r.node.LivePeers() >= want
+		})
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/kvca/kvca/bench/mock"
 	"github.com/kvca/kvca/canon"
+	"github.com/kvca/kvca/internal/testkit"
 )
 
 // Learned runs on the request path: it must not allocate, and must drop
@@ -69,7 +70,7 @@ func TestLargeChainsAreSplit(t *testing.T) {
 		t.Fatal(err)
 	}
 	ib := indexOf(b.srv, eu)
-	eventually(t, "every block to reach the peer", func() bool {
+	testkit.WaitUntil(t, "every block to reach the peer", func() bool {
 		for _, h := range ch {
 			if !holds(b.srv, h, ib) {
 				return false

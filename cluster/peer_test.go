@@ -15,18 +15,8 @@ import (
 	"github.com/kvca/kvca/canon"
 	"github.com/kvca/kvca/chain"
 	"github.com/kvca/kvca/edge"
+	"github.com/kvca/kvca/internal/testkit"
 )
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 // indexOf is the local index of the backend with url on srv.
 func indexOf(srv *edge.Server, url string) int {
@@ -84,10 +74,10 @@ func TestLocationsAndResetsPropagate(t *testing.T) {
 		t.Fatal(err)
 	}
 	last := old[len(old)-1]
-	eventually(t, "the peer to learn the location", func() bool { return holds(b, last, ib) })
+	testkit.WaitUntil(t, "the peer to learn the location", func() bool { return holds(b, last, ib) })
 
 	a.ResetBackend(ia)
-	eventually(t, "the reset to reach the peer", func() bool { return !holds(b, last, ib) })
+	testkit.WaitUntil(t, "the reset to reach the peer", func() bool { return !holds(b, last, ib) })
 
 	// Learned after the reset (by the peer itself this time).
 	time.Sleep(5 * time.Millisecond)
@@ -95,7 +85,7 @@ func TestLocationsAndResetsPropagate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the replica to learn the fresh location", func() bool { return holds(a, fresh[len(fresh)-1], ia) })
+	testkit.WaitUntil(t, "the replica to learn the fresh location", func() bool { return holds(a, fresh[len(fresh)-1], ia) })
 
 	// A late copy of the reset, as another replica's health check would
 	// send it, must not drop the fresh location anywhere.
@@ -120,9 +110,11 @@ func TestLocationsAndResetsPropagate(t *testing.T) {
 	if err := nc.Publish("kvca.default.loc", lb.encode(nil, header{fingerprint: nb.fp + 1, sender: 12345})); err != nil {
 		t.Fatal(err)
 	}
-	nc.Flush()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	for _, r := range []*replica{f.replicas[0], f.replicas[1]} {
-		eventually(t, "the crafted messages to be seen", func() bool {
+		testkit.WaitUntil(t, "the crafted messages to be seen", func() bool {
 			m := r.node.m
 			return m.dropped[dropStale].Get() >= 2 && m.dropped[dropMismatch].Get() >= 1
 		})
@@ -141,12 +133,7 @@ func TestLocationsAndResetsPropagate(t *testing.T) {
 func TestLoadIsShared(t *testing.T) {
 	engines := []*mock.Engine{}
 	for i := range 2 {
-		e := mock.New(mock.Config{Name: fmt.Sprint("slow", i), DecodePerToken: 5 * time.Millisecond})
-		if err := e.Start("127.0.0.1:0"); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { e.Close() })
-		engines = append(engines, e)
+		engines = append(engines, testkit.Start(t, mock.New(mock.Config{Name: fmt.Sprint("slow", i), DecodePerToken: 5 * time.Millisecond})))
 	}
 	f := &fleet{t: t, engines: engines}
 	url, stop, err := StartEmbeddedNATS("")
@@ -175,7 +162,7 @@ func TestLoadIsShared(t *testing.T) {
 			}
 		}()
 	}
-	eventually(t, "b to see a's in-flight requests per backend", func() bool {
+	testkit.WaitUntil(t, "b to see a's in-flight requests per backend", func() bool {
 		total := 0
 		for _, bb := range b.srv.Scheduler().Backends {
 			act, _ := bb.RemoteLoad()
@@ -188,7 +175,7 @@ func TestLoadIsShared(t *testing.T) {
 		return total == k
 	})
 	wg.Wait()
-	eventually(t, "remote load to drop when a's requests end", func() bool {
+	testkit.WaitUntil(t, "remote load to drop when a's requests end", func() bool {
 		for _, bb := range b.srv.Scheduler().Backends {
 			if act, pf := bb.RemoteLoad(); act+pf != 0 {
 				return false
@@ -199,7 +186,7 @@ func TestLoadIsShared(t *testing.T) {
 	// a goes silent without leaving (its node closed: no more load
 	// messages): b ages it out.
 	a.stop()
-	eventually(t, "b to age out the silent replica", func() bool { return b.node.LivePeers() == 0 })
+	testkit.WaitUntil(t, "b to age out the silent replica", func() bool { return b.node.LivePeers() == 0 })
 }
 
 // TestKillReplicaAndNATS: requests keep succeeding when a replica is taken
@@ -248,11 +235,11 @@ func TestKillReplicaAndNATS(t *testing.T) {
 	hit, reqs := f.hits()
 	t.Logf("%d requests, none failed; hit rate %.3f, requests per engine %v", sent, hit, reqs)
 	for _, r := range f.replicas[:2] {
-		eventually(t, "reconnection to NATS", func() bool { return r.node.Connected() })
+		testkit.WaitUntil(t, "reconnection to NATS", func() bool { return r.node.Connected() })
 	}
 	f.replicas = f.replicas[:2]
 	f.waitPeers(1)
-	eventually(t, "messages after the restart", func() bool { return f.replicas[0].node.Stats().Received > receivedBefore })
+	testkit.WaitUntil(t, "messages after the restart", func() bool { return f.replicas[0].node.Stats().Received > receivedBefore })
 	for _, r := range f.replicas {
 		for _, bk := range r.srv.Scheduler().Backends {
 			if act, _ := bk.RemoteLoad(); act > uint32(chain.MaxBackends) {

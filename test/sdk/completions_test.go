@@ -5,9 +5,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/openai/openai-go/v3"
+
+	"github.com/kvca/kvca/internal/testkit"
 )
 
 func completionParams(prompt string) openai.CompletionNewParams {
@@ -170,13 +171,11 @@ func TestErrors(t *testing.T) {
 		p := chatParams(openai.UserMessage("hi"))
 		p.Model = "no-such-model"
 		var e *openai.Error
-		for range 50 {
+		testkit.WaitUntil(t, "kvca to answer model_not_found itself", func() bool {
 			_, err := f.client.Chat.Completions.New(ctx, p)
-			if e = apiError(t, err); e.Code == "model_not_found" {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			e = apiError(t, err)
+			return e.Code == "model_not_found"
+		})
 		if e.StatusCode != 404 || e.Code != "model_not_found" || e.Type != "invalid_request_error" || e.Message == "" {
 			t.Errorf("status %d code %q message %q raw %s", e.StatusCode, e.Code, e.Message, e.RawJSON())
 		}
