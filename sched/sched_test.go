@@ -189,7 +189,13 @@ func TestConcurrentReservationsStayBalanced(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < 25; i++ {
-				_, res := route(t, s, &Request{})
+				// Not route: its t.Fatal must stay on the test goroutine.
+				var d Decision
+				res := &Reservation{}
+				if !s.Route(&Request{}, &d, res) {
+					t.Error("no backend")
+					return
+				}
 				mu.Lock()
 				held = append(held, res)
 				mu.Unlock()
