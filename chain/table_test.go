@@ -102,31 +102,44 @@ func TestVacuumIsDeadlineDriven(t *testing.T) {
 	}
 }
 
+// TestMaxBlocksEvictsLRU: a full table gives up exactly its least recently
+// used blocks, one per block added, and keeps everything else.
 func TestMaxBlocksEvictsLRU(t *testing.T) {
+	t.Parallel()
 	tb, clk := newTestTable(time.Hour, 64)
+	if tb.Capacity() != 64 {
+		t.Fatalf("capacity %d, want 64 (one exact shard)", tb.Capacity())
+	}
+	// Blocks 1..64, oldest first, one millisecond apart.
 	for h := uint64(1); h <= 64; h++ {
 		tb.Touch([]uint64{h}, 0, tb.Now())
 		clk.add(time.Millisecond)
 	}
-	// Refresh the 16 oldest: they become the most recent.
+	// Refresh the 16 oldest: they become the most recent, so 17 is now
+	// the least recently used.
 	for h := uint64(1); h <= 16; h++ {
 		tb.Touch([]uint64{h}, 0, tb.Now())
 	}
+	// 32 new blocks by another backend push out the 32 least recently
+	// used: 17..48.
 	for h := uint64(100); h < 132; h++ {
 		tb.Touch([]uint64{h}, 1, tb.Now())
 	}
 	st := tb.Stats()
-	if st.Blocks > tb.Capacity() || st.EvictedCapacity == 0 {
-		t.Fatalf("bound not held: %+v cap %d", st, tb.Capacity())
+	if st.Blocks != 64 || st.Locations != 64 || st.EvictedCapacity != 32 || st.EvictedExpired != 0 {
+		t.Fatalf("stats %+v, want 64 blocks and locations, 32 evicted for capacity, none expired", st)
 	}
-	for h := uint64(1); h <= 16; h++ {
-		if tb.Lookup(h, tb.Now()).Empty() {
-			t.Fatalf("recently used block %d evicted", h)
+	now := tb.Now()
+	for h := uint64(1); h < 132; h++ {
+		var want Set
+		switch {
+		case h <= 16 || (h >= 49 && h <= 64):
+			want = set(0)
+		case h >= 100:
+			want = set(1)
 		}
-	}
-	for h := uint64(100); h < 132; h++ {
-		if tb.Lookup(h, tb.Now()).Empty() {
-			t.Fatalf("new block %d evicted", h)
+		if got := tb.Lookup(h, now); got != want {
+			t.Errorf("block %d held by %v, want %v", h, got, want)
 		}
 	}
 }
