@@ -86,3 +86,33 @@ func TestStartClosesAtCleanup(t *testing.T) {
 		t.Fatal("not closed when the test ended")
 	}
 }
+
+// TestProxyCutAndResume: bytes pass through; a cut closes what is open and
+// what arrives; after Resume new connections pass again.
+func TestProxyCutAndResume(t *testing.T) {
+	t.Parallel()
+	echo := StartBackend(t, func(c *Conn) {
+		for {
+			l, err := c.R.ReadString('\n')
+			if err != nil {
+				return
+			}
+			c.Send(l)
+		}
+	})
+	p := StartProxy(t, echo.Addr())
+	roundTrip := func(c *Conn, s string) {
+		t.Helper()
+		c.Send(s + "\n")
+		if got := string(c.ReadN(len(s) + 1)); got != s+"\n" {
+			t.Fatalf("echo %q, want %q", got, s)
+		}
+	}
+	c := Dial(t, p.Addr())
+	roundTrip(c, "one")
+	p.Cut()
+	c.ExpectClosed()
+	Dial(t, p.Addr()).ExpectClosed()
+	p.Resume()
+	roundTrip(Dial(t, p.Addr()), "two")
+}
