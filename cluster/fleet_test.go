@@ -149,15 +149,23 @@ func imbalance(reqs []uint64) float64 {
 
 // balancer spreads requests over the live replicas round-robin, request
 // by request, as an L4 balancer with short connections would: the worst
-// case for a router that learns only locally.
+// case for a router that learns only locally. It counts what it handed out
+// and what came back, and can hold new requests once a number of them
+// completed, so a test can change the fleet at a known point of the
+// workload instead of at a guessed time.
 type balancer struct {
-	mu    sync.Mutex
-	addrs []string
-	next  int
+	mu        sync.Mutex
+	changed   *sync.Cond // completed moved, or the hold was lifted
+	addrs     []string
+	next      int
+	inflight  map[string]int
+	completed int
+	holdAt    int // picks wait once completed reaches it; 0: never
 }
 
 func (f *fleet) balancer() *balancer {
-	b := &balancer{}
+	b := &balancer{inflight: map[string]int{}}
+	b.changed = sync.NewCond(&b.mu)
 	for _, r := range f.replicas {
 		b.addrs = append(b.addrs, r.srv.Addr())
 	}
@@ -167,9 +175,49 @@ func (f *fleet) balancer() *balancer {
 func (b *balancer) pick() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	for b.holdAt > 0 && b.completed >= b.holdAt {
+		b.changed.Wait()
+	}
 	a := b.addrs[b.next%len(b.addrs)]
 	b.next++
+	b.inflight[a]++
 	return a
+}
+
+// done records that a request to addr is over, answered or not.
+func (b *balancer) done(addr string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.inflight[addr]--
+	b.completed++
+	b.changed.Broadcast()
+}
+
+// holdFrom makes picks wait from the n-th completed request on, until
+// release.
+func (b *balancer) holdFrom(n int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.holdAt = n
+}
+
+func (b *balancer) release() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.holdAt = 0
+	b.changed.Broadcast()
+}
+
+func (b *balancer) progress() (completed int, held bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.completed, b.holdAt > 0 && b.completed >= b.holdAt
+}
+
+func (b *balancer) inFlight(addr string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.inflight[addr]
 }
 
 // remove takes a replica out of rotation, as a balancer's health check
@@ -199,7 +247,7 @@ func chatWorkload(seed uint64, sessions int) *workload.Workload {
 // run replays w: each session's requests in order, each sent at its time
 // or when the previous answer is complete, whichever is later. It returns
 // the failures (anything but a complete 200).
-func run(t *testing.T, w *workload.Workload, lb *balancer) (sent int64, failures []string) {
+func run(t testing.TB, w *workload.Workload, lb *balancer) (sent int64, failures []string) {
 	t.Helper()
 	sessions := map[int][]workload.Request{}
 	for _, r := range w.Requests {
@@ -220,7 +268,10 @@ func run(t *testing.T, w *workload.Workload, lb *balancer) (sent int64, failures
 					time.Sleep(d)
 				}
 				n.Add(1)
-				if err := send(client, lb.pick(), r); err != nil {
+				addr := lb.pick()
+				err := send(client, addr, r)
+				lb.done(addr)
+				if err != nil {
 					mu.Lock()
 					failures = append(failures, err.Error())
 					mu.Unlock()

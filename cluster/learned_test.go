@@ -53,6 +53,7 @@ func BenchmarkLearned(b *testing.B) {
 
 // A chain larger than one message is split over several, all applied.
 func TestLargeChainsAreSplit(t *testing.T) {
+	t.Parallel()
 	f := &fleet{t: t, engines: startEngines(t, 2)}
 	url, stop, err := StartEmbeddedNATS("")
 	if err != nil {
