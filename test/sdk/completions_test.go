@@ -23,6 +23,7 @@ func completionParams(prompt string) openai.CompletionNewParams {
 // prompt streamed (text joined from the chunks, usage on the last one) on
 // the engine that now holds it, reported as cached tokens.
 func TestCompletions(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, 2)
 	ctx := testContext(t)
 	prompt := systemPrompt + "\nComplete this sentence: a KV-cache-aware proxy"
@@ -92,6 +93,7 @@ func TestCompletions(t *testing.T) {
 // TestModels checks that the SDK decodes kvca's union of the engines'
 // /v1/models, each model once.
 func TestModels(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, 2)
 	ctx := testContext(t)
 	page, err := f.client.Models.List(ctx)
@@ -134,6 +136,7 @@ func apiError(t *testing.T, err error) *openai.Error {
 // TestErrors checks that kvca's own errors reach SDK callers as typed API
 // errors with status, type and code.
 func TestErrors(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, 2)
 	ctx := testContext(t)
 
