@@ -34,6 +34,7 @@ func set(bs ...int) (s Set) {
 }
 
 func TestTouchLookupAndTTL(t *testing.T) {
+	t.Parallel()
 	tb, clk := newTestTable(time.Minute, 1000)
 	chain := []uint64{1, 2, 3}
 	tb.Touch(chain, 0, tb.Now())
@@ -66,6 +67,7 @@ func TestTouchLookupAndTTL(t *testing.T) {
 }
 
 func TestTouchAtNeverMovesBack(t *testing.T) {
+	t.Parallel()
 	tb, clk := newTestTable(time.Minute, 100)
 	tb.Touch([]uint64{7}, 1, tb.Now())
 	old := tb.Now()
@@ -79,6 +81,7 @@ func TestTouchAtNeverMovesBack(t *testing.T) {
 }
 
 func TestVacuumIsDeadlineDriven(t *testing.T) {
+	t.Parallel()
 	tb, clk := newTestTable(time.Minute, 1000)
 	tb.Touch([]uint64{1, 2, 3}, 0, tb.Now())
 	clk.add(20 * time.Second)
@@ -145,6 +148,7 @@ func TestMaxBlocksEvictsLRU(t *testing.T) {
 }
 
 func TestEvictingExpiredFirstCountsExpired(t *testing.T) {
+	t.Parallel()
 	tb, clk := newTestTable(time.Second, 8)
 	for h := uint64(1); h <= 8; h++ {
 		tb.Touch([]uint64{h}, 0, tb.Now())
@@ -159,6 +163,7 @@ func TestEvictingExpiredFirstCountsExpired(t *testing.T) {
 }
 
 func TestResetDropsBackendAndBumpsGeneration(t *testing.T) {
+	t.Parallel()
 	tb, _ := newTestTable(time.Hour, 1000)
 	tb.Touch([]uint64{1, 2}, 0, tb.Now())
 	tb.Touch([]uint64{1, 2}, 1, tb.Now())
@@ -181,6 +186,7 @@ func TestResetDropsBackendAndBumpsGeneration(t *testing.T) {
 }
 
 func TestPinSurvivesTTL(t *testing.T) {
+	t.Parallel()
 	tb, clk := newTestTable(time.Minute, 1000)
 	tb.Pin([]uint64{1, 2}, 3, tb.Now())
 	tb.Touch([]uint64{1}, 4, tb.Now())
@@ -200,6 +206,7 @@ func TestPinSurvivesTTL(t *testing.T) {
 }
 
 func TestConcurrentUse(t *testing.T) {
+	t.Parallel()
 	tb := NewTable(Config{TTL: time.Second, MaxBlocks: 5000})
 	var wg sync.WaitGroup
 	for g := 0; g < 8; g++ {
@@ -295,6 +302,7 @@ func BenchmarkTouchParallel(b *testing.B) {
 // Prefix is the walk it stands for, and a remembered walk is only reused
 // within its millisecond.
 func TestPrefix(t *testing.T) {
+	t.Parallel()
 	tb, clk := newTestTable(time.Hour, 1<<12)
 	c := make([]uint64, 5)
 	for i := range c {
@@ -372,6 +380,7 @@ func TestPrefix(t *testing.T) {
 }
 
 func TestPrefixConcurrent(t *testing.T) {
+	t.Parallel()
 	tb := NewTable(Config{TTL: time.Minute, MaxBlocks: 1 << 16})
 	c := make([]uint64, 64)
 	for i := range c {
@@ -409,6 +418,7 @@ func TestPrefixConcurrent(t *testing.T) {
 // that would change something: another backend, a forgotten chain, a reset
 // backend, a pin.
 func TestRepeatedTouchSkipsOnlyNoOps(t *testing.T) {
+	t.Parallel()
 	tb, _ := newTestTable(time.Hour, 1<<12)
 	c := []uint64{11, 12, 13}
 	now := tb.Now()
@@ -439,6 +449,7 @@ func TestRepeatedTouchSkipsOnlyNoOps(t *testing.T) {
 // a later one, another backend's, or one after Forget is applied; a touch
 // dated earlier than the recorded one does not move the record back.
 func TestTouchSlack(t *testing.T) {
+	t.Parallel()
 	const ttl = 1000
 	c := &clock{t: time.Unix(1000, 0)}
 	tb := NewTable(Config{TTL: ttl * time.Millisecond, MaxBlocks: 1 << 12, Now: c.now, TouchSlack: 10 * time.Millisecond})
@@ -518,6 +529,7 @@ func BenchmarkMemoryPerBlock(b *testing.B) {
 }
 
 func TestForget(t *testing.T) {
+	t.Parallel()
 	tb, _ := newTestTable(time.Hour, 1000)
 	tb.Touch([]uint64{1, 2, 3}, 0, tb.Now())
 	tb.Pin([]uint64{1, 2, 3}, 1, tb.Now())
@@ -538,6 +550,7 @@ func TestForget(t *testing.T) {
 // evictions and deletions (with clustered hashes that wrap around) and
 // checks it against a plain map.
 func TestIndexAgainstMap(t *testing.T) {
+	t.Parallel()
 	var sh shard
 	sh.init()
 	model := map[uint64]bool{}
