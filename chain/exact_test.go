@@ -288,3 +288,72 @@ func TestMatchesKeptForTheMillisecond(t *testing.T) {
 		t.Fatalf("next millisecond: %v held, m[0]=%d m[1]=%d, want 1 and 2", held, m[0], m[1])
 	}
 }
+
+// TestTouchKeepsAPin: a later touch by the pinning backend refreshes the
+// location and keeps its pin.
+func TestTouchKeepsAPin(t *testing.T) {
+	t.Parallel()
+	tb, clk := newTestTable(time.Minute, 64)
+	tb.Pin([]uint64{1}, 3, tb.Now())
+	clk.add(time.Millisecond)
+	tb.Touch([]uint64{1}, 3, tb.Now())
+	clk.add(time.Hour)
+	if got := tb.Lookup(1, tb.Now()); got != set(3) {
+		t.Fatalf("pinned then touched: %v an hour later", got)
+	}
+	if n := tb.Unpin([]uint64{1}, 3); n != 1 {
+		t.Fatalf("unpinned %d, want the 1 pin the touch kept", n)
+	}
+}
+
+// TestForgetOneOfThreeHolders: the other holders of a block stay.
+func TestForgetOneOfThreeHolders(t *testing.T) {
+	t.Parallel()
+	tb, _ := newTestTable(time.Hour, 64)
+	for b := range 3 {
+		tb.Touch([]uint64{1}, b, tb.Now())
+	}
+	if n := tb.Forget([]uint64{1}, 0); n != 1 {
+		t.Fatalf("forgot %d", n)
+	}
+	if got := tb.Lookup(1, tb.Now()); got != set(1, 2) {
+		t.Fatalf("after forgetting backend 0: %v, want 1 and 2", got)
+	}
+	if n := tb.Forget([]uint64{1}, 2); n != 1 {
+		t.Fatalf("forgot %d", n)
+	}
+	if got := tb.Lookup(1, tb.Now()); got != set(1) {
+		t.Fatalf("after forgetting backend 2: %v, want 1", got)
+	}
+	if st := tb.Stats(); st.Blocks != 1 || st.Locations != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestTouchNothing(t *testing.T) {
+	t.Parallel()
+	tb, _ := newTestTable(time.Hour, 64)
+	tb.Touch(nil, 0, tb.Now())
+	tb.TouchAt([]uint64{}, 1, tb.Now())
+	if st := tb.Stats(); st.Blocks != 0 {
+		t.Fatalf("an empty chain added %+v", st)
+	}
+}
+
+// TestIndexDeleteAcrossTheWrap: deleting a block whose probe run wraps
+// past the end of the index keeps the block that wrapped findable.
+func TestIndexDeleteAcrossTheWrap(t *testing.T) {
+	t.Parallel()
+	tb, _ := newTestTable(time.Hour, 1000) // one shard, a 16-slot index
+	// Both blocks' first probe is the last slot: the second wraps to 0.
+	h1, h2 := uint64(15)<<16|1, uint64(15)<<16|2
+	tb.Touch([]uint64{h1}, 0, tb.Now())
+	tb.Touch([]uint64{h2}, 1, tb.Now())
+	if sh := &tb.shards[0]; len(sh.idx) != 16 || sh.idx[15] == 0 || sh.idx[0] == 0 {
+		t.Fatalf("setup: index %v", sh.idx)
+	}
+	tb.Forget([]uint64{h1}, 0)
+	if got := tb.Lookup(h2, tb.Now()); got != set(1) {
+		t.Fatalf("the wrapped block after its neighbour went: %v", got)
+	}
+}

@@ -123,3 +123,21 @@ func TestMemoMinLiteral(t *testing.T) {
 		}
 	}
 }
+
+// TestMemoFifoBoundGrowsWithLive: with two live entries the store order
+// may hold 2×2+64 = 68 before it is compacted.
+func TestMemoFifoBoundGrowsWithLive(t *testing.T) {
+	t.Parallel()
+	m := NewMemo(1 << 20)
+	m.store(entryOf(4, 8, 300, 8, 0)) // stays live
+	for i := 1; i <= 67; i++ {
+		m.store(entryOf(2, 8, 300, 8, 0))
+	}
+	if len(m.fifo) != 68 {
+		t.Fatalf("fifo holds %d, want 68 (not compacted yet)", len(m.fifo))
+	}
+	m.store(entryOf(2, 8, 300, 8, 0))
+	if len(m.fifo) != 2 || m.Stats().Literals != 2 {
+		t.Fatalf("fifo holds %d with %d live, want 2 and 2", len(m.fifo), m.Stats().Literals)
+	}
+}

@@ -144,13 +144,15 @@ func TestTiesAmongSomeOnly(t *testing.T) {
 func TestEveryRouteReserves(t *testing.T) {
 	t.Parallel()
 	s := newSched(t, 2, "least-loaded")
-	const goroutines, each = 8, 2000
+	const goroutines, each = 8, 10000
 	var wg sync.WaitGroup
 	held := make([][]*Reservation, goroutines)
+	start := make(chan struct{}) // all at once, so their compare-and-swaps collide
 	for g := range goroutines {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			<-start
 			for range each {
 				var d Decision
 				res := &Reservation{}
@@ -160,6 +162,7 @@ func TestEveryRouteReserves(t *testing.T) {
 			}
 		}()
 	}
+	close(start)
 	wg.Wait()
 	var total, prefill int64
 	n := 0
