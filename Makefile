@@ -2,18 +2,22 @@
 GO       ?= go
 PKGS     := ./...
 BIN      := bin/kvca
+BENCHBIN := bin/kvca-bench
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -s -w -X main.version=$(VERSION)
 
-.PHONY: all build test vet fmt-check unit unit-fasthttp allocs fuzz-short fuzz soak bench-go demo bench soak clean
+.PHONY: all build test vet fmt-check unit allocs fuzz-short fuzz soak bench-go demo bench docs clean
 
 all: build
 
+# bin/kvca is what runs at the edge; bin/kvca-bench (bench and demo) links
+# the embedded NATS server and the plotting library, which kvca does not.
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/kvca
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BENCHBIN) ./cmd/kvca-bench
 
 # make test: what CI runs. Race detector on, short fuzz runs, no timing asserts.
-test: fmt-check vet unit unit-fasthttp allocs fuzz-short
+test: fmt-check vet unit allocs fuzz-short
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -24,11 +28,6 @@ vet:
 
 unit:
 	$(GO) test -race -count=1 -timeout 12m $(PKGS)
-
-# The edge tests once more with the other I/O model: unit serves them with
-# the default (--io auto: the event loops on Linux), this with fasthttp.
-unit-fasthttp:
-	KVCA_TEST_IO=fasthttp $(GO) test -race -count=1 -timeout 8m ./edge
 
 # Zero-allocation checks (testing.AllocsPerRun); sync.Pool drops items at
 # random under -race, so these run without it.
@@ -54,14 +53,19 @@ soak:
 	KVCA_SOAK=$(SOAK) $(GO) test -race -count=1 -v -run '^TestSoak$$' -timeout 30m ./edge
 
 demo: build
-	./$(BIN) demo
+	./$(BENCHBIN) demo
 
 # The full suite: the Mooncake conversation trace on 8 engines whose caches
 # are smaller than the working set, six policies, table + JSON + charts.
 BENCH_ARGS ?= --trace bench/testdata/conversation_trace.jsonl --engines 8 --cache-tokens 2000000 --time-scale 0.1 --arrival-scale 0.22
 bench: build
 	mkdir -p bench/results
-	./$(BIN) bench $(BENCH_ARGS) --json bench/results/bench.json --charts bench/results | tee bench/results/bench.txt
+	./$(BENCHBIN) bench $(BENCH_ARGS) --json bench/results/bench.json --charts bench/results | tee bench/results/bench.txt
+
+# The flag tables of docs/configuration.md and docs/bench.md, from the flags themselves
+# (make test fails when they differ).
+docs:
+	KVCA_UPDATE_DOCS=1 $(GO) test -count=1 -run '^Test(Configuration|Bench)Doc$$' ./cmd/kvca ./cmd/kvca-bench
 
 clean:
 	rm -rf bin

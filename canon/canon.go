@@ -1,5 +1,6 @@
-// Package canon turns an OpenAI-style request body into its canonical byte
-// representation (CBR, format 1 of DESIGN.md) and classifies it as a
+// Package canon turns a request body (OpenAI chat, completions and
+// responses, Anthropic messages) into its canonical byte representation
+// (CBR, format 1: docs/cbr.md) and classifies it as a
 // bootstrap or a follow-up request.
 //
 // The CBR is never materialised whole: it is streamed into a Sink (the chain
@@ -25,6 +26,7 @@ const (
 	Chat API = iota
 	Completions
 	Responses // POST /v1/responses
+	Messages  // POST /v1/messages (Anthropic Messages API)
 )
 
 func (a API) String() string {
@@ -33,6 +35,8 @@ func (a API) String() string {
 		return "completions"
 	case Responses:
 		return "responses"
+	case Messages:
+		return "messages"
 	}
 	return "chat"
 }
@@ -45,6 +49,8 @@ func (a API) preamble() string {
 		return "completions\n"
 	case Responses:
 		return "responses\n"
+	case Messages:
+		return "messages\n"
 	}
 	return "chat\n"
 }
@@ -69,8 +75,10 @@ func ParseAPI(s string) (API, error) {
 		return Completions, nil
 	case "responses":
 		return Responses, nil
+	case "messages":
+		return Messages, nil
 	}
-	return Chat, fmt.Errorf("unknown api %q (want chat, completions or responses)", s)
+	return Chat, fmt.Errorf("unknown api %q (want chat, completions, responses or messages)", s)
 }
 
 // Sink receives the CBR in order, in pieces of any size. The slice is only
@@ -104,10 +112,23 @@ type Info struct {
 	// of the start of the prompt (completions), for session affinity; 0 if
 	// the Canonicalizer was made with Options.NoSession.
 	Session uint64
-	// Messages counts chat messages.
+	// Messages counts chat messages (Messages API messages, Responses API
+	// input items).
 	Messages int
 	// CBRLen is the number of CBR bytes written to the sink.
 	CBRLen int
+	// PreviousResponseID is the Responses API's previous_response_id
+	// string (the thread this request continues), empty if absent; reused
+	// across requests like Model.
+	PreviousResponseID []byte
+	// CacheKey is the keyed hash (Canonicalizer.HashSessionKey) of the
+	// prompt_cache_key string, 0 if absent or empty: the client's own name
+	// for requests that share a prefix.
+	CacheKey uint64
+	// UserKey is the keyed hash of the end user's id: `user` (chat,
+	// completions, responses) or metadata.user_id (messages); 0 if absent
+	// or empty.
+	UserKey uint64
 }
 
 // Error kinds a caller can map to a metric label and an HTTP 400 message.
@@ -152,7 +173,7 @@ var GenerationOnly = []string{
 	"guided_whitespace_pattern", "structured_outputs", "prediction", "priority",
 	"request_id", "kv_transfer_params", "return_tokens_as_token_ids",
 	"return_token_ids", "logits_processors", "allowed_token_ids", "bad_words",
-	"vllm_xargs",
+	"vllm_xargs", "prompt_cache_key", "safety_identifier",
 }
 
 // ResponsesGenerationOnly are the Responses API's own decoding controls,
@@ -162,12 +183,27 @@ var ResponsesGenerationOnly = []string{
 	"max_output_tokens", "max_tool_calls", "include", "background", "text", "truncation_strategy",
 }
 
+// MessagesGenerationOnly are the Messages API's own decoding controls,
+// excluded (at the top level) from /v1/messages requests besides
+// GenerationOnly (which already holds max_tokens, temperature, top_p,
+// top_k, stream, metadata and service_tier).
+var MessagesGenerationOnly = []string{"stop_sequences"}
+
+// cacheControl is the Messages API's caching hint. Clients move it from
+// block to block as a conversation grows (the newest turn carries it), and
+// engines do not render it, so it is left out of a messages CBR wherever
+// it appears; kept, it would change a resent turn's bytes and end the
+// prefix there.
+const cacheControl = "cache_control"
+
 // Canonicalizer is safe for concurrent use; per-request state is pooled.
 type Canonicalizer struct {
 	exclude   map[string]struct{}
 	excludeRs map[string]struct{} // Responses API: exclude plus its own controls
+	excludeMs map[string]struct{} // Messages API: exclude plus its own controls
 	pool      sync.Pool           // *state
 	noSession bool
+	k0, k1    uint64 // session-key hash key
 	// decodeStrings: always decode and re-escape strings (tests only).
 	decodeStrings bool
 }
@@ -179,6 +215,11 @@ type Options struct {
 	// and hashing a chat body into its chain, which only session-affinity
 	// routing uses. The CBR, and so the chain, is the same either way.
 	NoSession bool
+	// HashKey keys the SipHash-2-4 of session keys (Info.CacheKey,
+	// Info.UserKey, HashSessionKey), so they are never kept in clear and
+	// cannot be guessed from their hashes. Replicas that share session
+	// bindings must use the same key (kvca serve passes --hash-key).
+	HashKey [2]uint64
 }
 
 // New returns a Canonicalizer that drops GenerationOnly plus extraExclude
@@ -189,7 +230,8 @@ func New(extraExclude []string) *Canonicalizer {
 
 // NewWithOptions is New with opt.
 func NewWithOptions(extraExclude []string, opt Options) *Canonicalizer {
-	c := &Canonicalizer{exclude: make(map[string]struct{}, len(GenerationOnly)+len(extraExclude)), noSession: opt.NoSession}
+	c := &Canonicalizer{exclude: make(map[string]struct{}, len(GenerationOnly)+len(extraExclude)), noSession: opt.NoSession,
+		k0: opt.HashKey[0], k1: opt.HashKey[1]}
 	for _, k := range GenerationOnly {
 		c.exclude[k] = struct{}{}
 	}
@@ -202,6 +244,13 @@ func NewWithOptions(extraExclude []string, opt Options) *Canonicalizer {
 	}
 	for _, k := range ResponsesGenerationOnly {
 		c.excludeRs[k] = struct{}{}
+	}
+	c.excludeMs = make(map[string]struct{}, len(c.exclude)+len(MessagesGenerationOnly))
+	for k := range c.exclude {
+		c.excludeMs[k] = struct{}{}
+	}
+	for _, k := range MessagesGenerationOnly {
+		c.excludeMs[k] = struct{}{}
 	}
 	return c
 }
@@ -221,11 +270,13 @@ type state struct {
 	lit     []byte // a scalar's JSON text as fastjson marshals it
 	// decodeStrings turns off the literal fast path (tests compare both).
 	decodeStrings bool
-	out           [4096]byte
-	n             int
-	sink          Sink
-	lsink         LiteralSink // sink, if it is one; nil otherwise
-	total         int
+	// dropCacheControl leaves cache_control members out (messages).
+	dropCacheControl bool
+	out              [4096]byte
+	n                int
+	sink             Sink
+	lsink            LiteralSink // sink, if it is one; nil otherwise
+	total            int
 	// FNV-1a over the first sessionBytes written while hashing is on, for
 	// Info.Session; never on without session.
 	session bool
@@ -262,6 +313,9 @@ func (c *Canonicalizer) run(st *state, api API, body []byte, sink Sink, info *In
 	info.Session = 0
 	info.Messages = 0
 	info.CBRLen = 0
+	info.PreviousResponseID = info.PreviousResponseID[:0]
+	info.CacheKey, info.UserKey = 0, 0
+	st.dropCacheControl = api == Messages
 	st.sink = sink
 	st.lsink, _ = sink.(LiteralSink)
 	st.n = 0
@@ -288,8 +342,11 @@ func (c *Canonicalizer) run(st *state, api API, body []byte, sink Sink, info *In
 	top := sortMembers(st.members[base:])
 	promptKey := api.promptKey()
 	exclude := c.exclude
-	if api == Responses {
+	switch api {
+	case Responses:
 		exclude = c.excludeRs
+	case Messages:
+		exclude = c.excludeMs
 	}
 	var prompt *fastjson.Value
 	for i := range top {
@@ -304,6 +361,17 @@ func (c *Canonicalizer) run(st *state, api API, body []byte, sink Sink, info *In
 			// The backend holds the earlier turns: a continuation.
 			if api == Responses && top[i].val.Type() == fastjson.TypeString {
 				info.Followup = true
+				info.PreviousResponseID = append(info.PreviousResponseID, top[i].val.GetStringBytes()...)
+			}
+		case "prompt_cache_key":
+			info.CacheKey = c.hashString(top[i].val)
+		case "user":
+			if api != Messages {
+				info.UserKey = c.hashString(top[i].val)
+			}
+		case "metadata":
+			if o := top[i].val.GetObject(); api == Messages && o != nil {
+				info.UserKey = c.hashString(lastMember(o, "user_id"))
 			}
 		}
 	}
@@ -320,7 +388,7 @@ func (c *Canonicalizer) run(st *state, api API, body []byte, sink Sink, info *In
 		if string(k) == promptKey {
 			continue
 		}
-		if _, ok := exclude[string(k)]; ok {
+		if _, ok := exclude[string(k)]; ok || (st.dropCacheControl && string(k) == cacheControl) {
 			// Left out of the CBR, but still checked: fastjson accepts
 			// number forms ("+1", "NaN") that no backend would.
 			if !st.numbersValid(top[i].val) {
@@ -342,10 +410,10 @@ func (c *Canonicalizer) run(st *state, api API, body []byte, sink Sink, info *In
 	st.writeByte('\n')
 
 	switch {
-	case api == Chat:
-		err = st.lines(prompt, info, false)
+	case api == Chat || api == Messages:
+		err = st.lines(prompt, info, api)
 	case api == Responses && prompt.Type() == fastjson.TypeArray:
-		err = st.lines(prompt, info, true)
+		err = st.lines(prompt, info, api)
 	default:
 		st.startSession()
 		err = st.value(prompt)
@@ -363,7 +431,7 @@ func (c *Canonicalizer) run(st *state, api API, body []byte, sink Sink, info *In
 }
 
 func (c *Canonicalizer) validatePrompt(api API, prompt *fastjson.Value) error {
-	if api == Chat {
+	if api == Chat || api == Messages {
 		if prompt == nil || prompt.Type() != fastjson.TypeArray || len(prompt.GetArray()) == 0 {
 			return ErrNoMessages
 		}
@@ -390,15 +458,15 @@ func (c *Canonicalizer) validatePrompt(api API, prompt *fastjson.Value) error {
 	return ErrNoPrompt
 }
 
-// lines writes one canonical line per element of arr: chat messages or
-// Responses API input items. Earlier model output makes the request a
-// follow-up; the first user turn (else the first line) identifies the
-// conversation for session affinity.
-func (st *state) lines(arr *fastjson.Value, info *Info, items bool) error {
+// lines writes one canonical line per element of arr: chat or Messages API
+// messages, or Responses API input items. Earlier model output makes the
+// request a follow-up; the first user turn (else the first line) identifies
+// the conversation for session affinity.
+func (st *state) lines(arr *fastjson.Value, info *Info, api API) error {
 	sessionSet := false
 	var firstHash uint64
 	for i, m := range arr.GetArray() {
-		output, isUser := classify(m, items)
+		output, isUser := classify(m, api)
 		info.Followup = info.Followup || output
 		user := !sessionSet && isUser
 		if user || i == 0 {
@@ -428,8 +496,9 @@ func (st *state) lines(arr *fastjson.Value, info *Info, items bool) error {
 // (or its answer), and whether it is a user turn. Chat looks at the role;
 // Responses API items also by type: function_call, function_call_output,
 // reasoning and the like are output, the input_* parts and plain messages
-// are not.
-func classify(m *fastjson.Value, items bool) (output, user bool) {
+// are not. A Messages API user turn that carries a tool_result block
+// answers earlier model output.
+func classify(m *fastjson.Value, api API) (output, user bool) {
 	if m.Type() != fastjson.TypeObject {
 		return false, false
 	}
@@ -441,7 +510,15 @@ func classify(m *fastjson.Value, items bool) (output, user bool) {
 	case "user":
 		user = true
 	}
-	if items {
+	if api == Messages {
+		for _, b := range lastMember(o, "content").GetArray() {
+			if bo := b.GetObject(); bo != nil && string(lastMember(bo, "type").GetStringBytes()) == "tool_result" {
+				return true, user
+			}
+		}
+		return false, user
+	}
+	if api == Responses {
 		switch typ := lastMember(o, "type").GetStringBytes(); string(typ) {
 		case "", "message", "input_text", "input_image", "input_file", "item_reference":
 		default:
@@ -515,10 +592,18 @@ func (st *state) value(v *fastjson.Value) error {
 		})
 		ms := sortMembers(st.members[base:])
 		st.writeByte('{')
+		first := true
 		for i := range ms {
-			if i > 0 {
+			if st.dropCacheControl && string(ms[i].key) == cacheControl {
+				if !st.numbersValid(ms[i].val) {
+					return ErrBadNumberText
+				}
+				continue
+			}
+			if !first {
 				st.writeByte(',')
 			}
+			first = false
 			st.writeQuoted(ms[i].key)
 			st.writeByte(':')
 			// The recursion may grow st.members; ms aliases the old array,

@@ -155,7 +155,8 @@ func TestLiteralFastPath(t *testing.T) {
 
 func sameInfo(a, b canon.Info) bool {
 	return a.Followup == b.Followup && string(a.Model) == string(b.Model) && a.Session == b.Session &&
-		a.Messages == b.Messages && a.CBRLen == b.CBRLen
+		a.Messages == b.Messages && a.CBRLen == b.CBRLen && a.CacheKey == b.CacheKey && a.UserKey == b.UserKey &&
+		string(a.PreviousResponseID) == string(b.PreviousResponseID)
 }
 
 func TestAppendOnlyAcrossTurns(t *testing.T) {
@@ -208,11 +209,12 @@ func FuzzCanonicalize(f *testing.F) {
 	f.Add([]byte(`{"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"}],"model":"m","model":"n"}`))
 	f.Add([]byte(`{"messages":[{"role":"user","content":[{"type":"text","text":"\u00e9\ud83d\ude00"}]}]}`))
 	f.Add([]byte(`{"prompt":[1,2,3],"n":1e400}`))
+	f.Add([]byte(`{"system":[{"type":"text","text":"s","cache_control":{"type":"ephemeral"}}],"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"x","cache_control":{"ttl":1e2}}]}]}`))
 	f.Add([]byte(`{"messages":[{"role":"user","content":"\u001f\u001F\u000a\/\"\\\b\u0008 \u00e9 \ud800"}]}`))
 	c := canon.New(nil)
 	ref := canon.NewDecoding(nil)
 	f.Fuzz(func(t *testing.T, body []byte) {
-		for _, api := range []canon.API{canon.Chat, canon.Completions} {
+		for _, api := range []canon.API{canon.Chat, canon.Completions, canon.Messages} {
 			a, infoA, err := cbr(t, c, api, string(body))
 			r, infoR, errR := cbr(t, ref, api, string(body))
 			if err != errR || a != r || !sameInfo(infoA, infoR) {
@@ -242,7 +244,7 @@ func FuzzCanonicalize(f *testing.F) {
 			if err != nil || r != a {
 				t.Fatalf("re-encoded body changes the CBR:\n%q\n%q (%v)", a, r, err)
 			}
-			if api != canon.Chat {
+			if api != canon.Chat && api != canon.Messages {
 				continue
 			}
 			msgs, _ := m["messages"].([]any)

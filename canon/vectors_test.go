@@ -21,19 +21,27 @@ type vector struct {
 	Chain     []string `json:"chain"`
 }
 
+// vectorFiles: cbr_chain.json for chat and completions, cbr_messages.json
+// for the Messages API and Responses API continuations.
+var vectorFiles = []string{"testdata/cbr_chain.json", "testdata/cbr_messages.json"}
+
 func loadVectors(t testing.TB) []vector {
-	b, err := os.ReadFile("testdata/cbr_chain.json")
-	if err != nil {
-		t.Fatal(err)
+	var all []vector
+	for _, name := range vectorFiles {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var f struct{ Vectors []vector }
+		if err := json.Unmarshal(b, &f); err != nil {
+			t.Fatal(err)
+		}
+		if len(f.Vectors) == 0 {
+			t.Fatalf("%s: no vectors", name)
+		}
+		all = append(all, f.Vectors...)
 	}
-	var f struct{ Vectors []vector }
-	if err := json.Unmarshal(b, &f); err != nil {
-		t.Fatal(err)
-	}
-	if len(f.Vectors) == 0 {
-		t.Fatal("no vectors")
-	}
-	return f.Vectors
+	return all
 }
 
 // tee records the CBR and feeds the hasher, as `kvca inspect` does.

@@ -46,7 +46,8 @@ func (k Key) String() string {
 }
 
 // CheckBlockSize refuses sizes that would leave a fragment of an 8-byte
-// SipHash word (the seed requires a positive multiple of 8).
+// SipHash word: the chain hashes whole 8-byte words, so sizes are positive
+// multiples of 8.
 func CheckBlockSize(n int) error {
 	if n <= 0 || n%8 != 0 {
 		return fmt.Errorf("block size must be a positive multiple of 8, got %d", n)

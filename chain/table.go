@@ -184,6 +184,26 @@ func (t *Table) Capacity() int { return t.perShard * len(t.shards) }
 // Generation returns a backend's generation, starting at 1.
 func (t *Table) Generation(b int) uint32 { return t.gens[b].Load() }
 
+// StartGeneration raises backend b's generation to g, so that generations
+// kept across a restart by the caller continue rather than start again at
+// 1. Call it before b's locations are learned: it drops none of them. It
+// never lowers a generation, skips values that are 0 mod 256 (as Reset
+// does) and returns the generation in force.
+func (t *Table) StartGeneration(b int, g uint32) uint32 {
+	if g&0xff == 0 {
+		g++
+	}
+	for {
+		cur := t.gens[b].Load()
+		if g <= cur {
+			return cur
+		}
+		if t.gens[b].CompareAndSwap(cur, g) {
+			return g
+		}
+	}
+}
+
 func (t *Table) shardOf(h uint64) *shard {
 	// The low bits pick the shard; the map hashes the full key itself.
 	return &t.shards[h&t.mask]

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvca/kvca/bench/mock"
 	"github.com/kvca/kvca/bench/workload"
+	"github.com/kvca/kvca/cluster/embednats"
 	"github.com/kvca/kvca/edge"
 	"github.com/kvca/kvca/internal/testkit"
 )
@@ -98,7 +99,7 @@ func newFleet(t *testing.T, engines, replicas int, clustered bool) *fleet {
 	t.Helper()
 	f := &fleet{t: t, engines: startEngines(t, engines)}
 	if clustered {
-		url, stop, err := StartEmbeddedNATS("")
+		url, stop, err := embednats.Start("")
 		if err != nil {
 			t.Fatal(err)
 		}

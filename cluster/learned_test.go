@@ -6,6 +6,7 @@ import (
 
 	"github.com/kvca/kvca/bench/mock"
 	"github.com/kvca/kvca/canon"
+	"github.com/kvca/kvca/cluster/embednats"
 	"github.com/kvca/kvca/internal/testkit"
 )
 
@@ -55,7 +56,7 @@ func BenchmarkLearned(b *testing.B) {
 func TestLargeChainsAreSplit(t *testing.T) {
 	t.Parallel()
 	f := &fleet{t: t, engines: startEngines(t, 2)}
-	url, stop, err := StartEmbeddedNATS("")
+	url, stop, err := embednats.Start("")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvca/kvca/bench/mock"
 	"github.com/kvca/kvca/canon"
+	"github.com/kvca/kvca/cluster/embednats"
 	"github.com/kvca/kvca/edge"
 	"github.com/kvca/kvca/internal/testkit"
 )
@@ -26,7 +27,7 @@ type lossFleet struct {
 func newLossFleet(t *testing.T, aOpt Options) *lossFleet {
 	t.Helper()
 	f := &fleet{t: t, engines: startEngines(t, 2)}
-	url, stop, err := StartEmbeddedNATS("")
+	url, stop, err := embednats.Start("")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +163,7 @@ func TestPublishFailureWhileNATSIsDown(t *testing.T) {
 func TestSlowConsumerDropsAreCounted(t *testing.T) {
 	t.Parallel()
 	f := &fleet{t: t, engines: startEngines(t, 1)}
-	url, stop, err := StartEmbeddedNATS("")
+	url, stop, err := embednats.Start("")
 	if err != nil {
 		t.Fatal(err)
 	}

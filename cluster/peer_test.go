@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvca/kvca/bench/mock"
 	"github.com/kvca/kvca/canon"
+	"github.com/kvca/kvca/cluster/embednats"
 	"github.com/kvca/kvca/edge"
 	"github.com/kvca/kvca/internal/testkit"
 )
@@ -141,7 +142,7 @@ func TestLoadIsShared(t *testing.T) {
 		engines = append(engines, testkit.Start(t, mock.New(mock.Config{Name: fmt.Sprint("slow", i), DecodePerToken: 5 * time.Millisecond})))
 	}
 	f := &fleet{t: t, engines: engines}
-	url, stop, err := StartEmbeddedNATS("")
+	url, stop, err := embednats.Start("")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,7 +257,7 @@ func TestKillReplicaAndNATS(t *testing.T) {
 	lb.release()
 	testkit.WaitUntil(t, "an eighth of the workload without NATS", func() bool { c, _ := lb.progress(); return c >= down+total/8 })
 	receivedBefore := f.replicas[0].node.Stats().Received
-	_, restartStop, err := StartEmbeddedNATS(hostport)
+	_, restartStop, err := embednats.Start(hostport)
 	if err != nil {
 		t.Fatalf("restart NATS: %v", err)
 	}

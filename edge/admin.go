@@ -6,8 +6,12 @@ import (
 	"encoding/json"
 	"strings"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/pprofhandler"
+
+	"github.com/kvca/kvca/admit"
+	"github.com/kvca/kvca/sched"
 )
 
 // BackendState is one backend in /admin/state.
@@ -32,6 +36,10 @@ type TableState struct {
 type State struct {
 	Backends []BackendState `json:"backends"`
 	Table    TableState     `json:"table"`
+	// TTFT is the ttft policy's learned model per backend.
+	TTFT sched.TTFTState `json:"ttft"`
+	// Admission is the admission queue and the backends' slots.
+	Admission *admit.State `json:"admission,omitempty"`
 }
 
 // State snapshots the backends and the table.
@@ -52,6 +60,11 @@ func (s *Server) State() State {
 	}
 	ts := s.table.Stats()
 	st.Table = TableState{Blocks: ts.Blocks, Locations: ts.Locations, Capacity: ts.Capacity}
+	st.TTFT = s.sched.TTFTSnapshot()
+	if s.adm.Limited() {
+		a := s.adm.Snapshot()
+		st.Admission = &a
+	}
 	return st
 }
 
@@ -69,6 +82,8 @@ func (s *Server) handleAdmin(ctx *fasthttp.RequestCtx) {
 		ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
 		var buf bytes.Buffer
 		s.m.set.WritePrometheus(&buf)
+		metrics.WriteProcessMetrics(&buf)
+		metrics.WriteFDMetrics(&buf)
 		writeWithHelp(ctx, buf.Bytes())
 		return
 	case path == "/admin/state":
@@ -109,4 +124,12 @@ func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
 	ctx.SetStatusCode(status)
 	ctx.SetContentType("application/json")
 	ctx.SetBody(append(b, '\n'))
+}
+
+// writeError answers an admin request in OpenAI's error shape.
+func writeError(ctx *fasthttp.RequestCtx, status int, typ, code, msg string) {
+	ctx.Response.Reset()
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	ctx.Response.SetBodyRaw(appendErrorBody(make([]byte, 0, 128+len(msg)), typ, code, msg))
 }

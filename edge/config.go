@@ -1,6 +1,7 @@
-// Package edge is kvca's HTTP face: the fasthttp server that canonicalises,
-// routes and forwards each request, the upstream connection pools, response
-// relaying, health checking and the admin listener.
+// Package edge is kvca's HTTP face: the event loops that read each
+// request, have it canonicalised, chained and routed, forward it and relay
+// the answer; the upstream connection pools, health checking, and the
+// admin listener.
 package edge
 
 import (
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvca/kvca/admit"
 	"github.com/kvca/kvca/chain"
 	"github.com/kvca/kvca/sched"
 )
@@ -41,7 +43,7 @@ type Config struct {
 	// backend (passive health).
 	FailThreshold int
 	// PrefillAtHeaders releases a streamed response's novel-block load at its
-	// headers, the seed's letter (--prefill-release headers). By default it
+	// headers (--prefill-release headers). By default it
 	// is released at the first body byte: streaming servers send headers
 	// before they prefill, and the bench shows the later release cuts TTFT
 	// p99 by a quarter on the Mooncake trace.
@@ -59,19 +61,50 @@ type Config struct {
 	UpstreamHeaderTimeout time.Duration
 	StreamIdleTimeout     time.Duration
 	ShutdownTimeout       time.Duration
-	ClientReadTimeout     time.Duration
-	ClientIdleTimeout     time.Duration
-	MaxConnsPerBackend    int
+	// DrainDelay: at shutdown, /ready fails this long first while traffic
+	// is served as usual, so a load balancer stops sending before the
+	// listener closes (--drain-delay).
+	DrainDelay time.Duration
+	// HeaderTimeout bounds how long a client takes to send a request head
+	// (--header-timeout), ClientReadTimeout its body.
+	HeaderTimeout      time.Duration
+	ClientReadTimeout  time.Duration
+	ClientIdleTimeout  time.Duration
+	MaxConnsPerBackend int
+	// MaxClientConns bounds open client connections; beyond it new ones
+	// are closed at once and counted (--max-client-conns, 0: no bound).
+	MaxClientConns int
+	// PreserveHost sends the client's Host to backends instead of the
+	// backend URL's authority (--preserve-host).
+	PreserveHost bool
 
-	// IO is how the public listener is served: "epoll" (event loops, one
-	// per core, Linux, plain HTTP; see evloop_linux.go), "fasthttp" (a
-	// goroutine per connection), or "auto" (empty): epoll where it can
-	// serve, fasthttp with TLS at the edge, https backends or off Linux.
-	// Validate replaces auto with the choice.
+	// Admission (docs/admission.md): MaxInflightPerBackend > 0 bounds the
+	// requests in flight on each backend; beyond, requests wait in one
+	// queue of QueueSize for at most QueueTimeout, served by priority
+	// class and fairly across tenants.
+	MaxInflightPerBackend int
+	QueueSize             int
+	QueueTimeout          time.Duration
+	QueueHolderWait       time.Duration
+	QueueStarvationLimit  int
+	QueueEngineAware      bool
+
+	// The front door (docs/frontdoor.md): APIKeys is the keys file
+	// (--api-keys; empty: no keys asked, no quotas); BackendAPIKey is
+	// sent to backends instead of any client credential
+	// (--backend-api-key); OTLPEndpoint turns tracing on.
+	APIKeys          string
+	BackendAPIKey    string
+	OTLPEndpoint     string
+	TraceSampleRatio float64
+
+	// IO is how the public listener is served: "epoll", event loops (one
+	// per core, Linux; see evloop_linux.go), the only way; "auto" (or
+	// empty) means it.
 	IO string
-	// Loops is how many event loops serve --io epoll; 0: one per P
-	// (GOMAXPROCS). The process should run at least one P more than it
-	// has loops: see SpareP.
+	// Loops is how many event loops serve; 0: one per P (GOMAXPROCS).
+	// The process should run at least one P more than it has loops: see
+	// SpareP.
 	Loops int
 
 	Pprof bool
@@ -90,6 +123,8 @@ type Config struct {
 	UpstreamCA                string
 	UpstreamCert, UpstreamKey string
 	UpstreamInsecure          bool
+	// Version is kvca's version, for kvca_build_info.
+	Version string
 	// Logger receives health transitions and errors; nil discards.
 	Logger *slog.Logger
 	// Now overrides the table clock in tests.
@@ -99,20 +134,24 @@ type Config struct {
 	// arrives (at "answer"), with the request body: a test makes it panic
 	// to prove the loops' panic guard.
 	testHook func(at string, body []byte)
+
+	// TTFT is the ttft policy's model where it is known (--batch-capacity,
+	// --prefill-block-time, --first-token-base) and the resident-work bound
+	// (--resident-epsilon, --resident-window); zeros are learned.
+	TTFT sched.TTFTConfig
 }
 
 // Values of Config.IO.
 const (
-	IOAuto     = "auto"
-	IOFasthttp = "fasthttp"
-	IOEpoll    = "epoll"
+	IOAuto  = "auto"
+	IOEpoll = "epoll"
 )
 
 // DefaultConfig returns the defaults documented in the README.
 func DefaultConfig() Config {
 	return Config{
 		Listen:                ":8080",
-		AdminListen:           "127.0.0.1:9090",
+		AdminListen:           "127.0.0.1:8079",
 		BlockSize:             256,
 		TTL:                   10 * time.Minute,
 		MaxBlocks:             4 << 20,
@@ -128,18 +167,26 @@ func DefaultConfig() Config {
 		UpstreamHeaderTimeout: 5 * time.Minute,
 		StreamIdleTimeout:     2 * time.Minute,
 		ShutdownTimeout:       30 * time.Second,
+		HeaderTimeout:         10 * time.Second,
 		ClientReadTimeout:     30 * time.Second,
+		MaxClientConns:        10000,
+		QueueSize:             admit.DefaultQueueSize,
+		QueueTimeout:          admit.DefaultQueueTimeout,
+		QueueHolderWait:       admit.DefaultHolderWait,
+		QueueStarvationLimit:  admit.DefaultStarvationLimit,
 		ClientIdleTimeout:     2 * time.Minute,
 		MaxConnsPerBackend:    1024,
+		TTFT:                  sched.TTFTConfig{ResidentEpsilon: sched.DefaultResidentEpsilon},
 	}
 }
 
 // backendAddr is a parsed --backend URL.
 type backendAddr struct {
-	url    string // normalised, no trailing slash
-	host   string // host:port
-	tls    bool
-	prefix string // path prefix to prepend, usually empty
+	url       string // normalised, no trailing slash
+	host      string // host:port
+	authority string // host[:port] as the URL gives it: the Host sent
+	tls       bool
+	prefix    string // path prefix to prepend, usually empty
 	// models, from a "#model-a,model-b" suffix, fixes the backend's models
 	// instead of discovering them from /v1/models.
 	models []string
@@ -173,11 +220,12 @@ func parseBackend(raw string) (backendAddr, error) {
 	prefix := strings.TrimSuffix(u.Path, "/")
 	prefix = strings.TrimSuffix(prefix, "/v1")
 	return backendAddr{
-		url:    u.Scheme + "://" + u.Host + prefix,
-		host:   host,
-		tls:    u.Scheme == "https",
-		prefix: prefix,
-		models: models,
+		url:       u.Scheme + "://" + u.Host + prefix,
+		host:      host,
+		authority: u.Host,
+		tls:       u.Scheme == "https",
+		prefix:    prefix,
+		models:    models,
 	}, nil
 }
 
@@ -254,6 +302,9 @@ func (c *Config) Validate() error {
 	if c.FailThreshold <= 0 {
 		c.FailThreshold = d.FailThreshold
 	}
+	if err := c.TTFT.Check(); err != nil {
+		return err
+	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		return fmt.Errorf("--tls-cert and --tls-key go together")
 	}
@@ -271,6 +322,8 @@ func (c *Config) Validate() error {
 		"--stream-idle-timeout":     &c.StreamIdleTimeout,
 		"--shutdown-timeout":        &c.ShutdownTimeout,
 		"--client-read-timeout":     &c.ClientReadTimeout,
+		"--header-timeout":          &c.HeaderTimeout,
+		"--drain-delay":             &c.DrainDelay,
 		"--client-idle-timeout":     &c.ClientIdleTimeout,
 	} {
 		if *v < 0 {
@@ -283,6 +336,15 @@ func (c *Config) Validate() error {
 	if c.StreamIdleTimeout == 0 {
 		c.StreamIdleTimeout = d.StreamIdleTimeout
 	}
+	if c.HeaderTimeout == 0 {
+		c.HeaderTimeout = d.HeaderTimeout
+	}
+	if c.MaxInflightPerBackend < 0 || c.QueueSize < 0 || c.QueueTimeout < 0 || c.QueueHolderWait < 0 || c.QueueStarvationLimit < 0 {
+		return fmt.Errorf("--max-inflight-per-backend, --queue-size, --queue-timeout, --queue-holder-wait and --queue-starvation-limit must not be negative")
+	}
+	if c.MaxClientConns < 0 {
+		return fmt.Errorf("--max-client-conns must not be negative (0: no bound)")
+	}
 	if c.ClientReadTimeout == 0 {
 		c.ClientReadTimeout = d.ClientReadTimeout
 	}
@@ -293,31 +355,15 @@ func (c *Config) Validate() error {
 		c.MaxConnsPerBackend = d.MaxConnsPerBackend
 	}
 	switch c.IO {
-	case "", IOAuto:
+	case "", IOAuto, IOEpoll:
 		c.IO = IOEpoll
-		if !epollSupported || c.TLSCert != "" {
-			c.IO = IOFasthttp
-		}
-		for _, b := range c.Backends {
-			if a, _ := parseBackend(b); a.tls {
-				c.IO = IOFasthttp
-			}
-		}
-	case IOFasthttp:
-	case IOEpoll:
-		if !epollSupported {
-			return fmt.Errorf("--io epoll is only available on Linux")
-		}
-		if c.TLSCert != "" {
-			return fmt.Errorf("--io epoll does not terminate TLS: use --io fasthttp with --tls-cert")
-		}
-		for _, b := range c.Backends {
-			if a, _ := parseBackend(b); a.tls {
-				return fmt.Errorf("--io epoll speaks plain HTTP to backends: %q is https (use --io fasthttp)", b)
-			}
-		}
+	case "fasthttp":
+		return fmt.Errorf("--io fasthttp is not available: every connection is served by the event loops (--io auto)")
 	default:
-		return fmt.Errorf("--io must be %q, %q or %q, got %q", IOAuto, IOEpoll, IOFasthttp, c.IO)
+		return fmt.Errorf("--io must be %q or %q, got %q", IOAuto, IOEpoll, c.IO)
+	}
+	if !epollSupported {
+		return fmt.Errorf("kvca serve needs Linux (its event loops use epoll)")
 	}
 	return nil
 }

@@ -1,6 +1,6 @@
 package edge
 
-import "github.com/kvca/kvca/edge/kdn"
+import "github.com/kvca/kvca/kdn"
 
 // EndpointID is a backend's KDN endpoint id, derived from its URL as the
 // contracts derive endpoint ids from a name (§1.4): stable across restarts

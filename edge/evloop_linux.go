@@ -5,7 +5,6 @@ package edge
 import (
 	"errors"
 	"net"
-	"os"
 	"runtime"
 	"runtime/debug"
 	"sync"
@@ -17,23 +16,19 @@ import (
 
 const epollSupported = true
 
-// The event-loop edge (--io epoll) serves the routed endpoints the way
-// nginx does: one loop per core (a goroutine), each with its own epoll
-// set, reading a request, routing it, writing it to a keep-alive
-// backend connection and relaying the answer back with non-blocking raw
-// system calls, with no goroutine per connection and no HTTP library in
-// between. compare-proxies measured why: with fasthttp, Go's scheduler
-// (parking and waking a goroutine on every read, sysmon retaking Ps in
-// system calls) costs about 8 µs per request at 1 KB, more than kvca's
-// routing work; on loops the same work runs at nginx's throughput.
-//
-// Everything that is not a routed POST with a Content-Length body over
-// HTTP/1.1 (GET /v1/models, /health, passthrough paths, chunked uploads,
-// Expect, HTTP/1.0, oversized or malformed heads) is handed over with its
-// connection, bytes already read included, to the fasthttp server, which
-// serves it as in --io fasthttp and keeps the connection from then on.
-// So the loop only ever needs the narrow parser of h1.go, and every
-// refusal keeps fasthttp's exact answers.
+// The public listener is served the way nginx serves it: one event loop
+// per core (a goroutine), each with its own epoll set, reading requests,
+// routing them, writing them to keep-alive backend connections and
+// relaying the answers back with non-blocking raw system calls, with no
+// goroutine per connection and no HTTP library in between. Every request
+// goes this one way: routed POSTs, passthrough paths, kvca's own answers,
+// chunked uploads, Expect, HTTP/1.0, TLS (tlssock_linux.go) and refusals,
+// under the one acceptance policy of package h1 and the forwarding rules
+// of forward.go. compare-proxies measured why loops: with a goroutine per
+// connection, Go's scheduler (parking and waking a goroutine on every
+// read, sysmon retaking Ps in system calls) cost about 8 µs per request at
+// 1 KB, more than kvca's routing work; on loops the same work runs at
+// nginx's throughput.
 
 // evHandler is one file descriptor of a loop.
 type evHandler interface {
@@ -65,10 +60,12 @@ type evLoop struct {
 	open     atomic.Int32 // nCli as other loops see it, plus those given to l
 	peers    []*evLoop    // every loop of the server, l included
 	inMu     sync.Mutex
-	inbox    []newConn     // connections other loops accepted for l
-	plans    []plannedBody // large bodies planned by goroutines
+	inbox    []newConn // connections other loops accepted for l
+	tasks    []func()  // work goroutines finished for l's connections
 	inClosed bool
-	hand     *handoffListener
+	// acceptAt: accepting paused (out of descriptors) until then; 0: not.
+	acceptAt  int64
+	acceptOff time.Duration
 
 	drain atomic.Bool // stop accepting; close connections once idle
 	kill  atomic.Bool // abort everything
@@ -91,46 +88,46 @@ const deadlineTick = 50 * time.Millisecond
 type evLoops struct {
 	loops []*evLoop
 	lfd   int
-	hand  *handoffListener
 	wg    sync.WaitGroup
 }
 
-// startLoops starts Config.Loops loops (default one per GOMAXPROCS) on ln's socket and returns
-// the listener fasthttp serves the handed-over connections from.
-func (s *Server) startLoops(ln net.Listener) (net.Listener, error) {
+// startLoops starts Config.Loops loops (default one per GOMAXPROCS) on
+// ln's socket.
+func (s *Server) startLoops(ln net.Listener) error {
 	tl, ok := ln.(*net.TCPListener)
 	if !ok {
-		return nil, errors.New("--io epoll needs a TCP listener")
+		return errors.New("the public listener must be a TCP listener")
 	}
-	f, err := tl.File()
+	rc, err := tl.SyscallConn()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	lfd, err := syscall.Dup(int(f.Fd()))
-	f.Close()
+	lfd := -1
+	if cerr := rc.Control(func(fd uintptr) { lfd, err = syscall.Dup(int(fd)) }); cerr != nil {
+		return cerr
+	}
 	if err != nil {
-		return nil, err
+		return err
 	}
 	syscall.CloseOnExec(lfd)
 	if err := syscall.SetNonblock(lfd, true); err != nil {
 		syscall.Close(lfd)
-		return nil, err
+		return err
 	}
 	for _, u := range s.ups {
 		if err := u.resolve(); err != nil {
-			syscall.Close(lfd)
-			return nil, err
+			s.log.Warn("backend address lookup failed; retrying in the background", "backend", u.b.Name, "err", err)
 		}
 	}
 	// Backends named by host name are looked up again now and then, as
-	// fasthttp's dialer would on every new connection.
+	// a dialer would on every new connection.
 	for _, u := range s.ups {
-		if !u.literalHost() {
+		if !u.literalHost() || u.la.Load() == nil {
 			s.loops.Add(1)
 			go func() { defer s.loops.Done(); s.reresolve(u) }()
 		}
 	}
-	el := &evLoops{lfd: lfd, hand: newHandoffListener(ln.Addr())}
+	el := &evLoops{lfd: lfd}
 	n := s.cfg.Loops
 	if n <= 0 {
 		n = runtime.GOMAXPROCS(0)
@@ -142,9 +139,8 @@ func (s *Server) startLoops(ln net.Listener) (net.Listener, error) {
 				l.closeFds()
 			}
 			syscall.Close(lfd)
-			return nil, err
+			return err
 		}
-		l.hand = el.hand
 		el.loops = append(el.loops, l)
 	}
 	for _, l := range el.loops {
@@ -158,7 +154,7 @@ func (s *Server) startLoops(ln net.Listener) (net.Listener, error) {
 			l.run()
 		}()
 	}
-	return el.hand, nil
+	return nil
 }
 
 // stop drains the loops until ctx's deadline (nil channel: wait), then
@@ -223,7 +219,6 @@ func newEvLoop(s *Server, lfd int) (*evLoop, error) {
 		idle: make([][]*upConn, len(s.ups)), done: make(chan struct{})}
 	// The listening socket is level-triggered and exclusive: one loop
 	// wakes per new connection, and takes it if no other did.
-	const epollExclusive = 1 << 28
 	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | epollExclusive, Fd: int32(lfd)}
 	if err := syscall.EpollCtl(ep, syscall.EPOLL_CTL_ADD, lfd, &ev); err != nil {
 		l.closeFds()
@@ -261,7 +256,10 @@ func (l *evLoop) add(fd int, h evHandler) error {
 	return nil
 }
 
-const epollET = 1 << 31
+const (
+	epollET        = 1 << 31
+	epollExclusive = 1 << 28
+)
 
 // forget removes fd from the loop; the caller closes it.
 func (l *evLoop) forget(fd int) {
@@ -313,7 +311,7 @@ func (l *evLoop) run() {
 				var b [8]byte
 				syscall.Read(l.wakeFd, b[:])
 				l.takeInbox(draining)
-				l.takePlanned()
+				l.runTasks()
 			default:
 				if h := l.fds[ev.Fd]; h != nil && l.gens[ev.Fd] == ev.Pad {
 					l.event(h, ev.Events, false)
@@ -337,6 +335,9 @@ func (l *evLoop) run() {
 		}
 		if l.now >= l.scanAt {
 			l.scanAt = l.now + int64(deadlineTick)
+			if l.acceptAt != 0 && l.now >= l.acceptAt && !draining {
+				l.resumeAccept()
+			}
 			for _, h := range l.fds {
 				if d := h.deadline(); d != 0 && d <= l.now {
 					l.event(h, 0, true)
@@ -382,7 +383,7 @@ func (l *evLoop) wait() int {
 		return int(r)
 	}
 	ms := int(deadlineTick / time.Millisecond)
-	if l.nCli == 0 && len(l.fds) == 0 {
+	if l.nCli == 0 && len(l.fds) == 0 && l.acceptAt == 0 {
 		ms = -1
 	}
 	n, err := syscall.EpollWait(l.ep, l.events[:], ms)
@@ -396,14 +397,36 @@ func (l *evLoop) wait() int {
 // fewest: whichever loop the kernel wakes for the listening socket, the
 // connections (and so the cores) stay evenly shared, where a burst of
 // connections would otherwise land on one loop and leave a core idle.
+// Beyond --max-client-conns a new connection is closed at once. Out of
+// descriptors (or memory), the loop stops accepting for a while instead
+// of being woken again at once by the same pending connection.
 func (l *evLoop) accept() {
+	s := l.s
 	for {
 		fd, sa, err := syscall.Accept4(l.lfd, syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC)
 		if err != nil {
+			switch err {
+			case syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM:
+				l.pauseAccept(err)
+			default:
+				l.acceptOff = 0
+			}
 			return
 		}
+		l.acceptOff = 0
+		if max := s.cfg.MaxClientConns; max > 0 && int(s.clientConns.Load()) >= max {
+			s.m.connsRefused.Inc()
+			_ = syscall.SetsockoptLinger(fd, syscall.SOL_SOCKET, syscall.SO_LINGER, &syscall.Linger{Onoff: 1, Linger: 0})
+			syscall.Close(fd)
+			continue
+		}
+		s.clientConns.Add(1)
 		_ = syscall.SetsockoptInt(fd, syscall.IPPROTO_TCP, syscall.TCP_NODELAY, 1)
 		nc := newConn{fd: fd, ip: appendSockaddrIP(nil, sa)}
+		if s.tlsPub != nil {
+			go l.handshakeClient(nc)
+			continue
+		}
 		if t := l.least(); t != l && t.give(nc) {
 			continue
 		}
@@ -411,10 +434,30 @@ func (l *evLoop) accept() {
 	}
 }
 
+// pauseAccept stops accepting on l for a back-off that doubles from
+// 10 ms to 1 s while accepting keeps failing.
+func (l *evLoop) pauseAccept(err error) {
+	l.acceptOff = min(max(2*l.acceptOff, 10*time.Millisecond), time.Second)
+	l.acceptAt = l.now + int64(l.acceptOff)
+	if l.scanAt > l.acceptAt {
+		l.scanAt = l.acceptAt
+	}
+	l.s.m.acceptErrors.Inc()
+	_ = syscall.EpollCtl(l.ep, syscall.EPOLL_CTL_DEL, l.lfd, nil)
+	l.s.log.Warn("accept failed; pausing new connections", "err", err, "for", l.acceptOff)
+}
+
+func (l *evLoop) resumeAccept() {
+	l.acceptAt = 0
+	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | epollExclusive, Fd: int32(l.lfd)}
+	_ = syscall.EpollCtl(l.ep, syscall.EPOLL_CTL_ADD, l.lfd, &ev)
+}
+
 // newConn is an accepted connection on its way to a loop.
 type newConn struct {
-	fd int
-	ip []byte
+	fd  int
+	ip  []byte
+	tls *tlsSock // after its handshake, if TLS
 }
 
 // least returns the loop with the fewest client connections (l on a tie).
@@ -455,56 +498,64 @@ func (l *evLoop) takeInbox(closing bool) {
 		l.open.Add(-1)
 		if closing {
 			syscall.Close(nc.fd)
+			l.s.clientConns.Add(-1)
 			continue
 		}
 		l.adopt(nc)
 	}
 }
 
-// plannedBody is a large body's plan, done off the loop (cliConn.dispatch).
-type plannedBody struct {
-	c   *cliConn
-	err error
-}
-
-// evPlanned is the event a loop gives a connection whose body has been
-// planned; epoll never reports this bit.
-const evPlanned = 1 << 24
-
-// postPlanned hands c's finished plan back to its loop; dropped if the
-// loop has stopped (it closed c on its way out).
-func (l *evLoop) postPlanned(c *cliConn, err error) {
+// post runs f on l's goroutine (f continues a connection of l after work
+// a goroutine did for it); dropped if l has stopped (it closed every
+// connection on its way out).
+func (l *evLoop) post(f func()) {
 	l.inMu.Lock()
 	if l.inClosed {
 		l.inMu.Unlock()
 		return
 	}
-	l.plans = append(l.plans, plannedBody{c, err})
+	l.tasks = append(l.tasks, f)
 	l.inMu.Unlock()
 	l.wakeUp()
 }
 
-func (l *evLoop) takePlanned() {
+func (l *evLoop) runTasks() {
 	l.inMu.Lock()
-	q := l.plans
-	l.plans = nil
+	q := l.tasks
+	l.tasks = nil
 	l.inMu.Unlock()
-	for i := range q {
-		q[i].c.planErr = q[i].err
-		l.event(q[i].c, evPlanned, false)
+	for _, f := range q {
+		l.task(f)
 	}
+}
+
+// task runs f under the loops' panic guard.
+func (l *evLoop) task(f func()) {
+	defer func() {
+		if r := recover(); r != nil {
+			l.s.log.Error("event loop: panic in a task", "panic", r, "stack", string(debug.Stack()))
+		}
+	}()
+	f()
 }
 
 // adopt registers a client connection with l.
 func (l *evLoop) adopt(nc newConn) {
-	c := &cliConn{l: l, fd: nc.fd, ip: nc.ip}
+	c := &cliConn{l: l, sock: sock{fd: nc.fd, tls: nc.tls}, ip: nc.ip}
+	c.h.Reset()
 	if l.add(nc.fd, c) != nil {
 		syscall.Close(nc.fd)
+		l.s.clientConns.Add(-1)
 		return
 	}
 	l.nCli++
 	l.open.Add(1)
 	c.idle()
+	if nc.tls != nil {
+		// The handshake may have brought the first request's bytes along.
+		c.sock.rd = true
+		c.read()
+	}
 }
 
 func appendSockaddrIP(b []byte, sa syscall.Sockaddr) []byte {
@@ -557,122 +608,39 @@ func bufClass(n int) int {
 // maxPooledBytes bounds the free buffers a loop keeps.
 const maxPooledBytes = 32 << 20
 
-// handoffListener hands connections from the loops to fasthttp's Serve,
-// which then tracks and drains them like the ones it accepts itself.
-type handoffListener struct {
-	addr   net.Addr
-	ch     chan net.Conn
-	closed chan struct{}
-	once   sync.Once
-}
-
-func newHandoffListener(addr net.Addr) *handoffListener {
-	return &handoffListener{addr: addr, ch: make(chan net.Conn, 64), closed: make(chan struct{})}
-}
-
-func (h *handoffListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-h.ch:
-		return c, nil
-	case <-h.closed:
-		return nil, net.ErrClosed
+// resolve looks the backend's host up for the loops.
+func (u *upstream) resolve() error {
+	a, err := net.ResolveTCPAddr("tcp", u.addr.host)
+	if err != nil {
+		return err
 	}
-}
-
-func (h *handoffListener) Close() error {
-	h.once.Do(func() { close(h.closed) })
+	la := &loopAddr{port: a.Port}
+	if ip4 := a.IP.To4(); ip4 != nil {
+		copy(la.ip[:], ip4)
+	} else {
+		copy(la.ip[:], a.IP.To16())
+		la.v6 = true
+	}
+	u.la.Store(la)
 	return nil
 }
 
-func (h *handoffListener) Addr() net.Addr { return h.addr }
-
-// give queues c for fasthttp; false if it is shutting down.
-func (h *handoffListener) give(c net.Conn) bool {
-	select {
-	case <-h.closed:
-		return false
-	default:
+// sockaddr returns a fresh socket address for a connect.
+func (u *upstream) sockaddr() syscall.Sockaddr {
+	a := u.la.Load()
+	switch {
+	case a == nil:
+		return nil
+	case a.v6:
+		return &syscall.SockaddrInet6{Port: a.port, Addr: a.ip}
 	}
-	select {
-	case h.ch <- c:
-		return true
-	case <-h.closed:
-		return false
-	}
+	s4 := &syscall.SockaddrInet4{Port: a.port}
+	copy(s4.Addr[:], a.ip[:4])
+	return s4
 }
 
-// prefixConn replays the bytes a loop had already read before the rest
-// of the connection.
-type prefixConn struct {
-	net.Conn
-	pre []byte
-}
-
-func (c *prefixConn) Read(p []byte) (int, error) {
-	if len(c.pre) > 0 {
-		n := copy(p, c.pre)
-		c.pre = c.pre[n:]
-		return n, nil
-	}
-	return c.Conn.Read(p)
-}
-
-// handoff gives the client connection, with pre as its first bytes, to
-// fasthttp; the loop forgets it.
-func (l *evLoop) handoff(fd int, pre []byte) {
-	l.forget(fd)
-	l.nCli--
-	l.open.Add(-1)
-	f := os.NewFile(uintptr(fd), "client")
-	nc, err := net.FileConn(f) // a duplicate, in the runtime's poller
-	f.Close()
-	if err != nil {
-		return
-	}
-	c := &prefixConn{Conn: wrapConn(nc), pre: append([]byte(nil), pre...)}
-	if !l.hand.give(c) {
-		nc.Close()
-	}
-}
-
-// Raw non-blocking system calls: they never block, so they keep the P.
-func rawRead(fd int, p []byte) (int, syscall.Errno) {
-	for {
-		n, _, e := syscall.RawSyscall(syscall.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-		if e == 0 {
-			return int(n), 0
-		}
-		if e != syscall.EINTR {
-			return 0, e
-		}
-	}
-}
-
-// rawWritev writes a then b (either may be empty) and returns how many
-// bytes went out.
-func (l *evLoop) rawWritev(fd int, a, b []byte) (int, syscall.Errno) {
-	n := 0
-	if len(a) > 0 {
-		l.iov[n].Base = &a[0]
-		l.iov[n].SetLen(len(a))
-		n++
-	}
-	if len(b) > 0 {
-		l.iov[n].Base = &b[0]
-		l.iov[n].SetLen(len(b))
-		n++
-	}
-	if n == 0 {
-		return 0, 0
-	}
-	for {
-		r, _, e := syscall.RawSyscall(syscall.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&l.iov[0])), uintptr(n))
-		if e != syscall.EINTR {
-			l.iov[0].Base, l.iov[1].Base = nil, nil
-			if e != 0 {
-				return 0, e
-			}
-			return int(r), 0
-		}
-	}
+// literalHost reports whether the backend's host is an IP address, which
+// needs no resolving again.
+func (u *upstream) literalHost() bool {
+	return net.ParseIP(hostOnly(u.addr.host)) != nil
 }

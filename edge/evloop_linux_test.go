@@ -16,16 +16,10 @@ import (
 	"time"
 )
 
-// startLoopProxy is startProxy with the event-loop edge, whatever
-// KVCA_TEST_IO says.
+// startLoopProxy is startProxy, checking the event loops run.
 func startLoopProxy(t *testing.T, mod func(*Config), backends ...*testBackend) *Server {
 	t.Helper()
-	s := startProxy(t, func(c *Config) {
-		if mod != nil {
-			mod(c)
-		}
-		c.IO = IOEpoll
-	}, backends...)
+	s := startProxy(t, mod, backends...)
 	if s.evl == nil {
 		t.Fatal("event loops not running")
 	}
@@ -83,10 +77,9 @@ func TestLoopPipelined(t *testing.T) {
 	waitIdle(t, s)
 }
 
-// What the loop does not serve itself (a chunked upload, Expect, a GET,
-// HTTP/1.0) goes to fasthttp with the bytes already read, and is answered
-// exactly as with --io fasthttp.
-func TestLoopHandsOver(t *testing.T) {
+// Every shape of request is served by the loop: a chunked upload (sent
+// byte by byte), Expect, HTTP/1.0, GETs, kvca's own answers, refusals.
+func TestLoopServesEveryShape(t *testing.T) {
 	b := newTestBackend(t, "a")
 	s := startLoopProxy(t, nil, b)
 	body := conversation(1, 0, false)

@@ -10,10 +10,10 @@ import (
 const epollSupported = false
 
 // evLoops is the event-loop edge, which needs Linux's epoll.
-type evLoops struct{}
+type evLoops struct{ loops []struct{} }
 
-func (s *Server) startLoops(net.Listener) (net.Listener, error) {
-	return nil, errors.New("--io epoll is only available on Linux")
+func (s *Server) startLoops(net.Listener) error {
+	return errors.New("kvca serve needs Linux: its event loops use epoll")
 }
 
 func (el *evLoops) stop(<-chan struct{}) error { return nil }

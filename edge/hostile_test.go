@@ -67,7 +67,8 @@ func TestHostileBodies(t *testing.T) {
 
 func TestSlowlorisIsCut(t *testing.T) {
 	b := newTestBackend(t, "a")
-	s := startProxy(t, func(c *Config) { c.ClientReadTimeout = 300 * time.Millisecond }, b)
+	// The head and the body have bounds of their own.
+	s := startProxy(t, func(c *Config) { c.HeaderTimeout, c.ClientReadTimeout = 300*time.Millisecond, 600*time.Millisecond }, b)
 	for _, partial := range []string{
 		"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Ty",                                    // headers trickled
 		"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{\"model\":\"m\",", // body trickled
@@ -79,10 +80,13 @@ func TestSlowlorisIsCut(t *testing.T) {
 		start := time.Now()
 		conn.Write([]byte(partial))
 		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-		_, err = io.ReadAll(conn)
+		out, err := io.ReadAll(conn)
 		conn.Close()
 		if err != nil {
 			t.Fatalf("connection not cut by the server: %v", err)
+		}
+		if !strings.HasPrefix(string(out), "HTTP/1.1 408 ") || !strings.Contains(string(out), "X-Request-Id: ") {
+			t.Fatalf("want a 408 with a request id, got %q", out)
 		}
 		if time.Since(start) > 4*time.Second {
 			t.Fatal("slow client held the connection")

@@ -3,6 +3,7 @@ package edge
 import (
 	"fmt"
 	"io"
+	"sync/atomic"
 
 	"github.com/VictoriaMetrics/metrics"
 
@@ -15,12 +16,15 @@ const (
 	routeChat = iota
 	routeCompletions
 	routeResponses
+	routeMessages
 	routeModels
 	routePassthrough
+	routeHealth // /health and /ready
+	routeOther  // kvca's own answers to anything else (404, refusals)
 	numRoutes
 )
 
-var routeNames = [numRoutes]string{"chat", "completions", "responses", "models", "passthrough"}
+var routeNames = [numRoutes]string{"chat", "completions", "responses", "messages", "models", "passthrough", "health", "other"}
 
 const numPhases = 3 // sched.PhaseBootstrap, PhaseFollowup, PhaseFallback
 
@@ -40,13 +44,22 @@ var errKindNames = [numErrKinds]string{"connect", "timeout", "stream", "status",
 // builds a label string. Each Server has its own set, so tests can run
 // several servers in one process.
 type serverMetrics struct {
-	set         *metrics.Set
-	requests    [numRoutes][numPhases + 1]*metrics.Counter // last phase column: unrouted
-	duration    [numRoutes]*metrics.PrometheusHistogram
+	set      *metrics.Set
+	requests [numRoutes][numPhases + 1]*metrics.Counter // last phase column: unrouted
+	duration [numRoutes]*metrics.PrometheusHistogram
+	// responses counts answers by route and status class (1xx … 5xx).
+	responses [numRoutes][6]*metrics.Counter
+	// ttft is time to the first body byte by route, for models that are
+	// not known (known models have theirs in the model index).
+	ttftOther   [numRoutes]*metrics.PrometheusHistogram
 	cached      *metrics.Counter
 	novel       *metrics.Counter
 	disconnects *metrics.Counter
 	bad         map[string]*metrics.Counter
+	// The public listener's connections.
+	connsRefused       *metrics.Counter // beyond --max-client-conns
+	acceptErrors       *metrics.Counter // accept failed (out of descriptors)
+	tlsHandshakeErrors *metrics.Counter
 }
 
 // backendMetrics are one backend's series.
@@ -55,9 +68,10 @@ type backendMetrics struct {
 	errors    [numErrKinds]*metrics.Counter
 }
 
-var badReasons = []string{"malformed_json", "not_object", "bad_messages", "bad_prompt", "too_large", "other"}
+var badReasons = []string{"malformed_json", "not_object", "bad_messages", "bad_prompt", "too_large",
+	"bad_http", "request_header_fields_too_large", "http_version_not_supported", "not_implemented", "expectation_failed", "other"}
 
-func newServerMetrics(s *sched.Scheduler, table *chain.Table, memo *chain.Memo) *serverMetrics {
+func newServerMetrics(s *sched.Scheduler, table *chain.Table, memo *chain.Memo, conns *atomic.Int32) *serverMetrics {
 	set := metrics.NewSet()
 	m := &serverMetrics{set: set, bad: map[string]*metrics.Counter{}}
 	phases := [numPhases + 1]string{"bootstrap", "followup", "fallback", "none"}
@@ -65,11 +79,18 @@ func newServerMetrics(s *sched.Scheduler, table *chain.Table, memo *chain.Memo) 
 		for p := range phases {
 			m.requests[r][p] = set.NewCounter(fmt.Sprintf(`kvca_requests_total{route=%q,phase=%q}`, routeNames[r], phases[p]))
 		}
-		m.duration[r] = set.NewPrometheusHistogram(fmt.Sprintf(`kvca_request_duration_seconds{route=%q}`, routeNames[r]))
+		m.duration[r] = set.NewPrometheusHistogramExt(fmt.Sprintf(`kvca_request_duration_seconds{route=%q}`, routeNames[r]), latencyBuckets)
+		for k := 1; k < 6; k++ {
+			m.responses[r][k] = set.NewCounter(fmt.Sprintf(`kvca_responses_total{route=%q,class="%dxx"}`, routeNames[r], k))
+		}
+		m.ttftOther[r] = m.ttftHistogram(r, "other")
 	}
 	m.cached = set.NewCounter(`kvca_routed_blocks_total{kind="cached"}`)
 	m.novel = set.NewCounter(`kvca_routed_blocks_total{kind="novel"}`)
 	m.disconnects = set.NewCounter(`kvca_client_disconnects_total`)
+	m.connsRefused = set.NewCounter(`kvca_client_connections_refused_total`)
+	m.acceptErrors = set.NewCounter(`kvca_accept_errors_total`)
+	m.tlsHandshakeErrors = set.NewCounter(`kvca_tls_handshake_errors_total`)
 	for _, r := range badReasons {
 		m.bad[r] = set.NewCounter(fmt.Sprintf(`kvca_bad_requests_total{reason=%q}`, r))
 	}
@@ -85,6 +106,7 @@ func newServerMetrics(s *sched.Scheduler, table *chain.Table, memo *chain.Memo) 
 		})
 	}
 	set.NewGauge(`kvca_table_blocks`, func() float64 { return float64(table.Stats().Blocks) })
+	set.NewGauge(`kvca_client_connections`, func() float64 { return float64(conns.Load()) })
 	set.RegisterMetricsWriter(func(w io.Writer) {
 		st := table.Stats()
 		metrics.WriteCounterUint64(w, `kvca_table_evictions_total{reason="expired"}`, st.EvictedExpired)
@@ -106,12 +128,21 @@ func newServerMetrics(s *sched.Scheduler, table *chain.Table, memo *chain.Memo) 
 
 func (m *serverMetrics) newBackend(set *metrics.Set, name string) *backendMetrics {
 	bm := &backendMetrics{
-		firstByte: set.NewPrometheusHistogram(fmt.Sprintf(`kvca_upstream_first_byte_seconds{backend=%q}`, name)),
+		firstByte: set.NewPrometheusHistogramExt(fmt.Sprintf(`kvca_upstream_first_byte_seconds{backend=%q}`, name), latencyBuckets),
 	}
 	for k := range numErrKinds {
 		bm.errors[k] = set.NewCounter(fmt.Sprintf(`kvca_upstream_errors_total{backend=%q,kind=%q}`, name, errKindNames[k]))
 	}
 	return bm
+}
+
+// latencyBuckets span a millisecond to half an hour: a long generation
+// stream is as much an answer as a health check.
+var latencyBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 1800}
+
+// ttftHistogram is the time-to-first-token series of a route and model.
+func (m *serverMetrics) ttftHistogram(route int, model string) *metrics.PrometheusHistogram {
+	return m.set.GetOrCreatePrometheusHistogramExt(fmt.Sprintf(`kvca_time_to_first_token_seconds{route=%q,model=%q}`, routeNames[route], model), latencyBuckets)
 }
 
 func (m *serverMetrics) badRequest(reason string) {

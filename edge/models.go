@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"net/http"
 	"slices"
 	"sync"
 	"time"
 
-	"github.com/valyala/fasthttp"
+	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/kvca/kvca/chain"
 )
@@ -22,6 +25,10 @@ type modelIndex struct {
 	// succeeded yet): they may serve anything.
 	wild  chain.Set
 	known bool // some backend's models are known
+	// ttft holds each known model's time-to-first-token series by route:
+	// metric labels only for models discovered or configured, so a client
+	// cannot grow the series by naming models.
+	ttft map[string]*[numRoutes]*metrics.PrometheusHistogram
 }
 
 // modelList is one backend's models: raw /v1/models entries and their ids.
@@ -54,7 +61,7 @@ func (s *Server) allowedFor(model []byte, dst *chain.Set) (*chain.Set, error) {
 }
 
 func (s *Server) rebuildModels() {
-	idx := &modelIndex{byName: map[string]chain.Set{}}
+	idx := &modelIndex{byName: map[string]chain.Set{}, ttft: map[string]*[numRoutes]*metrics.PrometheusHistogram{}}
 	for _, u := range s.ups {
 		l := u.models.Load()
 		if l == nil {
@@ -66,6 +73,13 @@ func (s *Server) rebuildModels() {
 			set := idx.byName[id]
 			set.Add(u.b.Index)
 			idx.byName[id] = set
+			if idx.ttft[id] == nil {
+				var h [numRoutes]*metrics.PrometheusHistogram
+				for _, r := range []int{routeChat, routeCompletions, routeResponses, routeMessages, routePassthrough} {
+					h[r] = s.m.ttftHistogram(r, id)
+				}
+				idx.ttft[id] = &h
+			}
 		}
 	}
 	s.models.Store(idx)
@@ -107,6 +121,9 @@ func (s *Server) discoverModels(ctx context.Context) {
 				defer wg.Done()
 				l, err := fetchModels(u, nil)
 				if err != nil {
+					if u.models.Load() == nil {
+						s.log.Warn("model discovery failed", "backend", u.b.Name, "err", err)
+					}
 					return
 				}
 				if old := u.models.Load(); old == nil || !slices.Equal(old.ids, l.ids) {
@@ -140,26 +157,29 @@ func (s *Server) discoverModels(ctx context.Context) {
 
 // fetchModels asks one backend for its models, with the client's
 // credentials when answering a client.
-func fetchModels(u *upstream, creds [][2][]byte) (*modelList, error) {
-	req := fasthttp.AcquireRequest()
-	resp := fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
-	req.SetRequestURI(u.addr.url + "/v1/models")
-	for _, kv := range creds {
-		req.Header.SetBytesKV(kv[0], kv[1])
-	}
-	if err := u.hc.DoTimeout(req, resp, 5*time.Second); err != nil {
+func fetchModels(u *upstream, creds [][2]string) (*modelList, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.addr.url+"/v1/models", nil)
+	if err != nil {
 		return nil, err
 	}
-	if resp.StatusCode() != fasthttp.StatusOK {
-		return nil, errors.New("status not 200")
+	for _, kv := range creds {
+		req.Header.Set(kv[0], kv[1])
+	}
+	resp, err := u.hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("/v1/models answered %d", resp.StatusCode)
 	}
 	var body struct {
 		Data []json.RawMessage `json:"data"`
 	}
-	if err := json.Unmarshal(resp.Body(), &body); err != nil {
-		return nil, err
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&body); err != nil {
+		return nil, fmt.Errorf("/v1/models: %w", err)
 	}
 	l := &modelList{}
 	for _, m := range body.Data {
@@ -175,22 +195,22 @@ func fetchModels(u *upstream, creds [][2][]byte) (*modelList, error) {
 	return l, nil
 }
 
-// listModels answers GET /v1/models with the union of the healthy backends'
-// models: as discovered, or asked now (with the client's credentials) when
-// a backend's list is not known yet.
-func (s *Server) listModels(ctx *fasthttp.RequestCtx) {
-	if !ctx.IsGet() {
-		writeError(ctx, fasthttp.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "use GET")
-		return
-	}
-	// Read credentials here: the request header is not safe for
-	// concurrent use by the fetches below.
-	var creds [][2][]byte
-	for _, h := range []string{"Authorization", "Api-Key", "X-Api-Key"} {
-		if v := ctx.Request.Header.Peek(h); len(v) > 0 {
-			creds = append(creds, [2][]byte{[]byte(h), append([]byte(nil), v...)})
+// modelsKnown reports whether every healthy backend's models are known,
+// so the union can be answered without asking anyone.
+func (s *Server) modelsKnown() bool {
+	for _, u := range s.ups {
+		if u.b.Healthy() && u.models.Load() == nil {
+			return false
 		}
 	}
+	return true
+}
+
+// modelsAnswer answers GET /v1/models (id empty) with the union of the
+// healthy backends' models, or GET /v1/models/{id} with that model: as
+// discovered, or asked now (with the client's credentials) when a
+// backend's list is not known yet; it may block on those requests.
+func (s *Server) modelsAnswer(creds [][2]string, id string) (int, []byte) {
 	lists := make([]*modelList, len(s.ups))
 	var wg sync.WaitGroup
 	for i, u := range s.ups {
@@ -204,9 +224,12 @@ func (s *Server) listModels(ctx *fasthttp.RequestCtx) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if l, err := fetchModels(u, creds); err == nil {
-				lists[i] = l
+			l, err := fetchModels(u, creds)
+			if err != nil {
+				s.log.Warn("model discovery failed", "backend", u.b.Name, "err", err)
+				return
 			}
+			lists[i] = l
 		}()
 	}
 	wg.Wait()
@@ -219,18 +242,25 @@ func (s *Server) listModels(ctx *fasthttp.RequestCtx) {
 		if l == nil {
 			continue
 		}
-		for i, id := range l.ids {
-			if !seen[id] {
-				seen[id] = true
+		for i, m := range l.ids {
+			if id != "" && m == id {
+				return 200, append(append([]byte(nil), l.data[i]...), '\n')
+			}
+			if !seen[m] {
+				seen[m] = true
 				out.Data = append(out.Data, l.data[i])
 			}
 		}
 	}
 	if len(seen) == 0 && !s.anyHealthy() {
-		noBackend(ctx)
-		return
+		return 503, appendErrorBody(nil, replyNoBackend.typ, replyNoBackend.code, replyNoBackend.msg)
 	}
-	writeJSON(ctx, fasthttp.StatusOK, out)
+	if id != "" {
+		r := unknownModel([]byte(id))
+		return 404, appendErrorBody(nil, r.typ, r.code, r.msg)
+	}
+	b, _ := json.Marshal(out)
+	return 200, append(b, '\n')
 }
 
 func (s *Server) anyHealthy() bool {
@@ -240,4 +270,15 @@ func (s *Server) anyHealthy() bool {
 		}
 	}
 	return false
+}
+
+// ttftOf is the time-to-first-token series for a request's route and
+// model.
+func (s *Server) ttftOf(route int, model []byte) *metrics.PrometheusHistogram {
+	if idx := s.models.Load(); idx != nil {
+		if h := idx.ttft[string(model)]; h != nil && h[route] != nil {
+			return h[route]
+		}
+	}
+	return s.m.ttftOther[route]
 }

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -29,7 +28,6 @@ func startProxy(t *testing.T, mod func(*Config), backends ...*testBackend) *Serv
 	if mod != nil {
 		mod(&cfg)
 	}
-	testIO(&cfg)
 	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -43,22 +41,6 @@ func startProxy(t *testing.T, mod func(*Config), backends ...*testBackend) *Serv
 		_ = s.Shutdown(ctx)
 	})
 	return s
-}
-
-// testIO lets one run of the package test the other I/O model:
-// KVCA_TEST_IO=fasthttp serves every test proxy with --io fasthttp (the
-// default, auto, is epoll on Linux).
-func testIO(cfg *Config) {
-	v := os.Getenv("KVCA_TEST_IO")
-	if v == "" || cfg.TLSCert != "" || cfg.IO != "" {
-		return // unset, TLS, or a test that wants one model
-	}
-	for _, b := range cfg.Backends {
-		if a, _ := parseBackend(b); a.tls {
-			return // TLS stays with fasthttp
-		}
-	}
-	cfg.IO = v
 }
 
 var client = &http.Client{Timeout: 20 * time.Second}
@@ -513,39 +495,91 @@ func TestRequestID(t *testing.T) {
 	}
 }
 
+// scriptedStream is a raw-socket backend: it answers each POST with a
+// streamed (chunked SSE) head, says so on head, waits for gate, then
+// sends one event and ends; anything else gets 404.
+func scriptedStream(t *testing.T) (url string, head chan struct{}, gate chan struct{}) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	head, gate = make(chan struct{}, 4), make(chan struct{})
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				br := bufio.NewReader(conn)
+				req, err := http.ReadRequest(br)
+				if err != nil {
+					return
+				}
+				io.Copy(io.Discard, req.Body)
+				if req.Method != "POST" {
+					io.WriteString(conn, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+					return
+				}
+				io.WriteString(conn, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+				head <- struct{}{}
+				select {
+				case <-gate:
+				case <-time.After(10 * time.Second):
+					return
+				}
+				ev := "data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\n"
+				fmt.Fprintf(conn, "%x\r\n%s\r\n0\r\n\r\n", len(ev), ev)
+			}()
+		}
+	}()
+	return "http://" + ln.Addr().String(), head, gate
+}
+
 // TestPrefillReleasedAfterPrefill: a streaming backend answers headers
 // before it prefills; the novel-block load stays reserved until the first
 // body byte (by default) or goes at the headers (--prefill-release headers).
 func TestPrefillReleasedAfterPrefill(t *testing.T) {
 	for _, atHeaders := range []bool{false, true} {
-		b := newTestBackend(t, "a")
-		b.holdFirst = make(chan struct{})
-		s := startProxy(t, func(c *Config) { c.PrefillAtHeaders = atHeaders }, b)
-		done := make(chan error, 1)
-		go func() {
-			resp, err := client.Post("http://"+s.Addr()+"/v1/chat/completions", "application/json", strings.NewReader(conversation(1, 2, true)))
-			if err == nil {
-				_, err = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
+		t.Run(fmt.Sprintf("at_headers=%v", atHeaders), func(t *testing.T) {
+			url, head, gate := scriptedStream(t)
+			s := startProxy(t, func(c *Config) {
+				c.PrefillAtHeaders = atHeaders
+				c.HealthInterval = 0
+				c.Backends = []string{url + "#m"}
+			})
+			conn, err := net.Dial("tcp", s.Addr())
+			if err != nil {
+				t.Fatal(err)
 			}
-			done <- err
-		}()
-		be := s.sched.Backends[0]
-		// The backend has the request and has sent its headers.
-		waitFor(t, "request at the backend", func() bool { return b.hits.Load() == 1 && be.Active() == 1 })
-		if atHeaders {
-			waitFor(t, "prefill released at headers", func() bool { return be.Prefill() == 0 })
-		} else {
-			time.Sleep(100 * time.Millisecond) // headers are in; the first byte is not
-			if be.Prefill() == 0 {
-				t.Fatal("prefill released before the backend prefilled")
+			defer conn.Close()
+			body := conversation(1, 2, true)
+			fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+			<-head
+			// kvca relays the head as soon as it has it: once the client
+			// has it, kvca has acted on it.
+			_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+			br := bufio.NewReader(conn)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-		close(b.holdFirst)
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
-		waitIdle(t, s)
+			be := s.sched.Backends[0]
+			if got, want := be.Prefill() == 0, atHeaders; got != want {
+				t.Fatalf("prefill released at headers: %v, want %v (prefill %d)", got, want, be.Prefill())
+			}
+			if be.Active() != 1 {
+				t.Fatalf("active %d during the stream", be.Active())
+			}
+			close(gate)
+			if _, err := io.ReadAll(resp.Body); err != nil {
+				t.Fatal(err)
+			}
+			waitIdle(t, s)
+		})
 	}
 }
 

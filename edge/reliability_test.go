@@ -268,7 +268,6 @@ func TestGracefulDrain(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", ""
 	cfg.Backends = []string{b.url()}
-	testIO(&cfg)
 	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -400,4 +399,125 @@ func TestBusyBackendIsNotEjected(t *testing.T) {
 		t.Fatalf("after the stream: %d %s", resp.StatusCode, out)
 	}
 	waitIdle(t, s)
+}
+
+// --drain-delay: at shutdown /ready fails at once while requests are
+// still served; the listener closes only after the delay.
+func TestDrainDelay(t *testing.T) {
+	b := newTestBackend(t, "a")
+	s := startProxy(t, func(c *Config) { c.DrainDelay = 400 * time.Millisecond }, b)
+	done := make(chan error, 1)
+	go func() { done <- s.Shutdown(context.Background()) }()
+	waitFor(t, "/ready failing", func() bool {
+		resp, err := client.Get("http://" + s.Addr() + "/ready")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 503
+	})
+	if resp, out := post(t, s, "/v1/chat/completions", conversation(1, 0, false)); resp.StatusCode != 200 {
+		t.Fatalf("during the drain delay: %d %s", resp.StatusCode, out)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("shutdown returned during the drain delay: %v", err)
+	default:
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if c, err := net.DialTimeout("tcp", s.Addr(), time.Second); err == nil {
+		c.Close()
+		t.Fatal("the listener still accepts after shutdown")
+	}
+}
+
+// A failed attempt's backend is excluded from the retry: a follow-up whose
+// only known holder has died (health checks off, below the ejection
+// threshold, so kvca still believes in it) is tried there once, then on
+// the other backend, which answers. Without the exclusion the holder
+// would be picked again and the client would get a 502.
+func TestRetryExcludesTheFailedBackend(t *testing.T) {
+	a, b := newTestBackend(t, "a"), newTestBackend(t, "b")
+	s := startProxy(t, func(c *Config) {
+		c.Policy, c.Retries, c.FailThreshold, c.HealthInterval = "kvca", 1, 10, 0
+	}, a, b)
+	resp, out := post(t, s, "/v1/chat/completions", conversation(1, 0, false))
+	if resp.StatusCode != 200 {
+		t.Fatalf("first turn: %d %s", resp.StatusCode, out)
+	}
+	home := a
+	if backendOf(resp) == "b" {
+		home = b
+	}
+	waitIdle(t, s)
+	home.close()
+	resp, out = post(t, s, "/v1/chat/completions", conversation(1, 1, false))
+	if resp.StatusCode != 200 || backendOf(resp) == home.name {
+		t.Fatalf("follow-up after its holder died: %d from %q: %s", resp.StatusCode, backendOf(resp), out)
+	}
+	found := false
+	for _, u := range s.ups {
+		if u.addr.url == home.url() {
+			found = true
+			if got := u.m.errors[errConnect].Get(); got != 1 {
+				t.Fatalf("connection failures counted on the dead holder: %d, want exactly 1 (one attempt)", got)
+			}
+		}
+	}
+	if !found {
+		t.Fatal("dead holder not found among the backends")
+	}
+	waitIdle(t, s)
+}
+
+// A shutdown whose deadline passes with a stream still running cuts it
+// with the SSE error event (never a clean-looking end), returns an error
+// saying so, and releases the stream's load.
+func TestShutdownDeadlineCutsStreams(t *testing.T) {
+	b := newTestBackend(t, "a")
+	b.events = 3
+	b.gate = make(chan struct{}) // the stream stalls after its first event
+	defer close(b.gate)
+	cfg := DefaultConfig()
+	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", ""
+	cfg.Backends = []string{b.url()}
+	cfg.HealthInterval = 0
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	body := conversation(1, 0, true)
+	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := make([]byte, 16)
+	if _, err := io.ReadFull(resp.Body, first); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := s.Shutdown(ctx); err == nil {
+		t.Fatal("shutdown cut a stream and reported no error")
+	}
+	rest, _ := io.ReadAll(resp.Body) // ends without the terminating chunk
+	if !strings.Contains(string(rest), "event: error") || !strings.Contains(string(rest), `"code":"proxy_shutdown"`) {
+		t.Fatalf("the cut stream did not end with the shutdown event: %q", rest)
+	}
+	if be := s.sched.Backends[0]; be.Active() != 0 || be.Prefill() != 0 {
+		t.Fatalf("load left after shutdown: active %d prefill %d", be.Active(), be.Prefill())
+	}
 }

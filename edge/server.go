@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -8,15 +9,21 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/kvca/kvca/admit"
+	"github.com/kvca/kvca/affinity"
+	"github.com/kvca/kvca/apikeys"
 	"github.com/kvca/kvca/canon"
 	"github.com/kvca/kvca/chain"
+	"github.com/kvca/kvca/quota"
 	"github.com/kvca/kvca/sched"
+	"github.com/kvca/kvca/tracing"
 )
 
 // Server is one kvca proxy: the public listener, the admin listener, and
@@ -33,26 +40,39 @@ type Server struct {
 	log   *slog.Logger
 	calls sync.Pool
 
-	srv   *fasthttp.Server
 	admin *fasthttp.Server
 	ln    net.Listener
 	adln  net.Listener
+	// clientConns counts open client connections across loops
+	// (--max-client-conns).
+	clientConns atomic.Int32
 
 	bg       context.Context
 	stopBg   context.CancelFunc
 	loops    sync.WaitGroup
 	serving  sync.WaitGroup
 	draining atomic.Bool
+	notReady atomic.Bool // /ready fails: shutting down (during --drain-delay too)
 	// adminRoutes lets other packages (the KDN API) mount admin handlers.
 	adminRoutes map[string]fasthttp.RequestHandler
 	peer        Peer
 	models      atomic.Pointer[modelIndex]
 	access      *slog.Logger // nil unless --access-log
 	onShutdown  []func()
+	resetHooks  []func(backend int, gen uint32)
 	modelsWake  chan struct{} // a backend came back: ask for its models
 	tlsPub      *certSource   // nil unless --tls-cert
 	tlsAdmin    *certSource   // nil unless --admin-tls-cert
-	evl         *evLoops      // nil unless --io epoll
+	evl         *evLoops
+	adm         *admit.Admitter // admission; bypassed without --max-inflight-per-backend
+	keys        *apikeys.Store  // nil without --api-keys
+	quota       *quota.Limiter  // nil without --api-keys
+	tracer      *tracing.Tracer // nil: tracing off
+	// threads binds a Responses answer's id to the backend that produced
+	// it (which alone may store it); sessions binds a named conversation
+	// (prompt_cache_key, a session header, user) to its backend.
+	threads, sessions *affinity.Map
+	stopKeys          func()
 }
 
 // Peer shares what this replica learns with other replicas. Its methods
@@ -75,24 +95,6 @@ func (s *Server) AddMetrics(write func(io.Writer)) { s.m.set.RegisterMetricsWrit
 
 // SetPeer installs clustering; call before Start.
 func (s *Server) SetPeer(p Peer) { s.peer = p }
-
-// learned records a successful answer: in the table, and with the peers.
-func (s *Server) learned(chain []uint64, backend int, at int64) {
-	s.table.Touch(chain, backend, at)
-	if s.peer != nil {
-		s.peer.Learned(chain, backend, at)
-	}
-}
-
-// resetBackend drops a backend's locations (its cache is gone) and tells
-// the peers.
-func (s *Server) resetBackend(i int) uint32 {
-	gen := s.table.Reset(i)
-	if s.peer != nil {
-		s.peer.Reset(i, gen)
-	}
-	return gen
-}
 
 // New validates cfg and builds a server; nothing listens until Start.
 func New(cfg Config) (*Server, error) {
@@ -122,10 +124,13 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := sc.SetTTFT(cfg.TTFT); err != nil {
+		return nil, err
+	}
 	s := &Server{
 		cfg:         cfg,
 		key:         key,
-		canon:       canon.NewWithOptions(cfg.CBRExclude, canon.Options{NoSession: !usesSession(cfg.Policy)}),
+		canon:       canon.NewWithOptions(cfg.CBRExclude, canon.Options{NoSession: !usesSession(cfg.Policy), HashKey: [2]uint64{key.K0, key.K1}}),
 		memo:        chain.NewMemo(cfg.CBRMemoBytes),
 		table:       table,
 		sched:       sc,
@@ -136,7 +141,19 @@ func New(cfg Config) (*Server, error) {
 	if cfg.AccessLog {
 		s.access = log
 	}
-	s.m = newServerMetrics(sc, table, s.memo)
+	s.m = newServerMetrics(sc, table, s.memo, &s.clientConns)
+	s.m.set.RegisterMetricsWriter(sc.WriteTTFTMetrics)
+	s.threads = affinity.New(affinity.Responses, affinity.Config{TTL: max(cfg.TTL, time.Hour)})
+	s.sessions = affinity.New(affinity.Sessions, affinity.Config{TTL: cfg.TTL})
+	s.m.set.RegisterMetricsWriter(s.threads.WritePrometheus)
+	s.m.set.RegisterMetricsWriter(s.sessions.WritePrometheus)
+	s.m.set.NewGauge(fmt.Sprintf(`kvca_build_info{version=%q,goversion=%q}`, cmp.Or(cfg.Version, "dev"), runtime.Version()), func() float64 { return 1 })
+	s.adm, err = admit.New(admit.Config{Backends: backends, MaxInflight: cfg.MaxInflightPerBackend,
+		QueueSize: cfg.QueueSize, QueueTimeout: cfg.QueueTimeout, HolderWait: cfg.QueueHolderWait,
+		StarvationLimit: cfg.QueueStarvationLimit, EngineAware: cfg.QueueEngineAware, Metrics: s.m.set})
+	if err != nil {
+		return nil, err
+	}
 	upTLS, err := upstreamTLS(&cfg)
 	if err != nil {
 		return nil, err
@@ -145,7 +162,19 @@ func New(cfg Config) (*Server, error) {
 		log.Warn("--upstream-insecure: backend certificates are NOT verified; anyone on the path can impersonate a backend")
 	}
 	for i, b := range backends {
-		s.ups = append(s.ups, newUpstream(b, addrs[i], cfg.MaxConnsPerBackend, s.m.newBackend(s.m.set, b.Name), upTLS))
+		s.ups = append(s.ups, newUpstream(b, addrs[i], s.m.newBackend(s.m.set, b.Name), upTLS))
+	}
+	if cfg.APIKeys != "" {
+		if s.keys, err = apikeys.Open(cfg.APIKeys, log); err != nil {
+			return nil, fmt.Errorf("--api-keys: %w", err)
+		}
+		s.quota = quota.New(quota.Options{})
+		s.quota.Attach(s.keys)
+		s.m.set.RegisterMetricsWriter(func(w io.Writer) { s.keys.WritePrometheus(w) })
+		s.m.set.RegisterMetricsWriter(func(w io.Writer) { s.quota.WritePrometheus(w) })
+	}
+	if s.tracer, err = tracing.New(tracing.Config{Endpoint: cfg.OTLPEndpoint, SampleRatio: cfg.TraceSampleRatio}); err != nil {
+		return nil, fmt.Errorf("--otlp-endpoint: %w", err)
 	}
 	if cfg.TLSCert != "" {
 		if s.tlsPub, err = newCertSource("public", cfg.TLSCert, cfg.TLSKey, log); err != nil {
@@ -159,23 +188,6 @@ func New(cfg Config) (*Server, error) {
 		}
 		s.m.tlsMetrics(s.tlsAdmin)
 	}
-	s.srv = &fasthttp.Server{
-		Handler:                       s.handle,
-		Name:                          "kvca",
-		MaxRequestBodySize:            cfg.MaxBodyBytes,
-		ReadTimeout:                   cfg.ClientReadTimeout,
-		IdleTimeout:                   cfg.ClientIdleTimeout,
-		NoDefaultServerHeader:         true,
-		NoDefaultContentType:          true,
-		NoDefaultDate:                 true,
-		DisableHeaderNamesNormalizing: true,
-		DisablePreParseMultipartForm:  true,
-		CloseOnShutdown:               true,
-		ErrorHandler:                  s.handleServerError,
-		ReadBufferSize:                16 << 10,
-		WriteBufferSize:               16 << 10,
-		Logger:                        quietLogger{log},
-	}
 	s.admin = &fasthttp.Server{
 		Handler:     s.handleAdmin,
 		Name:        "kvca-admin",
@@ -186,10 +198,6 @@ func New(cfg Config) (*Server, error) {
 	s.bg, s.stopBg = context.WithCancel(context.Background())
 	return s, nil
 }
-
-// usesSession says whether a routing policy reads sched.Request.Session;
-// the others are spared its hash (a quarter of canon+chain at 1–4 KB).
-func usesSession(policy string) bool { return policy == "session-hash" }
 
 // Table is the block table (for the admin and KDN APIs and tests).
 func (s *Server) Table() *chain.Table { return s.table }
@@ -226,12 +234,18 @@ func (s *Server) Start() error {
 			return fmt.Errorf("admin listen %s: %w", s.cfg.AdminListen, err)
 		}
 	}
-	s.StartOn(ln, adln)
+	if err := s.StartOn(ln, adln); err != nil {
+		ln.Close()
+		if adln != nil {
+			adln.Close()
+		}
+		return err
+	}
 	return nil
 }
 
 // StartOn serves on listeners the caller opened; adln may be nil.
-func (s *Server) StartOn(ln, adln net.Listener) {
+func (s *Server) StartOn(ln, adln net.Listener) error {
 	s.ln, s.adln = ln, adln
 	for _, cs := range []*certSource{s.tlsPub, s.tlsAdmin} {
 		if cs != nil {
@@ -239,12 +253,11 @@ func (s *Server) StartOn(ln, adln net.Listener) {
 			go func() { defer s.loops.Done(); cs.watch(s.bg, s.cfg.TLSReloadInterval) }()
 		}
 	}
-	ln = rawListener{ln}
-	if s.tlsPub != nil {
-		ln = tls.NewListener(ln, serverTLS(s.tlsPub))
-	}
 	if adln != nil && s.tlsAdmin != nil {
 		adln = tls.NewListener(adln, serverTLS(s.tlsAdmin))
+	}
+	if s.keys != nil {
+		s.stopKeys = s.keys.Watch(0)
 	}
 	s.loops.Add(1)
 	go func() { defer s.loops.Done(); s.table.Vacuum(s.bg) }()
@@ -254,26 +267,18 @@ func (s *Server) StartOn(ln, adln net.Listener) {
 		s.loops.Add(1)
 		go func() { defer s.loops.Done(); s.healthLoop(s.bg, u) }()
 	}
-	if s.cfg.IO == IOEpoll {
-		// The loops serve the routed endpoints; fasthttp serves the
-		// connections they hand over.
-		hand, err := s.startLoops(s.ln)
-		if err != nil {
-			s.log.Error("--io epoll: cannot start the event loops; serving with fasthttp", "err", err)
-			s.cfg.IO = IOFasthttp
-		} else {
-			ln = hand
-		}
+	if err := s.startLoops(ln); err != nil {
+		return err
 	}
-	s.serving.Add(1)
-	go func() { defer s.serving.Done(); _ = s.srv.Serve(ln) }()
 	if adln != nil {
 		s.serving.Add(1)
 		go func() { defer s.serving.Done(); _ = s.admin.Serve(adln) }()
 	}
 	s.log.Info("kvca serving", "listen", ln.Addr().String(), "admin", addrOf(adln),
 		"backends", len(s.ups), "policy", s.cfg.Policy, "block_size", s.cfg.BlockSize,
-		"ttl", s.cfg.TTL, "max_blocks", s.cfg.MaxBlocks, "hash_key_from_flag", s.cfg.HashKey != "", "io", s.cfg.IO)
+		"ttl", s.cfg.TTL, "max_blocks", s.cfg.MaxBlocks, "hash_key_from_flag", s.cfg.HashKey != "", "tls", s.tlsPub != nil,
+		"loops", len(s.evl.loops))
+	return nil
 }
 
 func addrOf(ln net.Listener) string {
@@ -304,27 +309,41 @@ func (s *Server) Addr() string { return addrOf(s.ln) }
 func (s *Server) AdminAddr() string { return addrOf(s.adln) }
 
 // Shutdown stops accepting, lets in-flight requests and streams finish
-// until ctx ends, then closes what is left and stops the loops.
+// until ctx ends, then cuts what is left (streams end with an SSE error
+// event where they can) and stops the background loops. The error says
+// whether anything had to be cut.
 func (s *Server) Shutdown(ctx context.Context) error {
-	s.draining.Store(true)
-	var loopErr chan error
-	if s.evl != nil {
-		loopErr = make(chan error, 1)
-		go func() { loopErr <- s.evl.stop(ctx.Done()) }()
-	}
-	err := s.srv.ShutdownWithContext(ctx)
-	if loopErr != nil {
-		if lerr := <-loopErr; err == nil {
-			err = lerr
+	s.notReady.Store(true)
+	if d := s.cfg.DrainDelay; d > 0 {
+		s.log.Info("draining: /ready fails; serving on until the drain delay ends", "drain_delay", d)
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
 		}
+	}
+	s.draining.Store(true)
+	var err error
+	if s.evl != nil {
+		err = s.evl.stop(ctx.Done())
 		s.ln.Close()
 	}
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-		s.log.Warn("shutdown timeout: closing remaining connections")
+	if err != nil {
+		s.log.Warn("shutdown timeout: in-flight requests were cut")
 	}
-	_ = s.admin.ShutdownWithContext(ctx)
+	if s.adln != nil {
+		_ = s.admin.ShutdownWithContext(ctx)
+	}
 	for _, f := range s.onShutdown {
 		f()
+	}
+	s.adm.Close()
+	if s.stopKeys != nil {
+		s.stopKeys()
+	}
+	if s.tracer != nil {
+		_ = s.tracer.Shutdown(ctx)
 	}
 	s.stopBg()
 	s.loops.Wait()
@@ -334,87 +353,19 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return err
 }
 
-// handle is the public listener's router.
-func (s *Server) handle(ctx *fasthttp.RequestCtx) {
-	path := ctx.Path()
-	post := ctx.IsPost()
-	switch string(path) {
-	case "/v1/chat/completions":
-		if !post {
-			methodNotAllowed(ctx)
-			return
-		}
-		s.proxyRouted(ctx, canon.Chat, routeChat)
-	case "/v1/completions":
-		if !post {
-			methodNotAllowed(ctx)
-			return
-		}
-		s.proxyRouted(ctx, canon.Completions, routeCompletions)
-	case "/v1/responses":
-		if !post {
-			methodNotAllowed(ctx)
-			return
-		}
-		s.proxyRouted(ctx, canon.Responses, routeResponses)
-	case "/v1/models":
-		start := time.Now()
-		s.listModels(ctx)
-		s.m.requests[routeModels][numPhases].Inc()
-		s.m.duration[routeModels].UpdateDuration(start)
-	case "/health":
-		ctx.SetContentType("application/json")
-		ctx.SetBodyString(`{"status":"ok"}`)
-	case "/ready":
-		s.ready(ctx)
-	default:
-		if len(path) >= 4 && string(path[:4]) == "/v1/" {
-			s.m.requests[routePassthrough][numPhases].Inc()
-			s.proxyPassthrough(ctx)
-			return
-		}
-		writeError(ctx, fasthttp.StatusNotFound, "invalid_request_error", "not_found", "unknown path "+string(path))
-	}
-}
-
-func methodNotAllowed(ctx *fasthttp.RequestCtx) {
-	writeError(ctx, fasthttp.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "use POST")
-}
-
-func (s *Server) ready(ctx *fasthttp.RequestCtx) {
-	ctx.SetContentType("application/json")
+// readiness is GET /ready: 200 while some backend is healthy and kvca is
+// not draining.
+func (s *Server) readiness() (int, []byte) {
 	n := 0
 	for _, u := range s.ups {
 		if u.b.Healthy() {
 			n++
 		}
 	}
-	if n == 0 || s.draining.Load() {
-		ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
-		fmt.Fprintf(ctx, `{"status":"not_ready","healthy_backends":%d,"draining":%v}`, n, s.draining.Load())
-		return
+	if n == 0 || s.notReady.Load() {
+		return 503, fmt.Appendf(nil, `{"status":"not_ready","healthy_backends":%d,"draining":%v}`+"\n", n, s.notReady.Load())
 	}
-	fmt.Fprintf(ctx, `{"status":"ready","healthy_backends":%d}`, n)
-}
-
-// handleServerError answers errors fasthttp meets before the handler runs
-// (body too large, malformed HTTP, read timeouts) in OpenAI's shape.
-func (s *Server) handleServerError(ctx *fasthttp.RequestCtx, err error) {
-	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
-		s.m.badRequest("too_large")
-		writeError(ctx, fasthttp.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large",
-			fmt.Sprintf("request body exceeds %d bytes", s.cfg.MaxBodyBytes))
-		ctx.SetConnectionClose()
-		return
-	}
-	if isTimeout(err) {
-		writeError(ctx, fasthttp.StatusRequestTimeout, "invalid_request_error", "request_timeout", "request was not received in time")
-		ctx.SetConnectionClose()
-		return
-	}
-	s.m.badRequest("other")
-	writeError(ctx, fasthttp.StatusBadRequest, "invalid_request_error", "bad_http", "malformed HTTP request")
-	ctx.SetConnectionClose()
+	return 200, fmt.Appendf(nil, `{"status":"ready","healthy_backends":%d}`+"\n", n)
 }
 
 // quietLogger routes fasthttp's own messages to slog at debug level.
@@ -423,3 +374,11 @@ type quietLogger struct{ l *slog.Logger }
 func (q quietLogger) Printf(format string, args ...any) {
 	q.l.Debug(fmt.Sprintf(format, args...))
 }
+
+// Quota is the per-tenant limiter (nil without --api-keys), for sharing
+// through the cluster.
+func (s *Server) Quota() *quota.Limiter { return s.quota }
+
+// Affinity returns the response-id and session binding maps, for sharing
+// through the cluster.
+func (s *Server) Affinity() (threads, sessions *affinity.Map) { return s.threads, s.sessions }

@@ -82,7 +82,6 @@ func TestSoak(t *testing.T) {
 	if os.Getenv("KVCA_SOAK_DEBUG") != "" {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	testIO(&cfg)
 	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

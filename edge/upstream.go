@@ -3,11 +3,11 @@ package edge
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"net"
+	"net/http"
 	"sync/atomic"
 	"time"
-
-	"github.com/valyala/fasthttp"
 
 	"github.com/kvca/kvca/sched"
 )
@@ -17,10 +17,14 @@ import (
 type upstream struct {
 	b    *sched.Backend
 	addr backendAddr
-	hc   *fasthttp.HostClient
-	m    *backendMetrics
-	host []byte
-	ops  connOps
+	// authority is the Host kvca sends: the backend URL's host[:port].
+	authority []byte
+	tls       *tls.Config // nil for http:// backends
+	// hc asks the backend outside client traffic (health, models,
+	// warm-ups); probes is hc without keep-alive, so a probe never draws a
+	// pooled connection the backend has since closed.
+	hc, probes *http.Client
+	m          *backendMetrics
 
 	// Passive health: consecutive connection failures, and how many times
 	// the backend was ejected in a row (the cool-down doubles each time).
@@ -45,50 +49,31 @@ type loopAddr struct {
 	v6   bool
 }
 
-func newUpstream(b *sched.Backend, a backendAddr, maxConns int, m *backendMetrics, tc *tls.Config) *upstream {
-	hc := &fasthttp.HostClient{
-		Addr:                          a.host,
-		IsTLS:                         a.tls,
-		MaxConns:                      maxConns,
-		MaxIdleConnDuration:           90 * time.Second,
-		NoDefaultUserAgentHeader:      true,
-		DisableHeaderNamesNormalizing: true,
-		DisablePathNormalizing:        true,
-		// Retries are kvca's decision (another backend), not the client's.
-		MaxIdemponentCallAttempts: 1,
-		ReadBufferSize:            16 << 10,
-		WriteBufferSize:           16 << 10,
-		DialTimeout:               dialUpstream(a.tls),
-	}
+// dialTimeout bounds a connection attempt to a backend.
+const dialTimeout = 3 * time.Second
+
+func newUpstream(b *sched.Backend, a backendAddr, m *backendMetrics, tc *tls.Config) *upstream {
+	u := &upstream{b: b, addr: a, authority: []byte(a.authority), m: m, wake: make(chan struct{}, 1)}
 	if a.tls {
-		hc.TLSConfig = tc.Clone()
-		hc.TLSConfig.ServerName = hostOnly(a.host) // SNI and verification name
+		u.tls = tc.Clone()
+		u.tls.ServerName = hostOnly(a.host) // SNI and verification name
+		u.tls.NextProtos = []string{"http/1.1"}
 	}
-	u := &upstream{b: b, addr: a, hc: hc, m: m, host: []byte(a.host), wake: make(chan struct{}, 1)}
-	u.ops = makeConnOps(hc.AcquireConn, hc.ReleaseConn, hc.CloseConn)
+	transport := func(keepAlive bool) *http.Client {
+		return &http.Client{Transport: &http.Transport{
+			DialContext:       (&net.Dialer{Timeout: dialTimeout}).DialContext,
+			TLSClientConfig:   u.tls,
+			DisableKeepAlives: !keepAlive,
+			MaxIdleConns:      4,
+			IdleConnTimeout:   30 * time.Second,
+			ForceAttemptHTTP2: false,
+		}}
+	}
+	u.hc, u.probes = transport(true), transport(false)
 	if a.models != nil {
 		u.models.Store(staticModels(a.models))
 	}
 	return u
-}
-
-// dialUpstream dials as fasthttp does by default, and gives the connection
-// raw-syscall reads and writes (rawconn_linux.go); TLS goes on top of it.
-func dialUpstream(isTLS bool) fasthttp.DialFuncWithTimeout {
-	return func(addr string, timeout time.Duration) (net.Conn, error) {
-		addr = fasthttp.AddMissingPort(addr, isTLS)
-		var c net.Conn
-		var err error
-		if timeout > 0 {
-			c, err = fasthttp.DialTimeout(addr, timeout)
-		} else {
-			c, err = fasthttp.Dial(addr)
-		}
-		if err != nil {
-			return nil, err
-		}
-		return wrapConn(c), nil
-	}
 }
 
 func hostOnly(hostport string) string {
@@ -137,21 +122,24 @@ func (u *upstream) failed(threshold int, s *Server) {
 	}
 }
 
-// probe asks the backend's health path once.
-func (u *upstream) probe(path string, timeout time.Duration) bool {
-	req := fasthttp.AcquireRequest()
-	resp := fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
-	req.SetRequestURI(u.addr.url + path)
-	req.Header.SetMethod(fasthttp.MethodGet)
-	// A fresh connection each time: a probe must not fail on a pooled
-	// connection the backend closed when it restarted, nor leave one behind.
-	req.SetConnectionClose()
-	if err := u.hc.DoTimeout(req, resp, timeout); err != nil {
-		return false
+// probe asks the backend's health path once, on a connection of its own;
+// the error says why it failed.
+func (u *upstream) probe(path string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.addr.url+path, nil)
+	if err != nil {
+		return err
 	}
-	return resp.StatusCode() == fasthttp.StatusOK
+	resp, err := u.probes.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s answered %d", path, resp.StatusCode)
+	}
+	return nil
 }
 
 // healthLoop runs the active check every interval; with active checks off
@@ -178,11 +166,11 @@ func (s *Server) healthLoop(ctx context.Context, u *upstream) {
 		case interval > 0:
 			// Two failed probes in a row take a backend out; one passing
 			// probe brings it back.
-			if u.probe(s.cfg.HealthPath, timeout) {
+			if err := u.probe(s.cfg.HealthPath, timeout); err == nil {
 				probeFails = 0
 				s.setHealth(u, true, "active: "+s.cfg.HealthPath+" passed")
 			} else if probeFails++; probeFails >= 2 || !u.b.Healthy() {
-				s.setHealth(u, false, "active: "+s.cfg.HealthPath+" failed")
+				s.setHealth(u, false, "active: "+s.cfg.HealthPath+" failed: "+err.Error())
 			}
 		default:
 			s.setHealth(u, true, "passive: cool-down over")
@@ -200,7 +188,7 @@ func (s *Server) healthLoop(ctx context.Context, u *upstream) {
 
 // setHealth records a health decision. A backend that comes back is
 // presumed to have lost its KV cache: its locations are dropped and its
-// generation bumped (seed: Staleness).
+// generation bumped: kvca can no longer vouch for its cache.
 func (s *Server) setHealth(u *upstream, healthy bool, why string) bool {
 	if !u.b.SetHealthy(healthy) {
 		return false
@@ -208,6 +196,7 @@ func (s *Server) setHealth(u *upstream, healthy bool, why string) bool {
 	if healthy {
 		gen := s.resetBackend(u.b.Index)
 		s.log.Info("backend healthy", "backend", u.b.Name, "reason", why, "generation", gen)
+		s.adm.Refill(u.b.Index) // waiters may go there now
 		select {
 		case s.modelsWake <- struct{}{}:
 		default:
@@ -218,36 +207,4 @@ func (s *Server) setHealth(u *upstream, healthy bool, why string) bool {
 	// Its pooled connections are likely dead (a restart closes them all).
 	u.hc.CloseIdleConnections()
 	return true
-}
-
-// pooledConn is what fasthttp's HostClient hands out from its pool. Its
-// concrete type is unexported, so connOps carries it as an interface value
-// (a pointer: no allocation) and converts it back inside a generic closure.
-type pooledConn interface {
-	Conn() net.Conn
-	CreatedTime() time.Time
-	LastUseTime() time.Time
-}
-
-type connOps struct {
-	acquire func() (any, net.Conn, bool, error) // conn, net.Conn, reused, err
-	release func(any)
-	close   func(any)
-}
-
-func makeConnOps[T pooledConn](acq func(time.Duration, bool) (T, error), rel, cls func(T)) connOps {
-	return connOps{
-		acquire: func() (any, net.Conn, bool, error) {
-			cc, err := acq(0, false)
-			if err != nil {
-				return nil, nil, false, err
-			}
-			// A pooled struct keeps its old last-use time until released
-			// again, so only a connection used since it was dialled has a
-			// later last use than creation.
-			return cc, cc.Conn(), cc.LastUseTime().After(cc.CreatedTime()), nil
-		},
-		release: func(x any) { rel(x.(T)) },
-		close:   func(x any) { cls(x.(T)) },
-	}
 }

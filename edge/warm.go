@@ -1,12 +1,13 @@
 package edge
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"time"
-
-	"github.com/valyala/fasthttp"
 
 	"github.com/kvca/kvca/canon"
 	"github.com/kvca/kvca/sched"
@@ -49,25 +50,26 @@ func (s *Server) Warm(ctx context.Context, i int, api canon.API, path string, bo
 		return nil, ErrWarmFailed
 	}
 	defer res.ReleaseActive()
-	req := fasthttp.AcquireRequest()
-	resp := fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
-	req.SetRequestURI(u.addr.url + path)
-	req.Header.SetMethod(fasthttp.MethodPost)
-	req.Header.SetContentType("application/json")
-	req.SetBodyRaw(body)
 	timeout := s.cfg.UpstreamHeaderTimeout
 	if d, ok := ctx.Deadline(); ok {
 		timeout = min(timeout, time.Until(d))
 	}
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, u.addr.url+path, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
 	now := s.table.Now()
-	err = u.hc.DoTimeout(req, resp, timeout)
+	resp, err := u.hc.Do(req)
 	res.ReleasePrefill()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrWarmFailed, err)
 	}
-	if sc := resp.StatusCode(); sc < 200 || sc > 299 {
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	resp.Body.Close()
+	if sc := resp.StatusCode; sc < 200 || sc > 299 {
 		return nil, fmt.Errorf("%w: status %d", ErrWarmFailed, sc)
 	}
 	if ctx.Err() != nil {

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"runtime"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -215,12 +214,7 @@ func (c *wireClient) roundTrip() error {
 }
 
 // wireIOs are the I/O models this platform serves with.
-func wireIOs() []string {
-	if epollSupported {
-		return []string{IOEpoll, IOFasthttp}
-	}
-	return []string{IOFasthttp}
-}
+func wireIOs() []string { return []string{IOEpoll} }
 
 func BenchmarkWire(b *testing.B) {
 	backend := startWireBackend(b)
@@ -250,12 +244,8 @@ func BenchmarkWire(b *testing.B) {
 }
 
 // TestWireNoAllocs: in steady state a proxied request allocates nothing
-// anywhere in the process, with either I/O model. With fasthttp a
-// streamed (chunked) one allocates once: writeBodyChunked's chunk-framing
-// writer escapes to the heap when kvca's relay writes the body with
-// WriteTo. Taking fasthttp's Read path instead would avoid it at the
-// price of one more copy of every chunk. The event loops relay chunks as
-// they came and allocate nothing.
+// anywhere in the process, streamed or not: the event loops relay chunks
+// as they came.
 func TestWireNoAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts need a build without -race")
@@ -271,9 +261,6 @@ func TestWireNoAllocs(t *testing.T) {
 					c.do(t)
 				}
 				want := 0.0
-				if model == IOFasthttp && strings.HasSuffix(path, "?stream") {
-					want = 1
-				}
 				if n := testing.AllocsPerRun(100, func() { c.do(t) }); n > want {
 					t.Errorf("--io %s %s %s: %v allocs per request, want %v", model, path, names[i], n, want)
 				}

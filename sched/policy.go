@@ -17,6 +17,7 @@ var policies = map[string]Policy{
 	"least-loaded": leastLoaded{},
 	"random":       randomPolicy{},
 	"session-hash": sessionHash{},
+	"ttft":         ttftPolicy{},
 }
 
 // DefaultPolicy is what serve uses when --policy is not given; the bench
@@ -43,18 +44,24 @@ func PolicyByName(name string) (Policy, error) {
 
 func trailingZeros(w uint64) int { return bits.TrailingZeros64(w) }
 
-// kvcaPolicy is the seed's two dispatch phases.
+// kvcaPolicy is the two dispatch phases: bootstrap requests to the least
+// loaded backend, follow-ups to the least loaded holder of their longest
+// known prefix (fallback to the first phase when none is healthy).
 type kvcaPolicy struct{}
 
 func (kvcaPolicy) Name() string { return "kvca" }
 
 func (kvcaPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 	elig := s.Eligible(r)
+	d.prefer = r.Bound
 	if r.Followup && len(r.Chain) > 0 {
 		if phase2(s, r, elig, d) {
 			return true
 		}
 		d.Phase = PhaseFallback
+	}
+	if s.pickBound(r, d) {
+		return true
 	}
 	// Phase 1 (and fallback): every eligible backend, all blocks novel.
 	return s.reserveMin(&elig, len(r.Chain), nil, false, d)
@@ -85,15 +92,15 @@ func phase2(s *Scheduler, r *Request, elig chain.Set, d *Decision) bool {
 // recomputation that every later turn pays for too, which is why cost alone
 // loses hit rate once loads include the prefill still running. A first turn
 // has no conversation to keep, only a prefix it may share with others (a
-// document, a long system prompt, tool definitions), and the seed's goal asks
-// for "the best backend for initial requests based on a cache-locality
-// utility metric": cost is that metric, least load after counting the blocks
-// each backend would have to compute.
+// document, a long system prompt, tool definitions), so it goes to the
+// backend that is best by a cache-locality utility: cost, the least load
+// after counting the blocks each backend would have to compute.
 type kvcaCost struct{}
 
 func (kvcaCost) Name() string { return "kvca-cost" }
 
 func (kvcaCost) Pick(s *Scheduler, r *Request, d *Decision) bool {
+	d.prefer = r.Bound
 	if r.Followup && len(r.Chain) > 0 && phase2(s, r, s.Eligible(r), d) {
 		return true
 	}
@@ -110,6 +117,10 @@ func (costPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 	elig := s.Eligible(r)
 	var match [chain.MaxBackends]int32
 	best := prefixMatch(s, r, elig, &match)
+	d.prefer = r.Bound
+	if boundDecides(r, best) && s.pickBound(r, d) {
+		return true
+	}
 	switch {
 	case !r.Followup:
 		d.Phase = PhaseBootstrap

@@ -6,6 +6,7 @@ package sched
 import (
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/kvca/kvca/chain"
 )
@@ -27,6 +28,8 @@ type Backend struct {
 	engine atomic.Pointer[EngineSignals]
 	// seed decorrelates backends in rendezvous hashing.
 	seed uint64
+	// model is b's learned first-token latency and resident work (ttft.go).
+	model predictor
 }
 
 const activeUnit = 1 << 32
@@ -63,7 +66,8 @@ func (b *Backend) SetHealthy(v bool) bool { return b.healthy.Swap(v) != v }
 
 func loadOf(st, weight uint64) uint64 { return (st>>32)*weight + uint64(uint32(st)) }
 
-// Phase says how a request was routed, as the seed names the dispatch phases.
+// Phase says how a request was routed: which dispatch phase chose its
+// backend (docs/routing.md).
 type Phase uint8
 
 const (
@@ -93,6 +97,17 @@ type Request struct {
 	Allowed *chain.Set
 	// Exclude holds backends already tried for this request.
 	Exclude chain.Set
+	// Bound is 1 + the index of the backend the request's conversation is
+	// bound to (a named session, a Responses API thread), 0 if none. The
+	// kvca, cost and kvca-cost policies send a bootstrap there, and a
+	// follow-up of which no eligible backend holds any block; otherwise the
+	// prefix decides and Bound is preferred among equally good choices
+	// (bound.go).
+	Bound int
+	// Pin makes Bound binding for every policy while that backend is
+	// eligible: a Responses API continuation (previous_response_id) can only
+	// be answered by the backend that stores its thread.
+	Pin bool
 }
 
 // Decision is a policy's answer.
@@ -101,6 +116,16 @@ type Decision struct {
 	Phase   Phase
 	Cached  int // leading blocks the backend is believed to hold
 	Novel   int // blocks it must compute, reserved as prefill load
+	// Predicted is the time to first token the ttft policy expected on
+	// Backend; 0 when the policy does not predict.
+	Predicted time.Duration
+	// before is Backend's load word just before this request was reserved.
+	before uint64
+	// Bound: the choice was Request.Bound's backend because of the binding
+	// (pinned, or nothing else known), not because it won on prefix or load.
+	Bound bool
+	// prefer is Request.Bound for reserveMin's ties.
+	prefer int
 }
 
 // Policy selects a backend and reserves the request's load on it.
@@ -122,6 +147,8 @@ type Scheduler struct {
 	// per tie size, so requests tying among other sets (a conversation's
 	// replicas) do not shift the turns of an idle fleet's first turns.
 	ties [16]atomic.Uint64
+	// ttft is the predicted-latency policy's settings and shared state.
+	ttft ttftState
 }
 
 // New builds a scheduler; policy is one of Policies().
@@ -139,17 +166,21 @@ func New(backends []*Backend, table *chain.Table, activeWeight int, policy strin
 	if err != nil {
 		return nil, err
 	}
-	return &Scheduler{Backends: backends, Table: table, ActiveWeight: uint64(activeWeight), Policy: p}, nil
+	s := &Scheduler{Backends: backends, Table: table, ActiveWeight: uint64(activeWeight), Policy: p}
+	s.initTTFT()
+	return s, nil
 }
 
 // Route picks and reserves a backend for r. On success res must be
 // released by the caller (ReleasePrefill at headers, ReleaseActive at end).
 func (s *Scheduler) Route(r *Request, d *Decision, res *Reservation) bool {
 	*d = Decision{}
-	if !s.Policy.Pick(s, r, d) {
+	// A pinned request goes to its bound backend whatever the policy.
+	if !(r.Pin && s.pickBound(r, d)) && !s.Policy.Pick(s, r, d) {
 		return false
 	}
-	res.arm(d.Backend, uint64(d.Novel))
+	res.arm(d.Backend, uint64(d.Novel), d.before, d.Predicted)
+	s.noteResident(d.Backend, r)
 	return true
 }
 
@@ -201,7 +232,9 @@ func (s *Scheduler) reserveMin(elig *chain.Set, n int, match *[chain.MaxBackends
 		if best < 0 {
 			return false
 		}
-		if ties > 1 {
+		if ties > 1 && s.preferTied(elig, d.prefer, bestCost, cost, &best, &bestSt) {
+			// The conversation's bound backend is among the tied.
+		} else if ties > 1 {
 			// Take the k-th of the tied backends in index order. Loads may
 			// move meanwhile; the compare-and-swap below catches that.
 			k := int(s.ties[ties&15].Add(1) % uint64(ties))
@@ -226,9 +259,10 @@ func (s *Scheduler) reserveMin(elig *chain.Set, n int, match *[chain.MaxBackends
 			novel = n - int(match[best])
 		}
 		if b.state.CompareAndSwap(bestSt, bestSt+activeUnit+uint64(novel)) || attempt >= 8 {
+			d.before = bestSt
 			if attempt >= 8 {
 				// Under extreme contention settle for the last choice.
-				b.state.Add(activeUnit + uint64(novel))
+				d.before = b.state.Add(activeUnit+uint64(novel)) - activeUnit - uint64(novel)
 			}
 			d.Backend = b
 			d.Novel = novel
@@ -240,7 +274,7 @@ func (s *Scheduler) reserveMin(elig *chain.Set, n int, match *[chain.MaxBackends
 
 // reserveOn reserves on a backend chosen without regard to load (baselines).
 func reserveOn(b *Backend, novel int, d *Decision) {
-	b.state.Add(activeUnit + uint64(novel))
+	d.before = b.state.Add(activeUnit+uint64(novel)) - activeUnit - uint64(novel)
 	d.Backend = b
 	d.Novel = novel
 }
@@ -250,12 +284,23 @@ func reserveOn(b *Backend, novel int, d *Decision) {
 type Reservation struct {
 	b     *Backend
 	novel uint64
-	done  atomic.Uint32 // bit 0: prefill released, bit 1: active released
+	// bit 0: prefill released, bit 1: active released, bit 2: first byte
+	// observed (FirstByte).
+	done atomic.Uint32
+	// at is the dispatch instant (monoNow), before is b's load word just
+	// before the reservation and pred the predicted TTFT (ns, 0: none):
+	// what FirstByte learns from.
+	at     int64
+	before uint64
+	pred   int64
 }
 
-func (r *Reservation) arm(b *Backend, novel uint64) {
+func (r *Reservation) arm(b *Backend, novel, before uint64, pred time.Duration) {
 	r.b = b
 	r.novel = novel
+	r.at = monoNow()
+	r.before = before
+	r.pred = int64(pred)
 	r.done.Store(0)
 }
 
@@ -273,8 +318,13 @@ func (r *Reservation) ReleasePrefill() {
 // headers never came.
 func (r *Reservation) ReleaseActive() {
 	r.ReleasePrefill()
-	if r.b != nil && r.done.Or(2)&2 == 0 {
-		r.b.state.Add(^uint64(activeUnit - 1))
+	if r.b != nil {
+		if old := r.done.Or(2); old&2 == 0 {
+			r.b.state.Add(^uint64(activeUnit - 1))
+			if old&4 != 0 {
+				r.b.model.observeService(monoNow() - r.at)
+			}
+		}
 	}
 }
 
@@ -287,7 +337,7 @@ func (s *Scheduler) ReserveOn(b *Backend, novel int, res *Reservation) bool {
 	if !b.Healthy() {
 		return false
 	}
-	b.state.Add(activeUnit + uint64(novel))
-	res.arm(b, uint64(novel))
+	before := b.state.Add(activeUnit+uint64(novel)) - activeUnit - uint64(novel)
+	res.arm(b, uint64(novel), before, 0)
 	return true
 }

@@ -69,7 +69,7 @@ CONNS=${CONNS:-32}
 THREADS=${THREADS:-1}
 PROXY_CPUS=${PROXY_CPUS:-$(nproc)}
 BODIES=${BODIES:-"1k-nostream 1k-stream 4k-nostream 4k-stream 128k-nostream 128k-stream"}
-TARGETS=${TARGETS:-"direct nginx haproxy bare epoll loopkvca kvca kvca_fasthttp"}
+TARGETS=${TARGETS:-"direct nginx haproxy bare epoll loopkvca kvca"}
 BASE_PORT=${BASE_PORT:-18780}
 TLS=${TLS:-0}
 if [[ $TLS == 1 ]]; then OUT=${OUT:-bench/results/proxies-tls.md}; else OUT=${OUT:-bench/results/proxies.md}; fi
@@ -638,7 +638,7 @@ if [[ $OUT != "-" ]]; then
 			epoll_table
 			echo
 		fi
-		echo "### Issue 5 targets (same run)"
+		echo "### Targets (same run)"
 		echo
 		echo "| body | kvca/nginx req/s | kvca/HAProxy req/s | throughput target (≥1.0, ≥0.9 at 128k) | kvca/nginx p99 | p99 target (≤1.0) |"
 		echo "|---|---:|---:|---|---:|---|"

@@ -60,6 +60,7 @@ type Stats struct {
 	BusyTime     time.Duration // wall time with at least one sequence running or waiting
 	CachedBlocks int
 	Restarts     uint64
+	Stored       int // Responses API responses held for continuations
 }
 
 // HitRate is HitTokens/QueryTokens, 0 when nothing was queried.
@@ -89,6 +90,8 @@ type Engine struct {
 
 	bodiesMu sync.Mutex
 	bodies   [][]byte
+
+	responses responseStore // Responses API threads (responses.go)
 
 	set            *metrics.Set
 	mQueries, mHit *metrics.Counter
@@ -163,11 +166,13 @@ func (e *Engine) Config() Config { return e.cfg }
 // SetFaults changes fault injection for requests that arrive from now on.
 func (e *Engine) SetFaults(f Faults) { e.faults.Store(&f) }
 
-// Restart empties the KV cache, as a restarted engine would have it.
+// Restart empties the KV cache and forgets the stored Responses API
+// threads, as a restarted engine would have them.
 func (e *Engine) Restart() {
 	e.cacheMu.Lock()
 	e.cache.reset()
 	e.cacheMu.Unlock()
+	e.responses.reset() // held in memory, as vLLM holds them
 	e.restarts.Add(1)
 }
 
@@ -190,6 +195,7 @@ func (e *Engine) Stats() Stats {
 		BusyTime:     busy,
 		CachedBlocks: blocks,
 		Restarts:     e.restarts.Load(),
+		Stored:       e.responses.Len(),
 	}
 }
 

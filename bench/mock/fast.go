@@ -7,6 +7,7 @@ import "github.com/valyala/fasthttp"
 type fastResponses struct {
 	chat, chatStream, chatStreamUsage []byte
 	cmpl, cmplStream, cmplStreamUsage []byte
+	resp, respStream                  []byte
 }
 
 func buildFastResponses(model string) fastResponses {
@@ -30,12 +31,24 @@ func buildFastResponses(model string) fastResponses {
 			r.cmpl, r.cmplStream, r.cmplStreamUsage = body, stream, withUsage
 		}
 	}
+	j.chat, j.responses = false, true
+	r.resp = j.appendResponse(nil, true)
+	r.respStream = j.appendResponsesOpening(nil)
+	for k := 0; k < j.maxTokens; k++ {
+		r.respStream = j.appendResponsesDelta(r.respStream, k)
+	}
+	r.respStream = j.appendResponsesClosing(r.respStream)
 	return r
 }
 
-func (r *fastResponses) write(ctx *fasthttp.RequestCtx, chat, stream, usage bool) {
+func (r *fastResponses) write(ctx *fasthttp.RequestCtx, path string, stream, usage bool) {
 	var b []byte
+	chat := path == PathChat
 	switch {
+	case path == PathResponses && stream:
+		b = r.respStream
+	case path == PathResponses:
+		b = r.resp
 	case chat && !stream:
 		b = r.chat
 	case chat && usage:

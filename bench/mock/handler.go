@@ -15,7 +15,10 @@ import (
 // job is one generation request, pooled with its buffers.
 type job struct {
 	e            *Engine
-	chat         bool
+	api          api
+	chat         bool // api == apiChat
+	responses    bool // api == apiResponses
+	seq          int  // next Responses event's sequence_number
 	stream       bool
 	usage        bool
 	model        string
@@ -33,19 +36,50 @@ type job struct {
 	out          []byte
 	timer        *time.Timer
 	streamFn     func(w *bufio.Writer)
+	// Responses API: the request's previous_response_id (echoed), whether
+	// to store the answer; Messages API: the tool the answer calls ("": it
+	// answers text).
+	prevID []byte
+	store  bool
+	tool   []byte
+	respID []byte
+}
+
+// api is the request family an engine answers.
+type api uint8
+
+const (
+	apiChat api = iota
+	apiCompletions
+	apiMessages
+	apiResponses
+)
+
+func apiOf(path string) api {
+	switch path {
+	case PathCompletions:
+		return apiCompletions
+	case PathMessages:
+		return apiMessages
+	case PathResponses:
+		return apiResponses
+	}
+	return apiChat
 }
 
 // Handler serves the engine's HTTP API: /v1/chat/completions,
-// /v1/completions, /v1/models, /health, /metrics.
+// /v1/completions, /v1/responses, /v1/messages (Anthropic), /v1/models,
+// /health, /metrics.
 func (e *Engine) Handler(ctx *fasthttp.RequestCtx) {
 	path := ctx.Path()
 	switch string(path) {
-	case PathChat, PathCompletions:
+	case PathChat, PathCompletions, PathResponses, PathMessages:
 		if !ctx.IsPost() {
-			e.fail(ctx, fasthttp.StatusMethodNotAllowed, "MethodNotAllowed", "", "use POST")
+			ctx.Response.Header.Set("Allow", "POST")
+			e.failAPI(ctx, apiOf(string(path)), fasthttp.StatusMethodNotAllowed, "MethodNotAllowed", "", "use POST")
 			return
 		}
-		e.complete(ctx, len(path) == len(PathChat))
+		e.complete(ctx, string(path))
 	case "/health", "/ping":
 		ctx.SetStatusCode(fasthttp.StatusOK)
 	case "/v1/models":
@@ -59,7 +93,9 @@ func (e *Engine) Handler(ctx *fasthttp.RequestCtx) {
 	}
 }
 
-func (e *Engine) complete(ctx *fasthttp.RequestCtx, chat bool) {
+func (e *Engine) complete(ctx *fasthttp.RequestCtx, path string) {
+	chat, responses := path == PathChat, path == PathResponses
+	a := apiOf(path)
 	f := e.faults.Load()
 	arrived := time.Now()
 	if f.SlowStart > 0 {
@@ -79,42 +115,42 @@ func (e *Engine) complete(ctx *fasthttp.RequestCtx, chat bool) {
 	defer e.parsers.Put(p)
 	v, err := p.ParseBytes(body)
 	if err != nil {
-		e.badRequest(ctx, "", "invalid JSON body: "+err.Error())
+		e.badRequestAPI(ctx, a, "", "invalid JSON body: "+err.Error())
 		return
 	}
 	if v.Type() != fastjson.TypeObject {
-		e.badRequest(ctx, "", "request body must be a JSON object")
+		e.badRequestAPI(ctx, a, "", "request body must be a JSON object")
 		return
 	}
 	model, ok := e.model(v.Get("model"))
 	if !ok {
 		e.badRequests.Add(1)
-		e.fail(ctx, fasthttp.StatusNotFound, "NotFoundError", "model", "the model does not exist")
+		e.failAPI(ctx, a, fasthttp.StatusNotFound, "NotFoundError", "model", "the model does not exist")
 		return
 	}
 	stream, err := optBool(v.Get("stream"))
 	if err != nil {
-		e.badRequest(ctx, "stream", "stream must be a boolean")
+		e.badRequestAPI(ctx, a, "stream", "stream must be a boolean")
 		return
 	}
 	usage, err := optBool(v.Get("stream_options", "include_usage"))
 	if err != nil {
-		e.badRequest(ctx, "stream_options", "stream_options.include_usage must be a boolean")
+		e.badRequestAPI(ctx, a, "stream_options", "stream_options.include_usage must be a boolean")
 		return
 	}
-	maxTokens, param, err := e.maxTokens(v)
+	maxTokens, param, err := e.maxTokensOf(a, v)
 	if err != nil {
-		e.badRequest(ctx, param, err.Error())
+		e.badRequestAPI(ctx, a, param, err.Error())
 		return
 	}
-	if e.cfg.Fast {
+	if e.cfg.Fast && a != apiMessages {
 		if f.ErrorRate > 0 && rand.Float64() < f.ErrorRate {
 			e.errors.Add(1)
 			e.fail(ctx, fasthttp.StatusInternalServerError, "InternalServerError", "", "mock: injected failure")
 			return
 		}
 		e.requests.Add(1)
-		e.fast.write(ctx, chat, stream, usage)
+		e.fast.write(ctx, path, stream, usage)
 		return
 	}
 
@@ -123,9 +159,18 @@ func (e *Engine) complete(ctx *fasthttp.RequestCtx, chat bool) {
 		j = &job{e: e}
 		j.streamFn = j.streamTo
 	}
-	if chat {
+	j.prevID, j.tool, j.store = j.prevID[:0], j.tool[:0], false
+	switch a {
+	case apiChat:
 		j.prompt, err = renderChat(j.prompt[:0], v)
-	} else {
+	case apiResponses:
+		j.prompt, err = e.renderThread(j, v)
+	case apiMessages:
+		j.prompt, err = renderMessages(j.prompt[:0], v)
+		if err == nil {
+			j.tool = toolChoice(j.tool, v)
+		}
+	default:
 		j.prompt, err = renderCompletion(j.prompt[:0], v)
 	}
 	if err != nil {
@@ -134,18 +179,23 @@ func (e *Engine) complete(ctx *fasthttp.RequestCtx, chat bool) {
 		if re == nil {
 			re = &requestError{msg: err.Error()}
 		}
-		e.badRequest(ctx, re.param, re.msg)
+		if re.status != 0 {
+			e.badRequests.Add(1)
+			e.failCode(ctx, a, re.status, "invalid_request_error", re.param, re.code, re.msg)
+			return
+		}
+		e.badRequestAPI(ctx, a, re.param, re.msg)
 		return
 	}
 	if f.ErrorRate > 0 && rand.Float64() < f.ErrorRate {
 		e.jobs.Put(j)
 		e.errors.Add(1)
-		e.fail(ctx, fasthttp.StatusInternalServerError, "InternalServerError", "", "mock: injected failure")
+		e.failAPI(ctx, a, fasthttp.StatusInternalServerError, "InternalServerError", "", "mock: injected failure")
 		return
 	}
 	e.requests.Add(1)
 
-	j.chat, j.stream, j.usage, j.model, j.maxTokens = chat, stream, usage, model, maxTokens
+	j.api, j.chat, j.responses, j.stream, j.usage, j.model, j.maxTokens = a, chat, responses, stream, usage, model, maxTokens
 	j.hashes = BlockHashes(j.hashes[:0], j.prompt, e.cfg.BlockTokens)
 	j.promptTokens = Tokens(j.prompt)
 	j.cached = 0
@@ -178,20 +228,21 @@ func (e *Engine) complete(ctx *fasthttp.RequestCtx, chat bool) {
 func (e *Engine) respond(ctx *fasthttp.RequestCtx, j *job) {
 	defer e.release(j)
 	if !j.admit() {
-		e.fail(ctx, fasthttp.StatusServiceUnavailable, "ServiceUnavailable", "", "engine shutting down")
+		e.failAPI(ctx, j.api, fasthttp.StatusServiceUnavailable, "ServiceUnavailable", "", "engine shutting down")
 		return
 	}
 	defer e.sched.release()
 	last := j.firstAt.Add(time.Duration(j.maxTokens-1) * e.scale(e.cfg.DecodePerToken))
 	if !j.sleepUntil(last) {
-		e.fail(ctx, fasthttp.StatusServiceUnavailable, "ServiceUnavailable", "", "engine shutting down")
+		e.failAPI(ctx, j.api, fasthttp.StatusServiceUnavailable, "ServiceUnavailable", "", "engine shutting down")
 		return
 	}
 	e.mTTFT.Update(j.firstAt.Sub(j.arrived).Seconds())
 	e.outTokens.Add(uint64(j.maxTokens))
 	e.mGen.Add(j.maxTokens)
 	e.mSuccess.Inc()
-	j.out = j.appendCompletion(j.out[:0])
+	j.finished()
+	j.out = j.appendAnswer(j.out[:0])
 	ctx.SetContentType("application/json")
 	ctx.SetBody(j.out)
 }
@@ -273,8 +324,7 @@ func (j *job) run(w *bufio.Writer) bool {
 		}
 		return true
 	}
-	if j.chat {
-		j.out = j.appendChunk(j.out[:0], -1)
+	if j.out = j.appendOpening(j.out[:0]); len(j.out) > 0 {
 		if !emit(false) {
 			return false
 		}
@@ -284,7 +334,7 @@ func (j *job) run(w *bufio.Writer) bool {
 		if k > 0 && !j.sleepUntil(j.firstAt.Add(time.Duration(k)*dec)) {
 			return false
 		}
-		j.out = j.appendChunk(j.out[:0], k)
+		j.out = j.appendToken(j.out[:0], k)
 		e.outTokens.Add(1)
 		e.mGen.Inc()
 		// The last token goes out with the end of the stream below.
@@ -296,11 +346,8 @@ func (j *job) run(w *bufio.Writer) bool {
 	done = true
 	e.sched.release()
 	e.mSuccess.Inc()
-	j.out = j.out[:0]
-	if j.usage {
-		j.out = j.appendUsageChunk(j.out)
-	}
-	j.out = append(j.out, "data: [DONE]\n\n"...)
+	j.finished()
+	j.out = j.appendClosing(j.out[:0])
 	w.Write(j.out)
 	return w.Flush() == nil
 }
@@ -382,14 +429,32 @@ func (e *Engine) model(v *fastjson.Value) (string, bool) {
 	return "", false
 }
 
-func (e *Engine) maxTokens(v *fastjson.Value) (int, string, error) {
+func (e *Engine) maxTokens(v *fastjson.Value, responses bool) (int, string, error) {
+	if responses {
+		return e.maxTokensOf(apiResponses, v)
+	}
+	return e.maxTokensOf(apiChat, v)
+}
+
+// maxTokensOf reads the output limit under the API's own name; the
+// Messages API requires it, as Anthropic's does.
+func (e *Engine) maxTokensOf(a api, v *fastjson.Value) (int, string, error) {
 	param := "max_completion_tokens"
+	switch a {
+	case apiResponses:
+		param = "max_output_tokens"
+	case apiMessages:
+		param = "max_tokens"
+	}
 	mt := v.Get(param)
-	if mt == nil || mt.Type() == fastjson.TypeNull {
+	if a <= apiCompletions && (mt == nil || mt.Type() == fastjson.TypeNull) {
 		param = "max_tokens"
 		mt = v.Get(param)
 	}
 	if mt == nil || mt.Type() == fastjson.TypeNull {
+		if a == apiMessages {
+			return 0, param, badParam(param, "max_tokens: Field required")
+		}
 		return e.cfg.DefaultMaxTokens, "", nil
 	}
 	n, err := mt.Int()

@@ -16,6 +16,7 @@ const BytesPerToken = 4
 const (
 	PathChat        = "/v1/chat/completions"
 	PathCompletions = "/v1/completions"
+	PathMessages    = "/v1/messages" // Anthropic Messages API
 )
 
 // Template markers. The generation prompt equals the opening of an assistant
@@ -33,6 +34,10 @@ var errBadRequest = errors.New("bad request")
 type requestError struct {
 	msg   string
 	param string
+	// status and code, when set, replace 400 and the default code (an
+	// unknown previous_response_id)
+	status int
+	code   string
 }
 
 func (e *requestError) Error() string { return e.msg }
@@ -43,7 +48,8 @@ func badParam(param, msg string) error { return &requestError{msg: msg, param: p
 func Tokens(prompt []byte) int { return (len(prompt) + BytesPerToken - 1) / BytesPerToken }
 
 // Render appends to dst the prompt an engine renders for a request body sent
-// to path (PathChat or PathCompletions). It is what the engine itself does,
+// to path (PathChat, PathCompletions, PathMessages, or PathResponses without
+// previous_response_id). It is what the engine itself does,
 // exported so that workloads can compute ideal hit rates in the engine's units.
 func Render(dst []byte, path string, body []byte) ([]byte, error) {
 	var p fastjson.Parser
@@ -54,8 +60,16 @@ func Render(dst []byte, path string, body []byte) ([]byte, error) {
 	if v.Type() != fastjson.TypeObject {
 		return dst, errBadRequest
 	}
-	if path == PathCompletions {
+	switch path {
+	case PathCompletions:
 		return renderCompletion(dst, v)
+	case PathMessages:
+		return renderMessages(dst, v)
+	case PathResponses:
+		if v.Get("previous_response_id") != nil {
+			return dst, badParam("previous_response_id", "Render cannot know the thread a previous_response_id continues")
+		}
+		return renderResponses(dst, v)
 	}
 	return renderChat(dst, v)
 }

@@ -10,11 +10,13 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/kvca/kvca/internal/cliflag"
+
 	"github.com/kvca/kvca/bench/mock"
 	"github.com/kvca/kvca/bench/workload"
 )
 
-// Spec is everything `kvca bench` needs besides the proxy.
+// Spec is everything `kvca-bench bench` needs besides the proxy.
 type Spec struct {
 	Run Options
 
@@ -22,6 +24,12 @@ type Spec struct {
 	Trace     string
 	TraceOpts workload.TraceOptions
 	Synth     workload.Synthetic
+	// Kind is what the conversations are sent as: "chat" (default),
+	// "messages" (the same conversations on the Anthropic Messages API),
+	// "threads" (Responses API threads continued by previous_response_id
+	// only) or "subagents" (SubAgents).
+	Kind      string
+	SubAgents workload.SubAgents
 	// TimeScale multiplies arrival times (and, through Run.Engine.TimeScale,
 	// every simulated duration) so that long workloads replay quickly with
 	// the same load shape. ArrivalScale multiplies arrivals only: below 1 it
@@ -33,13 +41,20 @@ type Spec struct {
 	Charts string // write PNG charts into this directory
 }
 
+// env names the KVCA_BENCH_<NAME> variable of a flag, apart from kvca
+// serve's KVCA_<NAME>.
 func env(name string) []string {
-	return []string{"KVCA_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))}
+	return []string{"KVCA_BENCH_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))}
 }
 
-// Flags are `kvca bench`'s flags; read them back with SpecFromCLI.
+// Flags are `kvca-bench bench`'s flags; read them back with SpecFromCLI.
 func Flags() []cli.Flag {
 	return []cli.Flag{
+		&cli.StringFlag{Name: "workload", Value: "chat", Usage: "what the conversations are sent as: chat, messages (the same conversations on the Anthropic Messages API, /v1/messages), " +
+			"threads (synthetic conversations as Responses API threads continued by previous_response_id only), subagents (Messages API sessions fanning out parallel sub-agent requests that share a new prefix, named by x-claude-code-session-id)", EnvVars: env("workload")},
+		&cli.IntFlag{Name: "agents", Value: 4, Usage: "subagents: parallel sub-agent requests per fan-out", EnvVars: env("agents")},
+		&cli.IntFlag{Name: "fanouts", Value: 2, Usage: "subagents: fan-outs per session", EnvVars: env("fanouts")},
+		&cli.IntFlag{Name: "agent-context-tokens", Value: 2048, Usage: "subagents: tokens of the new prefix a fan-out's requests share", EnvVars: env("agent-context-tokens")},
 		&cli.StringFlag{Name: "trace", Usage: "Mooncake-format JSONL trace `FILE` to replay (default: synthetic chat)", EnvVars: env("trace")},
 		&cli.IntFlag{Name: "max-requests", Usage: "replay only the first N requests of the trace (0: all)", EnvVars: env("max-requests")},
 		&cli.BoolFlag{Name: "plain", Usage: "send each trace request as one user message (no conversation reconstruction)", EnvVars: env("plain")},
@@ -51,7 +66,7 @@ func Flags() []cli.Flag {
 		&cli.Float64Flag{Name: "rate", Value: 5, Usage: "synthetic: conversation arrivals per second (Poisson)", EnvVars: env("rate")},
 		&cli.IntFlag{Name: "min-turns", Value: 2, Usage: "synthetic: fewest user turns per conversation", EnvVars: env("min-turns")},
 		&cli.IntFlag{Name: "max-turns", Value: 8, Usage: "synthetic: most user turns per conversation", EnvVars: env("max-turns")},
-		&cli.DurationFlag{Name: "think-time", Value: 5 * time.Second, Usage: "synthetic: mean gap between a conversation's requests", EnvVars: env("think-time")},
+		&cli.GenericFlag{Name: "think-time", Value: cliflag.Duration(5 * time.Second), Usage: "synthetic: mean gap between a conversation's requests", EnvVars: env("think-time")},
 		&cli.IntFlag{Name: "system-prompts", Value: 4, Usage: "synthetic: distinct shared system prompts", EnvVars: env("system-prompts")},
 		&cli.IntFlag{Name: "system-tokens", Value: 2048, Usage: "synthetic: tokens per system prompt", EnvVars: env("system-tokens")},
 		&cli.IntFlag{Name: "user-tokens", Value: 256, Usage: "synthetic: mean tokens per user message", EnvVars: env("user-tokens")},
@@ -63,13 +78,13 @@ func Flags() []cli.Flag {
 		&cli.IntFlag{Name: "cache-tokens", Value: 2_000_000, Usage: "KV cache capacity of each engine, in tokens", EnvVars: env("cache-tokens")},
 		&cli.IntFlag{Name: "block-tokens", Value: 16, Usage: "engine KV block size in tokens", EnvVars: env("block-tokens")},
 		&cli.IntFlag{Name: "max-seqs", Value: 64, Usage: "sequences an engine runs at once; the rest queue", EnvVars: env("max-seqs")},
-		&cli.DurationFlag{Name: "prefill-overhead", Value: 5 * time.Millisecond, Usage: "engine prefill cost per request (before time-scale)", EnvVars: env("prefill-overhead")},
-		&cli.DurationFlag{Name: "prefill-per-token", Value: 50 * time.Microsecond, Usage: "engine prefill cost per uncached token (before time-scale)", EnvVars: env("prefill-per-token")},
-		&cli.DurationFlag{Name: "decode-per-token", Value: 10 * time.Millisecond, Usage: "engine decode time per output token (before time-scale)", EnvVars: env("decode-per-token")},
+		&cli.GenericFlag{Name: "prefill-overhead", Value: cliflag.Duration(5 * time.Millisecond), Usage: "engine prefill cost per request (before time-scale)", EnvVars: env("prefill-overhead")},
+		&cli.GenericFlag{Name: "prefill-per-token", Value: cliflag.Duration(50 * time.Microsecond), Usage: "engine prefill cost per uncached token (before time-scale)", EnvVars: env("prefill-per-token")},
+		&cli.GenericFlag{Name: "decode-per-token", Value: cliflag.Duration(10 * time.Millisecond), Usage: "engine decode time per output token (before time-scale)", EnvVars: env("decode-per-token")},
 
 		&cli.StringFlag{Name: "policies", Value: strings.Join(DefaultPolicies, ","), Usage: "comma-separated routing policies to compare", EnvVars: env("policies")},
 		&cli.IntFlag{Name: "max-in-flight", Value: 2048, Usage: "bound on concurrent requests (later arrivals wait)", EnvVars: env("max-in-flight")},
-		&cli.DurationFlag{Name: "timeout", Value: 10 * time.Minute, Usage: "per-request timeout", EnvVars: env("timeout")},
+		&cli.GenericFlag{Name: "timeout", Value: cliflag.Duration(10 * time.Minute), Usage: "per-request timeout", EnvVars: env("timeout")},
 		&cli.StringFlag{Name: "json", Usage: "write the JSON report to `FILE`", EnvVars: env("json")},
 		&cli.StringFlag{Name: "charts", Usage: "write PNG charts into `DIR`", EnvVars: env("charts")},
 		&cli.BoolFlag{Name: "quiet", Usage: "no progress lines on stderr", EnvVars: env("quiet")},
@@ -95,6 +110,25 @@ func SpecFromCLI(c *cli.Context) (Spec, error) {
 		MinTurns: c.Int("min-turns"), MaxTurns: c.Int("max-turns"), ThinkTime: c.Duration("think-time"),
 		SystemPrompts: c.Int("system-prompts"), SystemPromptTokens: c.Int("system-tokens"),
 		UserTokens: c.Int("user-tokens"), OutputTokens: c.Int("output-tokens"), ToolRate: c.Float64("tool-rate"),
+	}
+	s.Kind = c.String("workload")
+	switch s.Kind {
+	case "chat", "messages", "subagents":
+	case "threads":
+		if s.Trace != "" {
+			return s, fmt.Errorf("--workload threads is synthetic; it cannot replay --trace")
+		}
+	default:
+		return s, fmt.Errorf("--workload %q: want chat, messages, threads or subagents", s.Kind)
+	}
+	if s.Kind == "subagents" && s.Trace != "" {
+		return s, fmt.Errorf("--workload subagents is synthetic; it cannot replay --trace")
+	}
+	s.SubAgents = workload.SubAgents{
+		Seed: c.Uint64("seed"), Sessions: c.Int("sessions"), Rate: c.Float64("rate"),
+		Rounds: c.Int("fanouts"), Agents: c.Int("agents"), ContextTokens: c.Int("agent-context-tokens"),
+		SystemTokens: c.Int("system-tokens"), UserTokens: c.Int("user-tokens"), OutputTokens: c.Int("output-tokens"),
+		ThinkTime: c.Duration("think-time"),
 	}
 	var policies []string
 	for _, p := range strings.Split(c.String("policies"), ",") {
@@ -129,7 +163,20 @@ func (s Spec) Workload() (*workload.Workload, error) {
 			return nil, err
 		}
 	} else {
-		w = s.Synth.Generate()
+		switch s.Kind {
+		case "threads":
+			w = s.Synth.Threads()
+		case "subagents":
+			w = s.SubAgents.Generate()
+		default:
+			w = s.Synth.Generate()
+		}
+	}
+	if s.Kind == "messages" {
+		var err error
+		if w, err = workload.AsMessages(w); err != nil {
+			return nil, err
+		}
 	}
 	scale := s.TimeScale * s.ArrivalScale
 	if scale <= 0 {

@@ -9,7 +9,9 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/kvca/kvca/bench/mock"
 	"github.com/kvca/kvca/bench/workload"
+	"github.com/kvca/kvca/canon"
 )
 
 // outcome is what the client saw of one request. Latencies count from the
@@ -19,25 +21,51 @@ type outcome struct {
 	ttft time.Duration
 	e2e  time.Duration
 	err  error
+	// cached is the prompt tokens the engine found cached, from the
+	// stream's usage; -1 when it did not say.
+	cached int
+	// respID is a Responses API answer's id, which later turns continue.
+	respID []byte
 }
+
+// scanWriter lets a JSON answer stream through the id scanner.
+type scanWriter struct{ s *canon.ResponseIDScanner }
+
+func (w scanWriter) Write(p []byte) (int, error) { w.s.Write(p); return len(p), nil }
 
 var (
 	dataPrefix  = []byte("data: ")
 	donePayload = []byte("[DONE]")
 	errorPrefix = []byte(`{"error"`)
 	errorObject = []byte(`"object":"error"`)
+	// The Messages API and the Responses API end their streams with an
+	// event of their own, and report errors as an event of type "error".
+	messageStop    = []byte(`"type":"message_stop"`)
+	responseDone   = []byte(`"type":"response.completed"`)
+	errorEvent     = []byte(`"type":"error"`)
+	responseFailed = []byte(`"type":"response.failed"`)
 )
 
-func send(ctx context.Context, client *http.Client, base string, r *workload.Request, due time.Time, timeout time.Duration) outcome {
-	o := outcome{sent: due}
+func send(ctx context.Context, client *http.Client, base string, r *workload.Request, body []byte, due time.Time, timeout time.Duration) (o outcome) {
+	o = outcome{sent: due, cached: -1}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+r.Path, bytes.NewReader(r.Body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+r.Path, bytes.NewReader(body))
 	if err != nil {
 		o.err = err
 		return o
 	}
 	req.Header.Set("Content-Type", "application/json")
+	for _, h := range r.Headers {
+		req.Header.Set(h[0], h[1])
+	}
+	var ids *canon.ResponseIDScanner
+	if r.Path == mock.PathResponses {
+		ids = new(canon.ResponseIDScanner)
+		ids.Reset(r.Stream)
+		// o is the named result, so the id is in what the caller gets.
+		defer func() { o.respID = append([]byte(nil), ids.ID()...) }()
+	}
 	if r.Stream {
 		req.Header.Set("Accept", "text/event-stream")
 	}
@@ -53,7 +81,11 @@ func send(ctx context.Context, client *http.Client, base string, r *workload.Req
 		return o
 	}
 	if !r.Stream {
-		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		var w io.Writer = io.Discard
+		if ids != nil {
+			w = scanWriter{ids}
+		}
+		if _, err := io.Copy(w, resp.Body); err != nil {
 			o.err = err
 			return o
 		}
@@ -78,12 +110,19 @@ func send(ctx context.Context, client *http.Client, base string, r *workload.Req
 				o.ttft = time.Since(due)
 				first = false
 			}
+			if ids != nil && !ids.Done() {
+				ids.Write(line)
+			}
 			payload = bytes.TrimSpace(payload)
-			if bytes.Equal(payload, donePayload) {
+			if bytes.Equal(payload, donePayload) || bytes.Contains(payload, messageStop) || bytes.Contains(payload, responseDone) {
 				o.e2e = time.Since(due)
 				return o
 			}
-			if bytes.HasPrefix(payload, errorPrefix) || bytes.Contains(payload, errorObject) {
+			if n, ok := cachedTokens(payload); ok {
+				o.cached = n
+			}
+			if bytes.HasPrefix(payload, errorPrefix) || bytes.Contains(payload, errorObject) ||
+				bytes.Contains(payload, errorEvent) || bytes.Contains(payload, responseFailed) {
 				o.err = fmt.Errorf("error event: %.200s", payload)
 				return o
 			}

@@ -32,6 +32,9 @@ type WorkloadInfo struct {
 	// TTFTFloor is the p50, p90 and p99 of each request's bare prefill
 	// with the ideal cache and nothing queued: what no routing can beat.
 	TTFTFloor [3]time.Duration
+	// DistinctPrefixes is how many shared prefixes (system prompts) the
+	// first turns start with; 0 when the workload does not say.
+	DistinctPrefixes int
 }
 
 // Result is one policy's outcome.
@@ -44,9 +47,12 @@ type Result struct {
 	HitRate                   float64  // token-weighted, from the engines
 	TTFTp50, TTFTp90, TTFTp99 time.Duration
 	E2Ep50, E2Ep99            time.Duration
-	Throughput                float64       // successful requests per second
-	Imbalance                 float64       // max/mean engine busy time
-	Wall                      time.Duration // first arrival to last completion or failure
+	Throughput                float64 // successful requests per second
+	Imbalance                 float64 // max/mean engine busy time
+	// FirstTurns counts answered first turns with a known shared prefix;
+	// ColdFirstTurns those of them whose engine had not cached it.
+	FirstTurns, ColdFirstTurns int
+	Wall                       time.Duration // first arrival to last completion or failure
 
 	// ProxyCPUPerRequest is CPU time per request, measured as CPUMeasure says
 	// (empty when unknown).
@@ -143,6 +149,7 @@ func (r *Report) WriteTable(w io.Writer) {
 			break
 		}
 	}
+	writeCold(w, r)
 	for _, res := range r.Results {
 		if res.Delayed > 0 {
 			fmt.Fprintf(w, "%s: %d arrivals waited for the in-flight limit\n", res.Policy, res.Delayed)

@@ -5,6 +5,7 @@
 package run
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -100,6 +101,7 @@ func Run(ctx context.Context, w *workload.Workload, opt Options, factory ProxyFa
 	}
 	sort.Slice(floor, func(i, j int) bool { return floor[i] < floor[j] })
 	rep.Workload.TTFTFloor = [3]time.Duration{pct(floor, 0.5), pct(floor, 0.9), pct(floor, 0.99)}
+	rep.Workload.DistinctPrefixes = distinctPrefixes(w)
 	if w.HasTraceIdeal {
 		r := w.TraceIdeal.Rate()
 		rep.Workload.TraceIdealHitRate = &r
@@ -136,11 +138,15 @@ func runPolicy(ctx context.Context, w *workload.Workload, opt Options, policy st
 		}
 		backends[i] = engines[i].URL()
 	}
-	proxy, err := factory(policy, backends)
-	if err != nil {
+	var proxy Proxy
+	var err error
+	if policy == OraclePolicy {
+		proxy = oracle{}
+	} else if proxy, err = factory(policy, backends); err != nil {
 		return nil, fmt.Errorf("starting proxy: %w", err)
 	}
 	defer proxy.Close()
+	pinned := oracleBases(policy, w, backends)
 	cpuBefore, cpuHow := cpuTime(proxy)
 
 	transport := &http.Transport{
@@ -158,6 +164,12 @@ func runPolicy(ctx context.Context, w *workload.Workload, opt Options, policy st
 
 	n := len(w.Requests)
 	outcomes := make([]outcome, n)
+	// finished[i] is closed once outcomes[i] is set: a Responses API
+	// continuation waits for the answer it continues.
+	finished := make([]chan struct{}, n)
+	for i := range finished {
+		finished[i] = make(chan struct{})
+	}
 	var sent, done, failed, delayed atomic.Int64
 	sem := make(chan struct{}, opt.MaxInFlight)
 	var wg sync.WaitGroup
@@ -210,7 +222,17 @@ loop:
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			o := send(runCtx, client, bases[i%len(bases)], r, due, opt.Timeout)
+			defer close(finished[i])
+			base := bases[i%len(bases)]
+			if pinned != nil {
+				base = pinned[i]
+			}
+			var o outcome
+			if body, at, err := continuation(runCtx, r, outcomes, finished, due); err != nil {
+				o = outcome{sent: at, err: err, cached: -1}
+			} else {
+				o = send(runCtx, client, base, r, body, at, opt.Timeout)
+			}
 			outcomes[i] = o
 			if o.err != nil {
 				failed.Add(1)
@@ -220,6 +242,9 @@ loop:
 		}()
 	}
 	wg.Wait()
+	for i := int(sent.Load()); i < n; i++ {
+		close(finished[i]) // never sent
+	}
 	end := time.Now()
 	stopProgress()
 	load := sampler.stop()
@@ -264,6 +289,7 @@ loop:
 		}
 	}
 	res.Errors += n - int(sent.Load())
+	res.FirstTurns, res.ColdFirstTurns = coldFirstTurns(w, outcomes)
 	sortDurations(ttft)
 	sortDurations(e2e)
 	res.TTFT = ttft
@@ -327,4 +353,32 @@ func progress(w io.Writer, line func() string) (stop func()) {
 	return func() { close(quit); <-stopped }
 }
 
-var errNoDone = errors.New("stream ended without data: [DONE]")
+var errNoDone = errors.New("stream ended without its final event (data: [DONE], message_stop or response.completed)")
+
+// continuation returns the body to send for r and the time its latency
+// counts from: a request continuing an earlier answer waits for it, is
+// sent with that answer's id as previous_response_id, and is timed from
+// when it could be sent at the earliest.
+func continuation(ctx context.Context, r *workload.Request, outcomes []outcome, finished []chan struct{}, due time.Time) ([]byte, time.Time, error) {
+	if r.Continues <= 0 {
+		return r.Body, due, nil
+	}
+	k := r.Continues - 1
+	select {
+	case <-finished[k]:
+	case <-ctx.Done():
+		return nil, due, ctx.Err()
+	}
+	prev := outcomes[k]
+	if prev.err != nil || len(prev.respID) == 0 {
+		return nil, due, fmt.Errorf("the response it continues failed or had no id (%v)", prev.err)
+	}
+	if t := prev.sent.Add(prev.e2e); t.After(due) {
+		due = t
+	}
+	body := make([]byte, 0, len(r.Body)+len(prev.respID)+32)
+	body = append(body, `{"previous_response_id":"`...)
+	body = append(body, prev.respID...)
+	body = append(body, `",`...)
+	return append(body, bytes.TrimPrefix(bytes.TrimSpace(r.Body), []byte("{"))...), due, nil
+}

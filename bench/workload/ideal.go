@@ -25,7 +25,11 @@ func IdealNovel(reqs []Request, blockTokens int, novel *[]int) (HitRate, error) 
 	var hashes []uint64
 	for i, r := range reqs {
 		var err error
-		prompt, err = mock.Render(prompt[:0], r.Path, r.Body)
+		body := r.Body
+		if r.Full != nil {
+			body = r.Full
+		}
+		prompt, err = mock.Render(prompt[:0], r.Path, body)
 		if err != nil {
 			return h, fmt.Errorf("request %d: %w", i, err)
 		}

@@ -89,14 +89,16 @@ func (s Synthetic) Generate() *Workload {
 		if s.ToolRate > 0 {
 			tools = toolsJSON
 		}
-		msgs := []message{{role: "system", content: systems[rng.IntN(len(systems))]}}
+		sys := rng.IntN(len(systems))
+		msgs := []message{{role: "system", content: systems[sys]}}
 		turns := s.MinTurns + rng.IntN(s.MaxTurns-s.MinTurns+1)
 		t := at
 		req := 0
 		send := func() {
 			body := chatBody(nil, s.Model, tools, msgs, s.OutputTokens, !s.NoStream)
 			w.Requests = append(w.Requests, Request{At: t, Session: sess, Turn: req, Path: mock.PathChat,
-				Body: body, Stream: !s.NoStream, OutputTokens: s.OutputTokens})
+				Body: body, Stream: !s.NoStream, OutputTokens: s.OutputTokens,
+				Prefix: sys + 1, PrefixTokens: s.SystemPromptTokens})
 			req++
 			t += exp(s.ThinkTime)
 		}

@@ -18,6 +18,18 @@ type Request struct {
 	Body         []byte
 	Stream       bool
 	OutputTokens int // max_tokens in Body
+	// Prefix names the shared prefix (a system prompt) the request starts
+	// with, from 1; 0: none known. PrefixTokens is its length in tokens.
+	Prefix, PrefixTokens int
+	// Headers are sent with the request (a session header).
+	Headers [][2]string
+	// Continues is 1 + the index of the request whose Responses API
+	// answer this one continues, 0 if none: it is sent once that answer
+	// is complete, with "previous_response_id" set to its id.
+	Continues int
+	// Full is the request with the whole conversation resent, the prompt
+	// the engine renders for a continuation; Ideal uses it. nil: Body.
+	Full []byte
 }
 
 // Workload is a named, time-ordered request list.

@@ -3,6 +3,8 @@ package main
 import (
 	"github.com/urfave/cli/v2"
 
+	"github.com/kvca/kvca/internal/cliflag"
+
 	"github.com/kvca/kvca/cluster"
 	"github.com/kvca/kvca/edge"
 )
@@ -21,9 +23,9 @@ func clusterFlags() []cli.Flag {
 		&cli.StringFlag{Name: "cluster-nats-tls-key", Usage: "client key `FILE` for NATS mutual TLS", EnvVars: env("cluster-nats-tls-key")},
 		&cli.StringFlag{Name: "cluster-subject", Value: "kvca", Usage: "NATS subject prefix", EnvVars: env("cluster-subject")},
 		&cli.StringFlag{Name: "cluster-name", Value: "default", Usage: "replicas with the same subject prefix and name share state", EnvVars: env("cluster-name")},
-		&cli.DurationFlag{Name: "cluster-flush-interval", Value: cluster.DefaultFlushInterval, Usage: "batch learned prefixes for this long under load (the first after a quiet spell goes at once)", EnvVars: env("cluster-flush-interval")},
-		&cli.DurationFlag{Name: "cluster-load-interval", Value: cluster.DefaultLoadInterval, Usage: "publish in-flight counts this often; a replica silent for 3 intervals is aged out", EnvVars: env("cluster-load-interval")},
-		&cli.DurationFlag{Name: "cluster-refresh", Usage: "republish a known (prefix, backend) at most this often (default --ttl/4)", EnvVars: env("cluster-refresh")},
+		&cli.GenericFlag{Name: "cluster-flush-interval", Value: cliflag.Duration(cluster.DefaultFlushInterval), Usage: "batch learned prefixes for this long under load (the first after a quiet spell goes at once)", EnvVars: env("cluster-flush-interval")},
+		&cli.GenericFlag{Name: "cluster-load-interval", Value: cliflag.Duration(cluster.DefaultLoadInterval), Usage: "publish in-flight counts this often; a replica silent for 3 intervals is aged out", EnvVars: env("cluster-load-interval")},
+		&cli.GenericFlag{Name: "cluster-refresh", Value: cliflag.Duration(0), DefaultText: "--ttl/4", Usage: "republish a known (prefix, backend) at most this often", EnvVars: env("cluster-refresh")},
 	}
 }
 
@@ -55,6 +57,18 @@ func startCluster(c *cli.Context, srv *edge.Server, cfg edge.Config) (stop func(
 	})
 	if err != nil {
 		return nil, err
+	}
+	if err := node.ShareAffinity(srv.Affinity()); err != nil {
+		node.Close()
+		return nil, err
+	}
+	if l := srv.Quota(); l != nil {
+		stopQuota, err := node.ShareQuota(l, 0)
+		if err != nil {
+			node.Close()
+			return nil, err
+		}
+		return func() { stopQuota(); node.Close() }, nil
 	}
 	return node.Close, nil
 }

@@ -30,7 +30,7 @@ func inspectCommand() *cli.Command {
 request is a follow-up, and the Merkle chain of its complete blocks. Use the
 serve's --hash-key to see the hashes the table holds.`,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "api", Value: "chat", Usage: "chat or completions"},
+			&cli.StringFlag{Name: "api", Value: "chat", Usage: "chat, completions, responses or messages"},
 			&cli.IntFlag{Name: "block-size", Value: d.BlockSize, Usage: "block size in bytes", EnvVars: env("block-size")},
 			&cli.StringFlag{Name: "hash-key", Usage: "32 hex digits; random when empty", EnvVars: env("hash-key")},
 			&cli.StringSliceFlag{Name: "cbr-exclude", Usage: "extra top-level field to leave out (repeatable)", EnvVars: env("cbr-exclude")},

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/kvca/kvca/edge/kdn"
-	"github.com/kvca/kvca/edge/kdn/gateway"
+	"github.com/kvca/kvca/kdn"
+	"github.com/kvca/kvca/kdn/gateway"
 	"github.com/urfave/cli/v2"
 )
 

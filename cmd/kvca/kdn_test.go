@@ -33,8 +33,38 @@ func (v kdnVector) input(t *testing.T) []byte {
 	return v.JSON
 }
 
+// kdnRejection is the error an invalid vector must be rejected with.
+type kdnRejection struct {
+	Code  string `json:"code"`
+	Field string `json:"field"`
+	Rule  string `json:"rule"`
+}
+
+// line is how the validate command prints it (a message follows).
+func (r kdnRejection) line() string {
+	f := r.Field
+	if f == "" {
+		f = "$"
+	}
+	return "code=" + r.Code + " field=" + f + " rule=" + r.Rule + ": "
+}
+
+func loadKDNRejections(t *testing.T) map[string]kdnRejection {
+	data, err := os.ReadFile(filepath.Join("..", "..", "kdn", "testdata", "rejections.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Rejections map[string]kdnRejection `json:"rejections"`
+	}
+	if err := json.Unmarshal(data, &f); err != nil {
+		t.Fatal(err)
+	}
+	return f.Rejections
+}
+
 func loadKDNVectors(t *testing.T) []kdnVector {
-	data, err := os.ReadFile(filepath.Join("..", "..", "edge", "kdn", "testdata", "vectors.json"))
+	data, err := os.ReadFile(filepath.Join("..", "..", "kdn", "testdata", "vectors.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +107,7 @@ func runKDN(t *testing.T, stdin []byte, args ...string) (code int, stdout, stder
 	return code, out.String(), errOut.String()
 }
 
-func checkValidateResult(t *testing.T, v kdnVector, code int, stdout, stderr string) {
+func checkValidateResult(t *testing.T, v kdnVector, want map[string]kdnRejection, code int, stdout, stderr string) {
 	t.Helper()
 	if v.Valid {
 		if code != 0 || stderr != "" {
@@ -98,13 +128,21 @@ func checkValidateResult(t *testing.T, v kdnVector, code int, stdout, stderr str
 		!strings.Contains(stderr, "code=") || !strings.Contains(stderr, "field=") || !strings.Contains(stderr, "rule=") {
 		t.Fatalf("stderr must be one line naming code, field and rule; got %q", stderr)
 	}
+	r, ok := want[v.Name]
+	if !ok {
+		t.Fatalf("no expected rejection for invalid vector %s", v.Name)
+	}
+	if !strings.Contains(stderr, ": "+r.line()) {
+		t.Fatalf("rejected as %q, want %q...", stderr, r.line())
+	}
 }
 
 func TestKDNValidateVectors(t *testing.T) {
+	want := loadKDNRejections(t)
 	for _, v := range loadKDNVectors(t) {
 		t.Run(v.Name, func(t *testing.T) {
 			code, stdout, stderr := runKDN(t, v.input(t), "kdn", "validate", "--model", v.Model)
-			checkValidateResult(t, v, code, stdout, stderr)
+			checkValidateResult(t, v, want, code, stdout, stderr)
 		})
 	}
 }
@@ -147,6 +185,7 @@ func TestKDNValidateBinary(t *testing.T) {
 	if err != nil {
 		t.Skip("go tool not on PATH")
 	}
+	want := loadKDNRejections(t)
 	bin := filepath.Join(t.TempDir(), "kvca")
 	if out, err := exec.Command(goTool, "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
@@ -165,7 +204,7 @@ func TestKDNValidateBinary(t *testing.T) {
 			} else if err != nil {
 				t.Fatal(err)
 			}
-			checkValidateResult(t, v, code, out.String(), errOut.String())
+			checkValidateResult(t, v, want, code, out.String(), errOut.String())
 		})
 	}
 }

@@ -7,9 +7,9 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/kvca/kvca/edge"
-	"github.com/kvca/kvca/edge/kdn"
-	"github.com/kvca/kvca/edge/kdn/gateway"
-	"github.com/kvca/kvca/edge/kdnlive"
+	"github.com/kvca/kvca/kdn"
+	"github.com/kvca/kvca/kdn/gateway"
+	"github.com/kvca/kvca/kdn/live"
 )
 
 // kdnServeFlags are serve's flags for kvca's own KDN gateway.
@@ -17,8 +17,8 @@ func kdnServeFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "runtime-profile", Value: string(kdn.ProfileAuto), Usage: "KDN runtime profile of the admin API: auto (resolves to v1, kvca's own gateway), v1, or test/mock (the deterministic Mock, for client development); legacy has no record source in kvca and is refused", EnvVars: env("runtime-profile")},
 		&cli.StringFlag{Name: "compatibility-profile-id", Value: "kvca", Usage: "KDN compatibility profile `ID` naming this deployment; requests for another are incompatible", EnvVars: env("compatibility-profile-id")},
-		&cli.StringFlag{Name: "state-dir", Usage: "`DIR` for the KDN knowledge store (registered prefixes, one JSON file each); empty keeps it in memory", EnvVars: env("state-dir")},
-		&cli.IntFlag{Name: "max-pinned-blocks", Value: kdnlive.DefaultMaxPinnedBlocks, Usage: "most blocks KDN pins may hold at once; pins beyond are refused", EnvVars: env("max-pinned-blocks")},
+		&cli.StringFlag{Name: "state-dir", Usage: "`DIR` for the KDN knowledge store (registered prefixes, one JSON file each) and the endpoint generations (every start is a new generation for every endpoint); empty keeps the store in memory and starts generations at 1", EnvVars: env("state-dir")},
+		&cli.IntFlag{Name: "max-pinned-blocks", Value: live.DefaultMaxPinnedBlocks, Usage: "most blocks KDN pins may hold at once; pins beyond are refused", EnvVars: env("max-pinned-blocks")},
 	}
 }
 
@@ -57,10 +57,10 @@ func mountKDN(c *cli.Context, srv *edge.Server) error {
 		if err != nil {
 			return err
 		}
-		srv.HandleAdmin(kdnlive.APIPrefix, kdnlive.APIHandler(m, nil, time.Now, cfg.Logger))
+		srv.HandleAdmin(live.APIPrefix, live.APIHandler(m, nil, time.Now, cfg.Logger))
 		return nil
 	}
-	g, err := kdnlive.New(srv, kdnlive.Options{
+	g, err := live.New(srv, live.Options{
 		CompatibilityProfileID: c.String("compatibility-profile-id"),
 		StateDir:               c.String("state-dir"),
 		MaxPinnedBlocks:        c.Int("max-pinned-blocks"),

@@ -5,34 +5,45 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/kvca/kvca/internal/cliflag"
+
 	"github.com/kvca/kvca/bench/mock"
 )
+
+// mockEnv names the KVCA_MOCK_<NAME> variable of a mock flag. The mock
+// has flags of the same names as serve's (--listen above all): with
+// serve's KVCA_<NAME>, an environment set up for kvca serve would make a
+// mock listen on the proxy's address.
+func mockEnv(flag string) []string {
+	return []string{"KVCA_MOCK_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))}
+}
 
 func mockCommand() *cli.Command {
 	d := mock.New(mock.Config{}).Config()
 	return &cli.Command{
 		Name:  "mock",
-		Usage: "run one mock OpenAI-compatible inference engine (prefix KV cache, queueing, SSE, vLLM metrics, faults)",
+		Usage: "run one mock OpenAI-compatible inference engine (chat, completions and responses; prefix KV cache, queueing, SSE, vLLM metrics, faults)",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8000", Usage: "listen `ADDR`", EnvVars: env("listen")},
-			&cli.StringFlag{Name: "name", Value: d.Name, Usage: "engine name (ids, metric label)", EnvVars: env("name")},
-			&cli.StringSliceFlag{Name: "model", Value: cli.NewStringSlice(d.Models...), Usage: "served model name (repeatable)", EnvVars: env("model")},
-			&cli.IntFlag{Name: "cache-tokens", Value: d.CacheTokens, Usage: "KV cache capacity in tokens (negative: no cache)", EnvVars: env("cache-tokens")},
-			&cli.IntFlag{Name: "block-tokens", Value: d.BlockTokens, Usage: "tokens per KV cache block", EnvVars: env("block-tokens")},
-			&cli.IntFlag{Name: "max-seqs", Value: d.MaxSeqs, Usage: "sequences running at once; the rest queue FIFO", EnvVars: env("max-seqs")},
-			&cli.DurationFlag{Name: "prefill-overhead", Value: d.PrefillOverhead, Usage: "fixed prefill cost per request", EnvVars: env("prefill-overhead")},
-			&cli.DurationFlag{Name: "prefill-per-token", Value: d.PrefillPerToken, Usage: "prefill cost per uncached prompt token", EnvVars: env("prefill-per-token")},
-			&cli.DurationFlag{Name: "decode-per-token", Value: d.DecodePerToken, Usage: "decode time per output token", EnvVars: env("decode-per-token")},
-			&cli.Float64Flag{Name: "time-scale", Value: d.TimeScale, Usage: "multiply every simulated duration (0.01: 100× faster)", EnvVars: env("time-scale")},
-			&cli.IntFlag{Name: "default-max-tokens", Value: d.DefaultMaxTokens, Usage: "output tokens when a request sets no max_tokens", EnvVars: env("default-max-tokens")},
-			&cli.Float64Flag{Name: "error-rate", Usage: "fraction of completions answered HTTP 500", EnvVars: env("error-rate")},
-			&cli.DurationFlag{Name: "slow-start", Usage: "delay before response headers", EnvVars: env("slow-start")},
-			&cli.IntFlag{Name: "kill-after-chunks", Usage: "close the connection after this many SSE events (0: never)", EnvVars: env("kill-after-chunks")},
-			&cli.BoolFlag{Name: "fast", Usage: "no cache, no timing: fixed small responses, for proxy throughput tests", EnvVars: env("fast")},
+			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8000", Usage: "listen `ADDR`", EnvVars: mockEnv("listen")},
+			&cli.StringFlag{Name: "name", Value: d.Name, Usage: "engine name (ids, metric label)", EnvVars: mockEnv("name")},
+			&cli.StringSliceFlag{Name: "model", Value: cli.NewStringSlice(d.Models...), Usage: "served model name (repeatable)", EnvVars: mockEnv("model")},
+			&cli.IntFlag{Name: "cache-tokens", Value: d.CacheTokens, Usage: "KV cache capacity in tokens (negative: no cache)", EnvVars: mockEnv("cache-tokens")},
+			&cli.IntFlag{Name: "block-tokens", Value: d.BlockTokens, Usage: "tokens per KV cache block", EnvVars: mockEnv("block-tokens")},
+			&cli.IntFlag{Name: "max-seqs", Value: d.MaxSeqs, Usage: "sequences running at once; the rest queue FIFO", EnvVars: mockEnv("max-seqs")},
+			&cli.GenericFlag{Name: "prefill-overhead", Value: cliflag.Duration(d.PrefillOverhead), Usage: "fixed prefill cost per request", EnvVars: mockEnv("prefill-overhead")},
+			&cli.GenericFlag{Name: "prefill-per-token", Value: cliflag.Duration(d.PrefillPerToken), Usage: "prefill cost per uncached prompt token", EnvVars: mockEnv("prefill-per-token")},
+			&cli.GenericFlag{Name: "decode-per-token", Value: cliflag.Duration(d.DecodePerToken), Usage: "decode time per output token", EnvVars: mockEnv("decode-per-token")},
+			&cli.Float64Flag{Name: "time-scale", Value: d.TimeScale, Usage: "multiply every simulated duration (0.01: 100× faster)", EnvVars: mockEnv("time-scale")},
+			&cli.IntFlag{Name: "default-max-tokens", Value: d.DefaultMaxTokens, Usage: "output tokens when a request sets no max_tokens", EnvVars: mockEnv("default-max-tokens")},
+			&cli.Float64Flag{Name: "error-rate", Usage: "fraction of completions answered HTTP 500", EnvVars: mockEnv("error-rate")},
+			&cli.GenericFlag{Name: "slow-start", Value: cliflag.Duration(0), Usage: "delay before response headers", EnvVars: mockEnv("slow-start")},
+			&cli.IntFlag{Name: "kill-after-chunks", Usage: "close the connection after this many SSE events (0: never)", EnvVars: mockEnv("kill-after-chunks")},
+			&cli.BoolFlag{Name: "fast", Usage: "no cache, no timing: fixed small responses, for proxy throughput tests", EnvVars: mockEnv("fast")},
 		},
 		Action: func(c *cli.Context) error {
 			e := mock.New(mock.Config{

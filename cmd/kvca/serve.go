@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -11,6 +12,9 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/kvca/kvca/internal/cliflag"
+	"github.com/kvca/kvca/internal/ttftflag"
 
 	"github.com/kvca/kvca/edge"
 	"github.com/kvca/kvca/sched"
@@ -28,39 +32,53 @@ func serveFlags() []cli.Flag {
 		&cli.StringSliceFlag{Name: "backend", Usage: "backend base `URL` (repeatable), e.g. http://10.0.0.5:8000", EnvVars: env("backend")},
 		&cli.StringFlag{Name: "admin-listen", Value: d.AdminListen, Usage: "admin listener `ADDR` (metrics, state, KDN API); keep it private, empty disables", EnvVars: env("admin-listen")},
 		&cli.IntFlag{Name: "block-size", Value: d.BlockSize, Usage: "CBR block size in bytes, a positive multiple of 8", EnvVars: env("block-size")},
-		&cli.DurationFlag{Name: "ttl", Value: d.TTL, Usage: "forget a cache location idle longer than this", EnvVars: env("ttl")},
-		&cli.IntFlag{Name: "max-blocks", Value: d.MaxBlocks, Usage: "hard bound on tracked blocks (≈60 bytes each)", EnvVars: env("max-blocks")},
+		&cli.GenericFlag{Name: "ttl", Value: cliflag.Duration(d.TTL), Usage: "forget a cache location idle longer than this", EnvVars: env("ttl")},
+		&cli.IntFlag{Name: "max-blocks", Value: d.MaxBlocks, Usage: "hard bound on tracked blocks (about 40 bytes each)", EnvVars: env("max-blocks")},
 		&cli.IntFlag{Name: "cbr-memo-bytes", Value: d.CBRMemoBytes, Usage: "memory for strings of 256 bytes or more already canonicalised and hashed, compared instead of hashed again when a request repeats them (0 disables)", EnvVars: env("cbr-memo-bytes")},
-		&cli.StringFlag{Name: "hash-key", Usage: "SipHash key, 32 hex digits; random when empty (replicas must share one)", EnvVars: env("hash-key")},
+		&cli.StringFlag{Name: "hash-key", Usage: "SipHash key, 32 hex digits (replicas must share one); without the flag a random key is drawn at start-up", EnvVars: env("hash-key")},
 		&cli.StringFlag{Name: "policy", Value: d.Policy, Usage: "routing policy: " + strings.Join(sched.Policies(), ", "), EnvVars: env("policy")},
 		&cli.IntFlag{Name: "active-weight", Value: d.ActiveWeight, Usage: "load of one active request, in blocks", EnvVars: env("active-weight")},
 		&cli.IntFlag{Name: "max-body-bytes", Value: d.MaxBodyBytes, Usage: "largest request body accepted (413 above)", EnvVars: env("max-body-bytes")},
 		&cli.IntFlag{Name: "retries", Value: d.Retries, Usage: "retries on another backend after a connection failure (or 429/503) before any byte reached the client", EnvVars: env("retries")},
 		&cli.StringFlag{Name: "health-path", Value: d.HealthPath, Usage: "backend path for active health checks", EnvVars: env("health-path")},
-		&cli.DurationFlag{Name: "health-interval", Value: d.HealthInterval, Usage: "active health check interval (0 disables)", EnvVars: env("health-interval")},
+		&cli.GenericFlag{Name: "health-interval", Value: cliflag.Duration(d.HealthInterval), Usage: "active health check interval (0 disables)", EnvVars: env("health-interval")},
 		&cli.StringSliceFlag{Name: "cbr-exclude", Usage: "extra top-level field to leave out of the CBR (repeatable)", EnvVars: env("cbr-exclude")},
 		&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: env("log-level")},
 		&cli.StringFlag{Name: "log-format", Value: "text", Usage: "text or json", EnvVars: env("log-format")},
 		&cli.BoolFlag{Name: "access-log", Usage: "log one line per request (route, model, phase, backend, blocks, status, durations, request id)", EnvVars: env("access-log")},
-		&cli.DurationFlag{Name: "upstream-header-timeout", Value: d.UpstreamHeaderTimeout, Usage: "504 when a backend sends no response headers within this", EnvVars: env("upstream-header-timeout")},
-		&cli.DurationFlag{Name: "stream-idle-timeout", Value: d.StreamIdleTimeout, Usage: "end a response whose body stalls longer than this", EnvVars: env("stream-idle-timeout")},
-		&cli.DurationFlag{Name: "shutdown-timeout", Value: d.ShutdownTimeout, Usage: "on SIGTERM, let in-flight requests finish for up to this", EnvVars: env("shutdown-timeout")},
-		&cli.DurationFlag{Name: "client-read-timeout", Value: d.ClientReadTimeout, Usage: "cut clients that take longer than this to send a request", EnvVars: env("client-read-timeout")},
-		&cli.IntFlag{Name: "loops", Usage: "event loops serving --io epoll (0: one per core, GOMAXPROCS); the process runs one Go P more than this", EnvVars: env("loops")},
-		&cli.StringFlag{Name: "io", Value: edge.IOAuto, Usage: "how the public listener is served: epoll (an event loop per core: Linux, plain HTTP; requests other than routed POSTs are handed to fasthttp), fasthttp (a goroutine per connection), or auto: epoll unless --tls-cert, an https backend or another OS asks for fasthttp", EnvVars: env("io")},
+		&cli.GenericFlag{Name: "upstream-header-timeout", Value: cliflag.Duration(d.UpstreamHeaderTimeout), Usage: "504 when a backend sends no response headers within this", EnvVars: env("upstream-header-timeout")},
+		&cli.GenericFlag{Name: "stream-idle-timeout", Value: cliflag.Duration(d.StreamIdleTimeout), Usage: "end a response whose body stalls longer than this", EnvVars: env("stream-idle-timeout")},
+		&cli.GenericFlag{Name: "shutdown-timeout", Value: cliflag.Duration(d.ShutdownTimeout), Usage: "on SIGTERM, let in-flight requests finish for up to this", EnvVars: env("shutdown-timeout")},
+		&cli.GenericFlag{Name: "client-read-timeout", Value: cliflag.Duration(d.ClientReadTimeout), Usage: "cut clients that take longer than this to send a request body (408)", EnvVars: env("client-read-timeout")},
+		&cli.GenericFlag{Name: "drain-delay", Value: cliflag.Duration(0), Usage: "on SIGTERM, fail /ready for this long while serving as usual, then stop accepting and drain (for load balancers that are not Kubernetes)", EnvVars: env("drain-delay")},
+		&cli.GenericFlag{Name: "header-timeout", Value: cliflag.Duration(d.HeaderTimeout), Usage: "cut clients that take longer than this to send a request head (408)", EnvVars: env("header-timeout")},
+		&cli.IntFlag{Name: "max-client-conns", Value: d.MaxClientConns, Usage: "open client connections at most; new ones beyond it are closed at once (0: no bound)", EnvVars: env("max-client-conns")},
+		&cli.IntFlag{Name: "max-inflight-per-backend", Usage: "requests in flight on each backend at most; beyond, requests wait in kvca's admission queue (0: no limit, no queue)", EnvVars: env("max-inflight-per-backend")},
+		&cli.IntFlag{Name: "queue-size", Value: d.QueueSize, Usage: "requests the admission queue holds at most (429 beyond)", EnvVars: env("queue-size")},
+		&cli.GenericFlag{Name: "queue-timeout", Value: cliflag.Duration(d.QueueTimeout), Usage: "longest wait in the admission queue (429 after)", EnvVars: env("queue-timeout")},
+		&cli.GenericFlag{Name: "queue-holder-wait", Value: cliflag.Duration(d.QueueHolderWait), Usage: "how long a follow-up waits for a holder of its prefix before any backend with room may take it", EnvVars: env("queue-holder-wait")},
+		&cli.IntFlag{Name: "queue-starvation-limit", Value: d.QueueStarvationLimit, Usage: "a waiting priority class is passed over by at most this many grants to higher classes in a row", EnvVars: env("queue-starvation-limit")},
+		&cli.BoolFlag{Name: "queue-engine-aware", Usage: "lower a backend's admission limit while its engine reports a queue of its own (needs engine telemetry)", EnvVars: env("queue-engine-aware")},
+		&cli.StringFlag{Name: "api-keys", Usage: "require an API key from clients, from this keys `FILE` (lines: sha256:<hex> tenant=<name> [rpm=<n>] [tpm=<n>]; kvca keys hash prints one); re-read when it changes and on SIGHUP", EnvVars: env("api-keys")},
+		&cli.StringFlag{Name: "backend-api-key", Usage: "send this `KEY` to backends as Authorization: Bearer (engines started with --api-key); clients' credentials never reach backends when it or --api-keys is set", EnvVars: env("backend-api-key")},
+		&cli.StringFlag{Name: "otlp-endpoint", Usage: "export OpenTelemetry traces to this OTLP/HTTP `URL` (e.g. http://127.0.0.1:4318/v1/traces); empty: tracing off", EnvVars: env("otlp-endpoint")},
+		&cli.Float64Flag{Name: "trace-sample-ratio", Value: 1, Usage: "share of traces recorded when the client's traceparent does not decide", EnvVars: env("trace-sample-ratio")},
+		&cli.BoolFlag{Name: "preserve-host", Usage: "send the client's Host to backends instead of the backend URL's host", EnvVars: env("preserve-host")},
+		&cli.IntFlag{Name: "loops", Usage: "event loops serving the public listener (0: one per core, GOMAXPROCS); the process runs one Go P more than this", EnvVars: env("loops")},
+		&cli.StringFlag{Name: "io", Value: edge.IOAuto, Usage: "how the public listener is served: auto or epoll, the same thing: an event loop per core (Linux), for every connection, TLS included", EnvVars: env("io")},
 		&cli.IntFlag{Name: "max-conns-per-backend", Value: d.MaxConnsPerBackend, Usage: "keep-alive pool size per backend", EnvVars: env("max-conns-per-backend")},
-		&cli.StringFlag{Name: "prefill-release", Value: "first-byte", Usage: "when a streamed response's novel-block load is released: first-byte (when the backend has prefilled: vLLM and SGLang send stream headers before they prefill) or headers (the seed's letter)", EnvVars: env("prefill-release")},
+		&cli.StringFlag{Name: "prefill-release", Value: "first-byte", Usage: "when a streamed response's novel-block load is released: first-byte (when the backend has prefilled: vLLM and SGLang send stream headers before they prefill) or headers (when its response headers arrive)", EnvVars: env("prefill-release")},
 		&cli.StringFlag{Name: "tls-cert", Usage: "serve the public listener over TLS with this PEM certificate `FILE` (re-read when it changes or on SIGHUP)", EnvVars: env("tls-cert")},
 		&cli.StringFlag{Name: "tls-key", Usage: "PEM private key `FILE` for --tls-cert", EnvVars: env("tls-key")},
 		&cli.StringFlag{Name: "admin-tls-cert", Usage: "serve the admin listener over TLS with this PEM certificate `FILE`", EnvVars: env("admin-tls-cert")},
 		&cli.StringFlag{Name: "admin-tls-key", Usage: "PEM private key `FILE` for --admin-tls-cert", EnvVars: env("admin-tls-key")},
 		&cli.StringFlag{Name: "admin-token", Usage: "require Authorization: Bearer `TOKEN` on the admin listener", EnvVars: env("admin-token")},
-		&cli.DurationFlag{Name: "tls-reload-interval", Value: 10 * time.Second, Usage: "how often certificate files are checked for changes", EnvVars: env("tls-reload-interval")},
+		&cli.GenericFlag{Name: "tls-reload-interval", Value: cliflag.Duration(10 * time.Second), Usage: "how often certificate files are checked for changes", EnvVars: env("tls-reload-interval")},
 		&cli.StringFlag{Name: "upstream-ca", Usage: "PEM `FILE` of the CA that signs https:// backends' certificates (default: system roots)", EnvVars: env("upstream-ca")},
 		&cli.StringFlag{Name: "upstream-cert", Usage: "client certificate `FILE` for mutual TLS to backends", EnvVars: env("upstream-cert")},
 		&cli.StringFlag{Name: "upstream-key", Usage: "client key `FILE` for --upstream-cert", EnvVars: env("upstream-key")},
 		&cli.BoolFlag{Name: "upstream-insecure", Usage: "do NOT verify backends' certificates (logged loudly; for tests only)", EnvVars: env("upstream-insecure")},
-		&cli.DurationFlag{Name: "predict-ttl", Usage: "record the chosen backend as holding a request's prefix at routing time, for this long unless its answer confirms it (0: learn only from answers, as the seed does)", EnvVars: env("predict-ttl")},
+		&cli.GenericFlag{Name: "predict-ttl", Value: cliflag.Duration(0), Usage: "record the chosen backend as holding a request's prefix at routing time, for this long unless its answer confirms it (0: learn only from answers)", EnvVars: env("predict-ttl")},
 		&cli.BoolFlag{Name: "pprof", Usage: "serve /debug/pprof on the admin listener", EnvVars: env("pprof")},
 	}
 }
@@ -69,7 +87,7 @@ func serveCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "serve",
 		Usage: "run the proxy in front of OpenAI-compatible backends",
-		Flags: append(append(append(serveFlags(), configFlag), kdnServeFlags()...), clusterFlags()...),
+		Flags: append(append(append(append(serveFlags(), ttftflag.Flags(env)...), configFlag), kdnServeFlags()...), clusterFlags()...),
 		Action: func(c *cli.Context) error {
 			if err := applyConfigFile(c); err != nil {
 				return err
@@ -78,17 +96,19 @@ func serveCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			if err := checkHashKey(c); err != nil {
+				return err
+			}
 			cfg := configFrom(c)
 			cfg.Logger = log
+			cfg.Version = version
 			if pr := c.String("prefill-release"); pr != "headers" && pr != "first-byte" {
 				return fmt.Errorf("--prefill-release must be headers or first-byte, got %q", pr)
 			}
 			if err := cfg.Validate(); err != nil {
 				return err
 			}
-			if cfg.IO == edge.IOEpoll {
-				cfg.Loops = edge.SpareP(cfg.Loops)
-			}
+			cfg.Loops = edge.SpareP(cfg.Loops)
 			srv, err := edge.New(cfg)
 			if err != nil {
 				return err
@@ -108,9 +128,14 @@ func serveCommand() *cli.Command {
 			signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 			got := <-sig
 			for got == syscall.SIGHUP {
-				if err := srv.ReloadTLS(); err != nil {
+				switch err := srv.ReloadTLS(); {
+				case cfg.TLSCert == "" && cfg.AdminTLSCert == "" && cfg.APIKeys != "":
+					log.Info("SIGHUP: keys file re-read")
+				case cfg.TLSCert == "" && cfg.AdminTLSCert == "":
+					log.Info("SIGHUP: no TLS certificates or keys file configured; nothing reloaded")
+				case err != nil:
 					log.Error("SIGHUP: certificate reload failed; the previous certificates stay in service", "err", err)
-				} else {
+				default:
 					log.Info("SIGHUP: certificates reloaded")
 				}
 				got = <-sig
@@ -120,6 +145,7 @@ func serveCommand() *cli.Command {
 			defer cancel()
 			if err := srv.Shutdown(ctx); err != nil {
 				log.Warn("shutdown incomplete", "err", err)
+				return cli.Exit("kvca: shutdown incomplete: "+err.Error(), 1)
 			}
 			log.Info("stopped")
 			return nil
@@ -148,6 +174,20 @@ func configFrom(c *cli.Context) edge.Config {
 		StreamIdleTimeout:     c.Duration("stream-idle-timeout"),
 		ShutdownTimeout:       c.Duration("shutdown-timeout"),
 		ClientReadTimeout:     c.Duration("client-read-timeout"),
+		HeaderTimeout:         c.Duration("header-timeout"),
+		DrainDelay:            c.Duration("drain-delay"),
+		MaxClientConns:        c.Int("max-client-conns"),
+		PreserveHost:          c.Bool("preserve-host"),
+		APIKeys:               c.String("api-keys"),
+		BackendAPIKey:         c.String("backend-api-key"),
+		OTLPEndpoint:          c.String("otlp-endpoint"),
+		TraceSampleRatio:      c.Float64("trace-sample-ratio"),
+		MaxInflightPerBackend: c.Int("max-inflight-per-backend"),
+		QueueSize:             c.Int("queue-size"),
+		QueueTimeout:          c.Duration("queue-timeout"),
+		QueueHolderWait:       c.Duration("queue-holder-wait"),
+		QueueStarvationLimit:  c.Int("queue-starvation-limit"),
+		QueueEngineAware:      c.Bool("queue-engine-aware"),
 		MaxConnsPerBackend:    c.Int("max-conns-per-backend"),
 		IO:                    c.String("io"),
 		Loops:                 c.Int("loops"),
@@ -165,6 +205,7 @@ func configFrom(c *cli.Context) edge.Config {
 		UpstreamCert:          c.String("upstream-cert"),
 		UpstreamKey:           c.String("upstream-key"),
 		UpstreamInsecure:      c.Bool("upstream-insecure"),
+		TTFT:                  ttftflag.From(c, 1),
 	}
 }
 
@@ -194,6 +235,10 @@ func backendList(in []string) []string {
 }
 
 func newLogger(level, format string) (*slog.Logger, error) {
+	return newLoggerTo(os.Stderr, level, format)
+}
+
+func newLoggerTo(w io.Writer, level, format string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("--log-level: %q is not one of debug, info, warn, error", level)
@@ -201,9 +246,35 @@ func newLogger(level, format string) (*slog.Logger, error) {
 	opts := &slog.HandlerOptions{Level: l}
 	switch format {
 	case "text":
-		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+		return slog.New(slog.NewTextHandler(w, opts)), nil
 	case "json":
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+		opts.ReplaceAttr = secondsAttr
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return nil, fmt.Errorf("--log-format: %q is not text or json", format)
+}
+
+// secondsAttr writes durations as seconds (a JSON number), the unit log
+// pipelines and Prometheus expect; slog's JSON handler would write
+// nanoseconds.
+func secondsAttr(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		return slog.Float64(a.Key, a.Value.Duration().Seconds())
+	}
+	return a
+}
+
+// checkHashKey refuses a hash key given but empty (--hash-key "", an empty
+// KVCA_HASH_KEY, or hash-key: "" in --config): that is usually a secret
+// that did not arrive, and a random key in its place would make replicas
+// disagree silently. Only a key not given at all is drawn at random.
+func checkHashKey(c *cli.Context) error {
+	if c.String("hash-key") != "" {
+		return nil
+	}
+	_, inEnv := os.LookupEnv(env("hash-key")[0])
+	if c.IsSet("hash-key") || inEnv {
+		return fmt.Errorf("--hash-key is empty: give 32 hex digits (head -c16 /dev/urandom | xxd -p), or leave it out for a random key")
+	}
+	return nil
 }

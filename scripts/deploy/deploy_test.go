@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -20,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kvca/kvca/edge"
@@ -82,15 +85,18 @@ func readYAML(t *testing.T, path string) []obj {
 	return docs
 }
 
-// manifests returns the Kubernetes objects of k8s/ by kind.
+// manifests returns the Kubernetes objects of k8s/ and of the
+// k8s-prometheus-operator/ overlay by kind; the overlay's Kustomization is
+// "Kustomization/prometheus-operator".
 func manifests(t *testing.T) map[string]obj {
 	t.Helper()
 	files, err := filepath.Glob("k8s/*.yaml")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no manifests: %v", err)
 	}
+	overlay, _ := filepath.Glob("k8s-prometheus-operator/*.yaml")
 	out := map[string]obj{}
-	for _, f := range files {
+	for _, f := range append(files, overlay...) {
 		for _, o := range readYAML(t, f) {
 			kind := str(o, "kind")
 			if str(o, "apiVersion") == "" || kind == "" {
@@ -98,6 +104,9 @@ func manifests(t *testing.T) map[string]obj {
 				continue
 			}
 			if kind == "Kustomization" {
+				if filepath.Dir(f) != "k8s" {
+					kind += "/prometheus-operator"
+				}
 				out[kind] = o
 				continue
 			}
@@ -164,7 +173,7 @@ func portOf(t *testing.T, addr string) string {
 func TestKubernetesManifests(t *testing.T) {
 	m := manifests(t)
 	flags := flagNames(t)
-	for _, kind := range []string{"Kustomization", "Namespace", "ConfigMap", "Secret", "Deployment", "Service", "NetworkPolicy", "PodMonitor"} {
+	for _, kind := range []string{"Kustomization", "Kustomization/prometheus-operator", "Namespace", "ConfigMap", "Secret", "Deployment", "Service", "NetworkPolicy", "PodMonitor"} {
 		if m[kind] == nil {
 			t.Fatalf("no %s in k8s/", kind)
 		}
@@ -176,13 +185,22 @@ func TestKubernetesManifests(t *testing.T) {
 	for _, r := range list(m["Kustomization"], "resources") {
 		res = append(res, r.(string))
 	}
-	for _, f := range []string{"namespace.yaml", "configmap.yaml", "deployment.yaml", "service.yaml", "networkpolicy.yaml", "podmonitor.yaml"} {
+	for _, f := range []string{"namespace.yaml", "configmap.yaml", "deployment.yaml", "service.yaml", "networkpolicy.yaml"} {
 		if !slices.Contains(res, f) {
 			t.Errorf("kustomization.yaml does not list %s", f)
 		}
 	}
 	if slices.Contains(res, "secret.yaml") {
 		t.Error("kustomization.yaml applies secret.yaml: its placeholders would overwrite the real Secret")
+	}
+	// The PodMonitor needs the Prometheus Operator's CRDs: it is in the
+	// overlay only, so that the base applies on any cluster.
+	var overlayRes []string
+	for _, r := range list(m["Kustomization/prometheus-operator"], "resources") {
+		overlayRes = append(overlayRes, r.(string))
+	}
+	if !slices.Equal(overlayRes, []string{"../k8s", "podmonitor.yaml"}) {
+		t.Errorf("k8s-prometheus-operator/kustomization.yaml resources %v, want the base and the PodMonitor", overlayRes)
 	}
 
 	// The ConfigMap holds flags only, as strings.
@@ -204,6 +222,12 @@ func TestKubernetesManifests(t *testing.T) {
 	if _, ok := data["KVCA_HASH_KEY"]; ok {
 		t.Error("the hash key belongs in the Secret, not the ConfigMap")
 	}
+	// The policy the bench chose is the default: the deploy files leave it.
+	if p, ok := data["KVCA_POLICY"]; ok && p != edge.DefaultConfig().Policy {
+		t.Errorf("ConfigMap KVCA_POLICY %v, the default is %s", p, edge.DefaultConfig().Policy)
+	}
+	// The admin port is kvca's own, not one that common neighbours use.
+	checkAdminPort(t, "ConfigMap KVCA_ADMIN_LISTEN", data["KVCA_ADMIN_LISTEN"].(string))
 
 	podLabels, _ := at(dep, "spec", "template", "metadata", "labels").(map[string]any)
 	if len(podLabels) == 0 {
@@ -364,21 +388,62 @@ func TestSystemdUnit(t *testing.T) {
 		t.Fatal(err)
 	}
 	seen := 0
+	vars := map[string]string{}
 	for _, line := range strings.Split(string(env), "\n") {
 		line = strings.TrimSpace(line)
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
-		name, _, ok := strings.Cut(line, "=")
+		name, value, ok := strings.Cut(line, "=")
 		if !ok || !strings.HasPrefix(name, "KVCA_") {
 			t.Errorf("kvca.env: %q is not KVCA_NAME=value", line)
 			continue
 		}
 		checkVar(t, flags, "kvca.env", name)
+		vars[name] = value
 		seen++
 	}
 	if seen == 0 {
 		t.Error("kvca.env sets nothing")
+	}
+	if p, ok := vars["KVCA_POLICY"]; ok && p != edge.DefaultConfig().Policy {
+		t.Errorf("kvca.env KVCA_POLICY=%s, the default is %s", p, edge.DefaultConfig().Policy)
+	}
+	// kvca refuses a hash key set but empty: the template must leave it
+	// out (commented) or set one.
+	if k, ok := vars["KVCA_HASH_KEY"]; ok && k == "" {
+		t.Error("kvca.env sets KVCA_HASH_KEY empty, which kvca refuses")
+	}
+	checkAdminPort(t, "kvca.env KVCA_ADMIN_LISTEN", vars["KVCA_ADMIN_LISTEN"])
+}
+
+// commonPorts are the defaults of what runs beside kvca: its monitoring,
+// its inference servers and their exporters, and the usual alternates of
+// HTTP. kvca's admin port must be none of them.
+var commonPorts = map[string]string{
+	"80": "HTTP", "443": "HTTPS", "3000": "Grafana, TGI", "3100": "Loki", "4222": "NATS",
+	"4317": "OTLP gRPC", "4318": "OTLP HTTP", "6222": "NATS routes", "6379": "Redis",
+	"8000": "vLLM, Triton", "8001": "Triton gRPC", "8002": "Triton metrics", "8008": "HTTP alternate",
+	"8080": "kvca's public listener, llama.cpp, TGI", "8081": "HTTP alternate", "8222": "NATS monitoring",
+	"8265": "Ray dashboard", "8443": "HTTPS alternate", "8888": "Jupyter", "9000": "MinIO",
+	"9090": "Prometheus", "9091": "Pushgateway", "9093": "Alertmanager", "9094": "Alertmanager cluster",
+	"9901": "Envoy admin", "10250": "kubelet", "11434": "Ollama", "30000": "SGLang",
+}
+
+// checkAdminPort: the admin listener uses kvca's default admin port, which
+// collides with no common service and lies outside 9100-9999, the range
+// Prometheus allocates to exporters.
+func checkAdminPort(t *testing.T, where, addr string) {
+	t.Helper()
+	port := portOf(t, addr)
+	if want := portOf(t, edge.DefaultConfig().AdminListen); port != want {
+		t.Errorf("%s port %s, kvca's default admin port is %s", where, port, want)
+	}
+	if what, ok := commonPorts[port]; ok {
+		t.Errorf("%s port %s is %s's", where, port, what)
+	}
+	if n, _ := strconv.Atoi(port); n >= 9100 && n <= 9999 {
+		t.Errorf("%s port %s is in the Prometheus exporter range 9100-9999", where, port)
 	}
 }
 
@@ -404,18 +469,178 @@ func TestContainerfile(t *testing.T) {
 	if user == "" || strings.HasPrefix(user, "0") || strings.HasPrefix(user, "root") {
 		t.Errorf("runtime USER %q is not a non-root user", user)
 	}
+	expose := regexp.MustCompile(`(?m)^EXPOSE (.*)$`).FindStringSubmatch(string(b))
+	if expose == nil {
+		t.Fatal("Containerfile exposes no port")
+	}
+	ports := strings.Fields(expose[1])
+	for _, addr := range []string{edge.DefaultConfig().Listen, edge.DefaultConfig().AdminListen} {
+		if !slices.Contains(ports, portOf(t, addr)) {
+			t.Errorf("EXPOSE %v lacks %s (default %s)", ports, portOf(t, addr), addr)
+		}
+	}
+	// The image is the proxy alone: kvca-bench (bench and demo, with the
+	// embedded NATS server and the plotting library) stays out.
+	if !regexp.MustCompile(`go build [^\n]*(\\\n[^\n]*)*\./cmd/kvca\s*$`).MatchString(strings.Split(string(b), "FROM ")[1]) {
+		t.Error("the build stage does not build ./cmd/kvca")
+	}
+	if strings.Contains(string(b), "cmd/kvca-bench") {
+		t.Error("the image builds kvca-bench")
+	}
+}
+
+// TestContainerIgnore: the build context (the repository root) leaves out
+// what the image does not need, and keeps everything it builds from.
+func TestContainerIgnore(t *testing.T) {
+	b, err := os.ReadFile("../../.containerignore")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var patterns []*regexp.Regexp
+	var raw []string
+	for _, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if strings.HasPrefix(line, "!") {
+			t.Fatalf("exception %q: this check does not model exceptions", line)
+		}
+		raw = append(raw, line)
+		patterns = append(patterns, ignoreRE(line))
+	}
+	ignored := func(path string) bool {
+		// A pattern that matches a directory excludes all below it.
+		for p := path; p != "." && p != "/"; p = filepath.Dir(p) {
+			for _, re := range patterns {
+				if re.MatchString(p) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	for _, want := range []string{".git", "bin", "bench/results", "bench/testdata", "edge/proxy_test.go"} {
+		if !ignored(want) {
+			t.Errorf("%s is sent to the image build (patterns %v)", want, raw)
+		}
+	}
+	keep := []string{"go.mod", "go.sum"}
+	out, err := exec.Command("go", "list", "-deps", "-f", `{{if not .Standard}}{{.Dir}}{{range .GoFiles}} {{.}}{{end}}{{end}}`, "../../cmd/kvca").Output()
+	if err != nil {
+		t.Skipf("go list: %v", err)
+	}
+	root, _ := filepath.Abs("../..")
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || !strings.HasPrefix(f[0], root+string(filepath.Separator)) {
+			continue // the standard library, or a module from the proxy
+		}
+		rel, _ := filepath.Rel(root, f[0])
+		for _, name := range f[1:] {
+			keep = append(keep, filepath.ToSlash(filepath.Join(rel, name)))
+		}
+	}
+	if len(keep) < 20 {
+		t.Fatalf("found only %d source files of cmd/kvca", len(keep))
+	}
+	for _, path := range keep {
+		if ignored(path) {
+			t.Errorf("%s is needed by the image build but ignored", path)
+		}
+	}
+}
+
+// ignoreRE compiles one .containerignore pattern: paths relative to the
+// context, * and ? within a path element, ** across elements.
+func ignoreRE(pattern string) *regexp.Regexp {
+	pattern = strings.TrimPrefix(strings.TrimSuffix(pattern, "/"), "/")
+	var re strings.Builder
+	re.WriteString("^")
+	for i := 0; i < len(pattern); i++ {
+		switch c := pattern[i]; {
+		case strings.HasPrefix(pattern[i:], "**/"):
+			re.WriteString("(.*/)?")
+			i += 2
+		case strings.HasPrefix(pattern[i:], "**"):
+			re.WriteString(".*")
+			i++
+		case c == '*':
+			re.WriteString("[^/]*")
+		case c == '?':
+			re.WriteString("[^/]")
+		default:
+			re.WriteString(regexp.QuoteMeta(string(c)))
+		}
+	}
+	re.WriteString("$")
+	return regexp.MustCompile(re.String())
+}
+
+// TestKustomizeBuilds builds both kustomizations as kubectl apply -k would:
+// the base holds only core Kubernetes objects (it applies on a cluster
+// without the Prometheus Operator), the overlay adds the PodMonitor, and
+// every namespaced object lands in the kvca namespace.
+func TestKustomizeBuilds(t *testing.T) {
+	core := map[string]bool{"v1": true, "apps/v1": true, "networking.k8s.io/v1": true}
+	build := func(dir string) map[string]string {
+		t.Helper()
+		resMap, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+		if err != nil {
+			t.Fatalf("kustomize build %s: %v", dir, err)
+		}
+		kinds := map[string]string{}
+		for _, r := range resMap.Resources() {
+			kinds[r.GetKind()] = r.GetApiVersion()
+			if r.GetKind() != "Namespace" && r.GetNamespace() != "kvca" {
+				t.Errorf("%s: %s %s in namespace %q", dir, r.GetKind(), r.GetName(), r.GetNamespace())
+			}
+		}
+		return kinds
+	}
+	base := build("k8s")
+	for kind, api := range base {
+		if !core[api] {
+			t.Errorf("the base applies %s (%s), which needs a CRD", kind, api)
+		}
+	}
+	for _, kind := range []string{"Namespace", "ConfigMap", "Deployment", "Service", "NetworkPolicy"} {
+		if base[kind] == "" {
+			t.Errorf("the base has no %s", kind)
+		}
+	}
+	if base["Secret"] != "" {
+		t.Error("the base applies the placeholder Secret")
+	}
+	withOperator := build("k8s-prometheus-operator")
+	if withOperator["PodMonitor"] != "monitoring.coreos.com/v1" {
+		t.Errorf("the overlay's PodMonitor: %q", withOperator["PodMonitor"])
+	}
+	for kind := range base {
+		if withOperator[kind] == "" {
+			t.Errorf("the overlay lacks the base's %s", kind)
+		}
+	}
 }
 
 // exportedMetrics starts a kvca server (in front of a backend that is never
 // contacted) and returns the metric names its admin /metrics serves,
-// histogram series under their base name.
+// histogram series under their base name. API keys are on, with one
+// tenant, because per-tenant series exist only for the tenants of a keys
+// file.
 func exportedMetrics(t *testing.T) map[string]bool {
 	t.Helper()
+	keys := filepath.Join(t.TempDir(), "keys.txt")
+	line := "sha256:" + strings.Repeat("ab", 32) + " tenant=dashboard rpm=60 tpm=1000\n"
+	if err := os.WriteFile(keys, []byte(line), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	cfg := edge.DefaultConfig()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.AdminListen = "127.0.0.1:0"
 	cfg.Backends = []string{"http://127.0.0.1:9"}
 	cfg.HealthInterval = 0
+	cfg.APIKeys = keys
 	s, err := edge.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -456,8 +681,8 @@ func exportedMetrics(t *testing.T) map[string]bool {
 
 var metricRE = regexp.MustCompile(`\bkvca_[a-z0-9_]+`)
 
-// designMetrics are DESIGN.md's metric names, an interface the dashboard
-// must cover.
+// designMetrics are the metric names operators' dashboards and alerts
+// rely on (docs/metrics.md): the dashboard must cover every one.
 var designMetrics = []string{
 	"kvca_requests_total", "kvca_request_duration_seconds", "kvca_upstream_first_byte_seconds",
 	"kvca_routed_blocks_total", "kvca_backend_active_requests", "kvca_backend_prefill_blocks",
@@ -559,7 +784,9 @@ func TestPrometheusConfig(t *testing.T) {
 		for _, target := range list(sc, "static_configs", "#0", "targets") {
 			if _, _, err := net.SplitHostPort(target.(string)); err != nil {
 				t.Errorf("target %v: %v", target, err)
+				continue
 			}
+			checkAdminPort(t, "prometheus.yml target", target.(string))
 		}
 	}
 	if !found {

@@ -1,0 +1,943 @@
+// Package admit holds overload at the edge: a concurrency limit per
+// backend, one bounded queue for requests no eligible backend has room
+// for, served by priority class (strict, with starvation protection) and
+// fairly across tenants within a class, and slots released exactly once.
+//
+// The API never blocks, so an event loop can drive it: Admit either lets
+// a request go (to be routed among the backends with room) or queues it;
+// a queued request learns that it got a slot, or was shed, through its
+// ticket's Wake callback, called from whichever goroutine freed the slot
+// or ran the deadline timer.
+package admit
+
+import (
+	"errors"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/kvca/kvca/chain"
+	"github.com/kvca/kvca/sched"
+)
+
+// Defaults the command line offers.
+const (
+	DefaultQueueSize       = 1024
+	DefaultQueueTimeout    = 10 * time.Second
+	DefaultHolderWait      = 250 * time.Millisecond
+	DefaultStarvationLimit = 8
+)
+
+// Config sets up an Admitter.
+type Config struct {
+	// Backends are the scheduler's backends, in Index order: admission
+	// grants only healthy ones, and labels its metrics with their names.
+	Backends []*sched.Backend
+	// MaxInflight is each backend's concurrency limit; 0 is unlimited,
+	// and then the admitter is bypassed (Admit, Take and Done return at
+	// once and count nothing).
+	MaxInflight int
+	// QueueSize bounds the waiters; 0 with a limit means no queue: a
+	// request no backend has room for is shed at once.
+	QueueSize int
+	// QueueTimeout is the longest a request waits; 0: DefaultQueueTimeout.
+	QueueTimeout time.Duration
+	// HolderWait is how long a request with preferred backends (the
+	// holders of its prefix) waits for one of them before it may take any
+	// eligible backend; 0: it never waits for them.
+	HolderWait time.Duration
+	// StarvationLimit is K in the starvation rule: a class that has
+	// waiters is passed over by at most K grants to higher classes in a
+	// row; 0: DefaultStarvationLimit.
+	StarvationLimit int
+	// EngineAware lets AdaptToEngine lower a backend's limit while its
+	// engine reports a queue of its own.
+	EngineAware bool
+	// Metrics receives the admission metrics; nil: none.
+	Metrics *metrics.Set
+	// Clock returns unix nanoseconds; nil: the real clock. With a Clock
+	// no timer runs, and the caller drives deadlines with Sweep.
+	Clock func() int64
+}
+
+// Verdict is Admit's answer.
+type Verdict uint8
+
+const (
+	// Go: route now, among Ticket.Room, then Take the chosen backend.
+	Go Verdict = iota
+	// Queued: the ticket waits; its Wake is called once it leaves the
+	// queue, granted or shed.
+	Queued
+	// Shed: answer 429 with Ticket.Reason and Ticket.RetryAfter.
+	Shed
+	// Left: AdmitWait's done closed while the ticket waited; it has been
+	// ended (Done).
+	Left
+)
+
+// ErrorType is the OpenAI error type of a shed request's 429 answer; its
+// code is Reason.Code.
+const ErrorType = "rate_limit_exceeded"
+
+// Reason says why a request was shed.
+type Reason uint8
+
+const (
+	ReasonNone      Reason = iota
+	ReasonQueueFull        // the queue was full on arrival
+	ReasonTimeout          // it waited --queue-timeout without a slot
+	ReasonPreempted        // a higher class took its place in a full queue
+	numReasons
+)
+
+var reasonCodes = [numReasons]string{"", "queue_full", "queue_timeout", "queue_preempted"}
+
+// Code is the reason as the error's code and the shed metric's label.
+func (r Reason) Code() string { return reasonCodes[r] }
+
+// Message is the error message for the client.
+func (r Reason) Message() string {
+	switch r {
+	case ReasonQueueFull:
+		return "every backend is at its concurrency limit and the admission queue is full; retry later"
+	case ReasonTimeout:
+		return "the request waited in the admission queue for longer than the queue timeout; retry later"
+	case ReasonPreempted:
+		return "the request gave its place in the full admission queue to one of a higher priority class or of a tenant with fewer requests waiting; retry later"
+	}
+	return ""
+}
+
+// Ticket states.
+const (
+	Idle    uint32 = iota // not queued (admitted, done, or never queued)
+	Waiting               // in the queue
+	Granted               // left the queue with a slot
+	Dropped               // left the queue shed (Reason says why)
+)
+
+// Ticket is one request's admission. The caller owns it (embed it in the
+// request's state to spare an allocation), fills the exported fields
+// before Admit, and calls Done once the request is over, whatever
+// happened. Admit, Take and Done for one ticket are called by its owner
+// only, one at a time; the queue's grants and timeouts may run on other
+// goroutines meanwhile, and Done is safe against them.
+type Ticket struct {
+	Class  Class
+	Tenant uint64 // Admitter.TenantKey of the request's tenant; 0: none
+	// Eligible holds the backends that may serve the request: those
+	// serving its model and not yet tried. Health may be left out (a
+	// waiter is granted only healthy backends, and one that recovers can
+	// serve it: Refill); sched.Scheduler.Eligible, which also leaves out
+	// unhealthy backends, will do too.
+	Eligible chain.Set
+	// Preferred holds the backends it would rather wait for (the holders
+	// of its longest known prefix); empty: none.
+	Preferred chain.Set
+	// HolderWait overrides Config.HolderWait for this request when > 0.
+	HolderWait time.Duration
+	// Wake is called once when the ticket leaves the queue (State then
+	// says Granted or Dropped), with the Seq of that wait, from any
+	// goroutine, never under the admitter's lock. It must not block: an
+	// event loop posts the ticket to its own inbox. A wake whose seq is no
+	// longer t.Seq() is stale (the request ended meanwhile).
+	Wake func(t *Ticket, seq uint64)
+	// Owner is the caller's, e.g. the connection the wake is for.
+	Owner any
+
+	// woken carries AdmitWait's wakes when Wake is nil.
+	woken chan uint64
+
+	state atomic.Uint32
+	slot  atomic.Int32 // held backend + 1; 0: none
+	seq   uint64
+	// moved: a Take on another backend than the held one failed, so the
+	// room shrinks to the held one and the next route cannot fail again.
+	moved      bool
+	counted    bool // admitted counted
+	fromQueue  bool
+	bound      bool // waits for Preferred only
+	reason     Reason
+	retryAfter int
+	room       chain.Set
+	enq        int64
+	deadline   int64
+	until      int64 // end of the holder wait
+	waitNs     int64
+	vstart     int64  // virtual start tag within the class (classQueue)
+	order      uint64 // arrival order
+	// Intrusive links: the class's arrival order, the tenant's FIFO, the
+	// holder-bound waiters' arrival order.
+	cprev, cnext *Ticket
+	fprev, fnext *Ticket
+	pprev, pnext *Ticket
+	flow         *flow
+}
+
+// State is the ticket's state (Idle, Waiting, Granted, Dropped).
+func (t *Ticket) State() uint32 { return t.state.Load() }
+
+// Seq identifies the ticket's latest wait, unique across the admitter's
+// tickets (so a wake that outlives its request, its ticket reused by a
+// pooled request, is recognised as stale); Wake passes it.
+func (t *Ticket) Seq() uint64 { return t.seq }
+
+// Room holds the backends to route among after Go: the eligible ones with
+// a free slot, and the one the ticket holds. Point sched.Request.Allowed
+// at it (it is a subset of the eligible set, so of the model's backends).
+func (t *Ticket) Room() *chain.Set { return &t.room }
+
+// Reason says why the ticket was shed; read it (and RetryAfter) before
+// Done, which clears them.
+func (t *Ticket) Reason() Reason { return t.reason }
+
+// RetryAfter is the Retry-After value (seconds) to answer a shed with.
+func (t *Ticket) RetryAfter() int { return t.retryAfter }
+
+// Backend returns the backend whose slot the ticket holds, or -1.
+func (t *Ticket) Backend() int { return int(t.slot.Load()) - 1 }
+
+// Waited is how long the ticket waited in the queue before its grant.
+func (t *Ticket) Waited() time.Duration { return time.Duration(t.waitNs) }
+
+func (t *Ticket) usable(b int) bool {
+	return t.Eligible.Has(b) && (!t.bound || t.Preferred.Has(b))
+}
+
+// idle marks t not queued; most tickets never were, and a plain load
+// spares them an atomic store.
+func (t *Ticket) idle() {
+	if t.state.Load() != Idle {
+		t.state.Store(Idle)
+	}
+}
+
+// healthy reports whether b may be granted.
+func (a *Admitter) healthy(b int) bool { return a.slots[b].b.Healthy() }
+
+// backendSlots is one backend's limit, padded to its own cache line: every
+// loop touches these words on every request.
+type backendSlots struct {
+	inflight atomic.Int32
+	limit    atomic.Int32
+	b        *sched.Backend
+	_        [48]byte
+}
+
+// free reports whether the backend is healthy and has a free slot.
+func (s *backendSlots) free() bool {
+	return s.inflight.Load() < s.limit.Load() && s.b.Healthy()
+}
+
+func (s *backendSlots) tryAcquire() bool {
+	for {
+		n := s.inflight.Load()
+		if n >= s.limit.Load() {
+			return false
+		}
+		if s.inflight.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// Admitter is the admission control of one server.
+type Admitter struct {
+	cfg        Config
+	limited    bool
+	now        func() int64
+	timeout    int64
+	holderWait int64
+	k          int
+	size       int
+	seed       maphash.Seed
+	slots      []backendSlots
+	// waiting counts queued tickets, and one being enqueued: a release
+	// that sees it 0 need not look at the queue (see enqueue).
+	waiting  atomic.Int64
+	released atomic.Uint64
+	m        *meters
+
+	mu     sync.Mutex
+	n      int
+	q      [NumClasses]classQueue
+	passed [NumClasses]int // grants to higher classes since the class was last served
+	// The holder-bound waiters in arrival order, so in order of the end
+	// of their holder wait.
+	phead, ptail *Ticket
+	free         *flow
+	order        uint64  // arrivals so far
+	rate         float64 // releases per second, smoothed
+	rateAt       int64
+	rateN        uint64
+	timer        *time.Timer
+	timerAt      int64
+	closed       bool
+}
+
+// New builds an admitter.
+func New(cfg Config) (*Admitter, error) {
+	if len(cfg.Backends) == 0 || len(cfg.Backends) > chain.MaxBackends {
+		return nil, errors.New("admit: backends must be between 1 and the maximum number of backends")
+	}
+	if cfg.MaxInflight < 0 || cfg.QueueSize < 0 || cfg.QueueTimeout < 0 || cfg.HolderWait < 0 || cfg.StarvationLimit < 0 {
+		return nil, errors.New("admit: limits, sizes and durations must not be negative")
+	}
+	if cfg.MaxInflight > 1<<30 {
+		return nil, errors.New("admit: max in-flight per backend is too large")
+	}
+	if cfg.QueueTimeout == 0 {
+		cfg.QueueTimeout = DefaultQueueTimeout
+	}
+	if cfg.StarvationLimit == 0 {
+		cfg.StarvationLimit = DefaultStarvationLimit
+	}
+	a := &Admitter{
+		cfg:        cfg,
+		limited:    cfg.MaxInflight > 0,
+		now:        cfg.Clock,
+		timeout:    int64(cfg.QueueTimeout),
+		holderWait: int64(cfg.HolderWait),
+		k:          cfg.StarvationLimit,
+		size:       cfg.QueueSize,
+		seed:       maphash.MakeSeed(),
+		slots:      make([]backendSlots, len(cfg.Backends)),
+	}
+	for i, b := range cfg.Backends {
+		if b.Index != i {
+			return nil, errors.New("admit: backends must be in index order")
+		}
+		a.slots[i].b = b
+		a.slots[i].limit.Store(int32(cfg.MaxInflight))
+	}
+	for c := range a.q {
+		a.q[c].flows = map[uint64]*flow{}
+	}
+	if a.now == nil {
+		a.now = func() int64 { return time.Now().UnixNano() }
+		if a.limited {
+			a.timer = time.AfterFunc(time.Hour, a.onTimer)
+			a.timer.Stop()
+		}
+	}
+	if cfg.Metrics != nil {
+		a.m = newMeters(a, cfg.Metrics)
+	}
+	return a, nil
+}
+
+// Limited reports whether a limit is set; if not, the edge may skip the
+// admitter altogether (its calls would return at once anyway).
+func (a *Admitter) Limited() bool { return a != nil && a.limited }
+
+// TenantKey turns a tenant's name (an API key's tenant, X-KVCA-Tenant or
+// the body's `user`) into the ticket's Tenant; an empty name is 0, the one
+// tenant of every request that names none.
+func (a *Admitter) TenantKey(name []byte) uint64 {
+	if len(name) == 0 {
+		return 0
+	}
+	return maphash.Bytes(a.seed, name) | 1
+}
+
+// Admit decides whether t may go now. Go: route among t.Room() and Take
+// the chosen backend. Queued: wait for t.Wake. Shed: answer 429.
+//
+// Call it when the request is planned, again after a grant (Wake with
+// State Granted), and again after a failed attempt once the failed
+// backend has left t.Eligible (the slot held there is released then).
+func (a *Admitter) Admit(t *Ticket) Verdict {
+	if !a.limited {
+		t.room = t.Eligible
+		return Go
+	}
+	return a.admit(t)
+}
+
+func (a *Admitter) admit(t *Ticket) Verdict {
+	if h := t.Backend(); h >= 0 {
+		if t.Eligible.Has(h) {
+			t.idle()
+			t.room = chain.Set{}
+			if !t.moved {
+				a.addRoom(&t.Eligible, &t.room)
+			}
+			t.room.Add(h)
+			return Go
+		}
+		// An attempt on h failed and the request looks elsewhere.
+		if old := t.slot.Swap(0); old != 0 {
+			a.release(int(old - 1))
+		}
+	}
+	if t.Class >= NumClasses {
+		t.Class = Normal
+	}
+	t.moved = false
+	t.idle()
+	t.room = chain.Set{}
+	a.addRoom(&t.Eligible, &t.room)
+	bound := a.binds(t)
+	if !t.room.Empty() && (!bound || intersects(&t.room, &t.Preferred)) {
+		return Go
+	}
+	return a.enqueue(t, bound)
+}
+
+// AdmitWait is Admit for a goroutine that may block: while t is queued it
+// waits until t is granted (then Go, as Admit answers after a grant), shed
+// (Shed), or done is closed (Left: t has been ended with Done). t.Wake
+// must be nil; AdmitWait wakes itself, through a channel the ticket keeps
+// for its next waits.
+func (a *Admitter) AdmitWait(t *Ticket, done <-chan struct{}) Verdict {
+	if !a.limited {
+		return a.Admit(t)
+	}
+	if t.woken == nil {
+		t.woken = make(chan uint64, 1)
+	}
+	for {
+		v := a.Admit(t)
+		if v != Queued {
+			return v
+		}
+		for waiting := true; waiting; {
+			select {
+			case seq := <-t.woken:
+				waiting = seq != t.Seq()
+			case <-done:
+				a.Done(t)
+				return Left
+			}
+		}
+		if t.State() == Dropped {
+			return Shed
+		}
+	}
+}
+
+// Take makes t hold a slot on b, the backend routing chose among t.Room();
+// false when another request took b's last slot first: release the
+// routing's reservation and Admit again (after a false with a slot held
+// elsewhere, Room shrinks to that slot's backend, so the loop ends).
+func (a *Admitter) Take(t *Ticket, b int) bool {
+	return !a.limited || a.take(t, b)
+}
+
+func (a *Admitter) take(t *Ticket, b int) bool {
+	if t.Backend() != b {
+		if !a.slots[b].tryAcquire() {
+			if t.Backend() >= 0 {
+				t.moved = true
+			}
+			return false
+		}
+		if old := t.slot.Swap(int32(b + 1)); old != 0 {
+			a.release(int(old - 1))
+		}
+	}
+	t.moved = false
+	if !t.counted {
+		t.counted = true
+		a.m.admitted(t)
+	}
+	return true
+}
+
+// Done ends t's admission, whatever state it is in: a queued ticket
+// leaves the queue at once (a client that left), and a held slot is
+// released, exactly once however often Done is called, passing it to the
+// next waiter that can use it. A grant racing with Done is not lost: it
+// either comes before (and Done releases the granted slot) or never.
+func (a *Admitter) Done(t *Ticket) {
+	if a.limited {
+		a.done(t)
+	}
+}
+
+func (a *Admitter) done(t *Ticket) {
+	st := t.state.Load()
+	if st == Waiting {
+		a.mu.Lock()
+		if st = t.state.Load(); st == Waiting {
+			a.remove(t)
+		}
+		a.mu.Unlock()
+	}
+	if (st == Waiting || st == Granted) && !t.counted {
+		a.m.cancelled(t.Class)
+	}
+	if old := t.slot.Swap(0); old != 0 {
+		a.release(int(old - 1))
+	}
+	t.idle()
+	t.moved, t.counted, t.fromQueue, t.bound = false, false, false, false
+	t.reason, t.retryAfter = ReasonNone, 0
+}
+
+// Refill grants b's free slots to the waiters that can use them. Call it
+// when b becomes eligible without a slot being released there (it turned
+// healthy again, or was added): waiters are otherwise granted only when a
+// slot is released.
+func (a *Admitter) Refill(b int) {
+	if a.limited && b >= 0 && b < len(a.slots) && a.waiting.Load() > 0 {
+		a.fill(b)
+	}
+}
+
+// Inflight returns the slots held on b.
+func (a *Admitter) Inflight(b int) int { return int(a.slots[b].inflight.Load()) }
+
+// Limit returns b's current limit (0: unlimited).
+func (a *Admitter) Limit(b int) int {
+	if !a.limited {
+		return 0
+	}
+	return int(a.slots[b].limit.Load())
+}
+
+// Queued returns the number of waiters.
+func (a *Admitter) Queued() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.n
+}
+
+// Close stops the deadline timer. Waiters stay; their owners end them.
+func (a *Admitter) Close() {
+	a.mu.Lock()
+	a.closed = true
+	if a.timer != nil {
+		a.timer.Stop()
+	}
+	a.mu.Unlock()
+}
+
+func (a *Admitter) addRoom(elig, room *chain.Set) {
+	for wi, word := range elig {
+		for word != 0 {
+			i := wi<<6 | trailingZeros(word)
+			word &= word - 1
+			if i < len(a.slots) {
+				if a.slots[i].free() {
+					room.Add(i)
+				}
+			}
+		}
+	}
+}
+
+// binds reports whether t should wait for its preferred backends: it
+// has a holder wait and one of them is eligible and healthy.
+func (a *Admitter) binds(t *Ticket) bool {
+	if a.holderWaitOf(t) <= 0 {
+		return false
+	}
+	for wi := range t.Preferred {
+		for word := t.Preferred[wi] & t.Eligible[wi]; word != 0; word &= word - 1 {
+			if i := wi<<6 | trailingZeros(word); i < len(a.slots) && a.healthy(i) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (a *Admitter) holderWaitOf(t *Ticket) int64 {
+	if t.HolderWait > 0 {
+		return int64(t.HolderWait)
+	}
+	return a.holderWait
+}
+
+func intersects(x, y *chain.Set) bool {
+	return x[0]&y[0]|x[1]&y[1]|x[2]&y[2]|x[3]&y[3] != 0
+}
+
+// release gives back one slot on b: handed straight to the next waiter
+// that can use it, so a newcomer cannot overtake the queue, or freed.
+func (a *Admitter) release(b int) {
+	a.released.Add(1)
+	s := &a.slots[b]
+	if a.waiting.Load() > 0 {
+		a.mu.Lock()
+		// With a lowered limit the slot may be one too many to pass on.
+		if s.inflight.Load() <= s.limit.Load() {
+			if t := a.pick(b); t != nil {
+				w := a.grant(t, b)
+				a.mu.Unlock()
+				a.deliver(&w)
+				return
+			}
+		}
+		a.mu.Unlock()
+	}
+	s.inflight.Add(-1)
+	// An enqueue that did not see this slot free has made waiting
+	// non-zero before it looked (enqueue), so this sees it.
+	if a.waiting.Load() > 0 {
+		a.fill(b)
+	}
+}
+
+// fill grants b's free slots to waiters that can use them.
+func (a *Admitter) fill(b int) {
+	for {
+		a.mu.Lock()
+		if a.n == 0 || !a.slots[b].tryAcquire() {
+			a.mu.Unlock()
+			return
+		}
+		t := a.pick(b)
+		if t == nil {
+			// Nobody waits for b; an enqueue after this unlock sees the
+			// slot free.
+			a.slots[b].inflight.Add(-1)
+			a.mu.Unlock()
+			return
+		}
+		w := a.grant(t, b)
+		a.mu.Unlock()
+		a.deliver(&w)
+	}
+}
+
+// wake is a queue departure to announce once the lock is released.
+type wake struct {
+	t      *Ticket
+	fn     func(*Ticket, uint64)
+	ch     chan uint64
+	seq    uint64
+	class  Class
+	reason Reason // ReasonNone: granted
+	waited int64
+}
+
+func (a *Admitter) deliver(w *wake) {
+	if w.reason == ReasonNone {
+		a.m.granted(w.class, w.waited)
+	} else {
+		a.m.shed(w.class, w.reason)
+	}
+	if w.fn != nil {
+		w.fn(w.t, w.seq)
+	} else if w.ch != nil {
+		select {
+		case w.ch <- w.seq:
+		default: // a stale wake still unread: AdmitWait skips it anyway
+		}
+	}
+}
+
+// grant gives t a slot on b, already counted in b's in-flight slots.
+func (a *Admitter) grant(t *Ticket, b int) wake {
+	now := a.now()
+	a.remove(t)
+	t.slot.Store(int32(b + 1))
+	t.fromQueue = true
+	t.waitNs = now - t.enq
+	w := wake{t: t, fn: t.Wake, ch: t.woken, seq: t.seq, class: t.Class, waited: t.waitNs}
+	t.state.Store(Granted)
+	return w
+}
+
+// drop sheds a queued t for r.
+func (a *Admitter) drop(t *Ticket, r Reason, now int64) wake {
+	a.remove(t)
+	t.reason = r
+	t.retryAfter = a.retryAfterLocked(now)
+	w := wake{t: t, fn: t.Wake, ch: t.woken, seq: t.seq, class: t.Class, reason: r}
+	t.state.Store(Dropped)
+	return w
+}
+
+func (a *Admitter) enqueue(t *Ticket, bound bool) Verdict {
+	a.mu.Lock()
+	// Counted before looking again: a release either freed its slot
+	// before this look, or sees waiting > 0 and fills after this unlock.
+	a.waiting.Add(1)
+	t.room = chain.Set{}
+	a.addRoom(&t.Eligible, &t.room)
+	if !t.room.Empty() && (!bound || intersects(&t.room, &t.Preferred) || a.n >= a.size) {
+		// Room after all, or the holders are full and so is the queue:
+		// another backend serves it now rather than nobody.
+		a.waiting.Add(-1)
+		a.mu.Unlock()
+		return Go
+	}
+	now := a.now()
+	var ev wake
+	if a.n >= a.size {
+		v := a.victim(t)
+		if v == nil {
+			a.waiting.Add(-1)
+			t.reason = ReasonQueueFull
+			t.retryAfter = a.retryAfterLocked(now)
+			t.state.Store(Dropped)
+			a.mu.Unlock()
+			a.m.shed(t.Class, ReasonQueueFull)
+			return Shed
+		}
+		ev = a.drop(v, ReasonPreempted, now)
+	}
+	a.push(t, bound, now)
+	a.mu.Unlock()
+	if ev.t != nil {
+		a.deliver(&ev)
+	}
+	return Queued
+}
+
+// victim is the waiter a newcomer t takes the place of in a full queue,
+// or nil: from the lowest class below t's that holds more than its
+// reserve of places (QueueSize/(StarvationLimit+1)), the youngest of its
+// tenant with the most waiters; else, within t's class, the youngest of the
+// tenant with the most waiters if that tenant has at least two more than
+// t's. So a tenant that floods the queue loses its own places to the
+// others' newcomers, not theirs.
+func (a *Admitter) victim(t *Ticket) *Ticket {
+	for l := Class(NumClasses - 1); l > t.Class; l-- {
+		if a.q[l].n <= a.size/(a.k+1) {
+			continue // its reserve: starvation protection needs waiters
+		}
+		if big := a.q[l].biggest(); big != nil {
+			return big.tail
+		}
+	}
+	q := &a.q[t.Class]
+	own := 0
+	if f := q.flows[t.Tenant]; f != nil {
+		own = f.n
+	}
+	if big := q.biggest(); big != nil && big.n > own+1 {
+		return big.tail
+	}
+	return nil
+}
+
+// push queues t; waiting already counts it.
+func (a *Admitter) push(t *Ticket, bound bool, now int64) {
+	a.sampleRate(now)
+	t.enq = now
+	t.deadline = now + a.timeout
+	t.bound = bound
+	t.reason, t.retryAfter = ReasonNone, 0
+	q := &a.q[t.Class]
+	t.cprev, t.cnext = q.tail, nil
+	if q.tail != nil {
+		q.tail.cnext = t
+	} else {
+		q.head = t
+	}
+	q.tail = t
+	q.n++
+	q.length.Store(int64(q.n))
+	f := q.flows[t.Tenant]
+	if f == nil {
+		f = a.newFlow(t.Tenant)
+		q.flows[t.Tenant] = f
+		q.join(f)
+	}
+	t.flow = f
+	q.tag(f, t)
+	a.order++
+	t.order = a.order
+	t.seq = a.order
+	t.fprev, t.fnext = f.tail, nil
+	if f.tail != nil {
+		f.tail.fnext = t
+	} else {
+		f.head = t
+	}
+	f.tail = t
+	f.n++
+	next := t.deadline
+	if bound {
+		t.until = now + a.holderWaitOf(t)
+		t.pprev, t.pnext = a.ptail, nil
+		if a.ptail != nil {
+			a.ptail.pnext = t
+		} else {
+			a.phead = t
+		}
+		a.ptail = t
+		next = min(next, t.until)
+	}
+	a.n++
+	t.state.Store(Waiting)
+	a.arm(next, now)
+}
+
+// remove takes a queued t out of every list.
+func (a *Admitter) remove(t *Ticket) {
+	q := &a.q[t.Class]
+	if t.cprev != nil {
+		t.cprev.cnext = t.cnext
+	} else {
+		q.head = t.cnext
+	}
+	if t.cnext != nil {
+		t.cnext.cprev = t.cprev
+	} else {
+		q.tail = t.cprev
+	}
+	t.cprev, t.cnext = nil, nil
+	q.n--
+	q.length.Store(int64(q.n))
+	if q.n == 0 {
+		a.passed[t.Class] = 0
+	}
+	f := t.flow
+	if t.fprev != nil {
+		t.fprev.fnext = t.fnext
+	} else {
+		f.head = t.fnext
+	}
+	if t.fnext != nil {
+		t.fnext.fprev = t.fprev
+	} else {
+		f.tail = t.fprev
+	}
+	t.fprev, t.fnext, t.flow = nil, nil, nil
+	f.n--
+	if f.head == nil {
+		q.leave(f)
+		delete(q.flows, f.key)
+		f.next = a.free
+		a.free = f
+	}
+	if t.bound {
+		a.unbind(t)
+	}
+	a.n--
+	a.waiting.Add(-1)
+}
+
+func (a *Admitter) unbind(t *Ticket) {
+	if t.pprev != nil {
+		t.pprev.pnext = t.pnext
+	} else {
+		a.phead = t.pnext
+	}
+	if t.pnext != nil {
+		t.pnext.pprev = t.pprev
+	} else {
+		a.ptail = t.pprev
+	}
+	t.pprev, t.pnext = nil, nil
+	t.bound = false
+}
+
+func (a *Admitter) newFlow(key uint64) *flow {
+	f := a.free
+	if f != nil {
+		a.free = f.next
+		*f = flow{}
+	} else {
+		f = &flow{}
+	}
+	f.key = key
+	return f
+}
+
+// pick chooses the waiter a free slot on b goes to, and books the class
+// it is taken from. Strict priority across classes, except that a class
+// passed over StarvationLimit times in a row while it waited is served
+// next (the lowest such class first); within a class, by fair queuing
+// across tenants (classQueue).
+func (a *Admitter) pick(b int) *Ticket {
+	if !a.healthy(b) {
+		return nil
+	}
+	for c := Class(NumClasses - 1); c > High; c-- {
+		if a.passed[c] >= a.k && a.q[c].n > 0 {
+			if t := a.q[c].pick(b); t != nil {
+				a.served(c)
+				return t
+			}
+		}
+	}
+	for c := High; c < NumClasses; c++ {
+		if t := a.q[c].pick(b); t != nil {
+			a.served(c)
+			return t
+		}
+	}
+	return nil
+}
+
+func (a *Admitter) served(g Class) {
+	a.passed[g] = 0
+	for l := g + 1; l < NumClasses; l++ {
+		if a.q[l].n > 0 {
+			a.passed[l]++
+		}
+	}
+}
+
+// retryAfterLocked estimates, in whole seconds, how long the queue takes
+// to drain what is waiting now at the rate slots have lately been freed,
+// between 1 and the queue timeout (rounded up); the timeout when no rate
+// is known yet.
+func (a *Admitter) retryAfterLocked(now int64) int {
+	a.sampleRate(now)
+	hi := int((a.timeout + int64(time.Second) - 1) / int64(time.Second))
+	hi = max(hi, 1)
+	if a.rate <= 0 {
+		return hi
+	}
+	s := int(float64(a.n+1)/a.rate + 0.999999)
+	return min(max(s, 1), hi)
+}
+
+// sampleRate refreshes the release rate at most once a second.
+func (a *Admitter) sampleRate(now int64) {
+	c := a.released.Load()
+	if a.rateAt == 0 {
+		a.rateAt, a.rateN = now, c
+		return
+	}
+	dt := now - a.rateAt
+	if dt < int64(time.Second) {
+		return
+	}
+	r := float64(c-a.rateN) / (float64(dt) / float64(time.Second))
+	if a.rate == 0 {
+		a.rate = r
+	} else {
+		a.rate = (a.rate + r) / 2
+	}
+	a.rateAt, a.rateN = now, c
+}
+
+// Candidates is the eligible set for a ticket: the backends r allows (all
+// when r.Allowed is nil) that it has not tried, health aside, so that a
+// backend recovering while the request waits can still serve it.
+func (a *Admitter) Candidates(r *sched.Request) chain.Set {
+	var e chain.Set
+	if r.Allowed != nil {
+		e = *r.Allowed
+	} else {
+		for i := range a.slots {
+			e.Add(i)
+		}
+	}
+	for i := range e {
+		e[i] &^= r.Exclude[i]
+	}
+	return e
+}
+
+// Holders returns the backends holding the longest known prefix of r's
+// chain when r is a follow-up (those its routing would prefer), else an
+// empty set: what Ticket.Preferred wants.
+func Holders(table *chain.Table, r *sched.Request) chain.Set {
+	if !r.Followup || len(r.Chain) == 0 {
+		return chain.Set{}
+	}
+	_, held := table.Prefix(r.Chain, r.Now)
+	return held
+}

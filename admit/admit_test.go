@@ -1,0 +1,798 @@
+package admit
+
+import (
+	"bytes"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/kvca/kvca/chain"
+	"github.com/kvca/kvca/sched"
+)
+
+// fleet is n healthy backends.
+func fleet(n int) []*sched.Backend {
+	bs := make([]*sched.Backend, n)
+	for i := range bs {
+		bs[i] = sched.NewBackend(i, "http://b", fmt.Sprintf("b%d:80", i))
+	}
+	return bs
+}
+
+// clock is a manual clock: tests move time, Sweep applies it.
+type clock struct{ ns atomic.Int64 }
+
+func (c *clock) now() int64              { return c.ns.Load() }
+func (c *clock) advance(d time.Duration) { c.ns.Add(int64(d)) }
+
+// wakes records the tickets woken, in order.
+type wakes struct {
+	mu   sync.Mutex
+	list []*Ticket
+}
+
+func (w *wakes) fn(t *Ticket, seq uint64) {
+	w.mu.Lock()
+	w.list = append(w.list, t)
+	w.mu.Unlock()
+}
+
+func (w *wakes) take() []*Ticket {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	l := w.list
+	w.list = nil
+	return l
+}
+
+type rig struct {
+	a   *Admitter
+	clk *clock
+	w   *wakes
+	set *metrics.Set
+}
+
+func newRig(t testing.TB, cfg Config) *rig {
+	r := &rig{clk: &clock{}, w: &wakes{}, set: metrics.NewSet()}
+	r.clk.ns.Store(int64(time.Hour)) // any non-zero start
+	cfg.Clock = r.clk.now
+	cfg.Metrics = r.set
+	a, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.a = a
+	return r
+}
+
+func setOf(bs ...int) chain.Set {
+	var s chain.Set
+	for _, b := range bs {
+		s.Add(b)
+	}
+	return s
+}
+
+func (r *rig) ticket(c Class, tenant string, elig ...int) *Ticket {
+	return &Ticket{Class: c, Tenant: r.a.TenantKey([]byte(tenant)), Eligible: setOf(elig...), Wake: r.w.fn}
+}
+
+// hold admits t and takes backend b for it, failing the test otherwise.
+func (r *rig) hold(t testing.TB, tk *Ticket, b int) {
+	t.Helper()
+	if v := r.a.Admit(tk); v != Go {
+		t.Fatalf("admit: verdict %d, want Go", v)
+	}
+	if !tk.Room().Has(b) {
+		t.Fatalf("backend %d not in room %v", b, *tk.Room())
+	}
+	if !r.a.Take(tk, b) {
+		t.Fatalf("take %d failed", b)
+	}
+}
+
+func (r *rig) metric(name string) string {
+	var b bytes.Buffer
+	r.set.WritePrometheus(&b)
+	for _, l := range strings.Split(b.String(), "\n") {
+		if strings.HasPrefix(l, name+" ") {
+			return strings.TrimPrefix(l, name+" ")
+		}
+	}
+	return "absent"
+}
+
+func TestBypassWithoutLimit(t *testing.T) {
+	r := newRig(t, Config{Backends: fleet(3)})
+	tk := r.ticket(Normal, "", 0, 2)
+	for i := 0; i < 100; i++ {
+		if v := r.a.Admit(tk); v != Go || *tk.Room() != setOf(0, 2) {
+			t.Fatalf("verdict %d room %v", v, *tk.Room())
+		}
+		if !r.a.Take(tk, 2) {
+			t.Fatal("take refused without a limit")
+		}
+	}
+	r.a.Done(tk)
+	if r.a.Limited() || r.a.Inflight(2) != 0 || r.a.Queued() != 0 {
+		t.Fatalf("limited %v inflight %d queued %d", r.a.Limited(), r.a.Inflight(2), r.a.Queued())
+	}
+	if got := r.metric(`kvca_admission_admitted_total{class="normal",how="immediate"}`); got != "0" {
+		t.Fatalf("bypass counted: %s", got)
+	}
+}
+
+func TestRoomTakeAndGrant(t *testing.T) {
+	r := newRig(t, Config{Backends: fleet(2), MaxInflight: 2, QueueSize: 8})
+	a := r.a
+	h := make([]*Ticket, 4)
+	for i := range h {
+		h[i] = r.ticket(Normal, "", 0, 1)
+	}
+	r.hold(t, h[0], 0)
+	r.hold(t, h[1], 0)
+	// Backend 0 is full: only 1 has room.
+	if a.Admit(h[2]) != Go || *h[2].Room() != setOf(1) {
+		t.Fatalf("room %v, want {1}", *h[2].Room())
+	}
+	if a.Take(h[2], 0) {
+		t.Fatal("took a full backend")
+	}
+	r.hold(t, h[2], 1)
+	r.hold(t, h[3], 1)
+	w := r.ticket(Normal, "", 0, 1)
+	if v := a.Admit(w); v != Queued || w.State() != Waiting || a.Queued() != 1 {
+		t.Fatalf("verdict %d state %d queued %d", v, w.State(), a.Queued())
+	}
+	seq := w.Seq()
+	a.Done(h[2]) // frees a slot on 1: handed to w
+	got := r.w.take()
+	if len(got) != 1 || got[0] != w || w.State() != Granted || w.Backend() != 1 || w.Seq() != seq {
+		t.Fatalf("wakes %v state %d backend %d", got, w.State(), w.Backend())
+	}
+	if a.Inflight(1) != 2 || a.Queued() != 0 {
+		t.Fatalf("inflight %d queued %d", a.Inflight(1), a.Queued())
+	}
+	// Routed again: the room is the granted slot (nothing else is free).
+	if a.Admit(w) != Go || *w.Room() != setOf(1) || !a.Take(w, 1) {
+		t.Fatalf("after grant: room %v", *w.Room())
+	}
+	a.Done(w)
+	a.Done(w) // twice: released once
+	if a.Inflight(1) != 1 {
+		t.Fatalf("inflight %d after double Done", a.Inflight(1))
+	}
+	for _, x := range h {
+		a.Done(x)
+	}
+	if a.Inflight(0) != 0 || a.Inflight(1) != 0 {
+		t.Fatalf("left %d %d", a.Inflight(0), a.Inflight(1))
+	}
+	if got := r.metric(`kvca_admission_admitted_total{class="normal",how="queued"}`); got != "1" {
+		t.Fatalf("queued admissions %s", got)
+	}
+	if got := r.metric(`kvca_admission_admitted_total{class="normal",how="immediate"}`); got != "4" {
+		t.Fatalf("immediate admissions %s", got)
+	}
+}
+
+// grantOrder frees the single slot again and again and returns the
+// tickets in the order they were granted it.
+func grantOrder(t *testing.T, r *rig, holder *Ticket, n int) []*Ticket {
+	t.Helper()
+	var order []*Ticket
+	for i := 0; i < n; i++ {
+		r.a.Done(holder)
+		got := r.w.take()
+		if len(got) != 1 || got[0].State() != Granted {
+			t.Fatalf("grant %d: %d wakes", i, len(got))
+		}
+		holder = got[0]
+		r.hold(t, holder, 0)
+		order = append(order, holder)
+	}
+	r.a.Done(holder)
+	return order
+}
+
+func TestClassesInStrictOrder(t *testing.T) {
+	r := newRig(t, Config{Backends: fleet(1), MaxInflight: 1, QueueSize: 16})
+	h := r.ticket(Normal, "", 0)
+	r.hold(t, h, 0)
+	var names = map[*Ticket]string{}
+	for _, x := range []struct {
+		c    Class
+		name string
+	}{{Low, "L1"}, {Normal, "N1"}, {High, "H1"}, {Normal, "N2"}, {Low, "L2"}, {High, "H2"}} {
+		tk := r.ticket(x.c, "", 0)
+		names[tk] = x.name
+		if r.a.Admit(tk) != Queued {
+			t.Fatal("not queued")
+		}
+	}
+	var got []string
+	for _, tk := range grantOrder(t, r, h, 6) {
+		got = append(got, names[tk])
+	}
+	if s := strings.Join(got, " "); s != "H1 H2 N1 N2 L1 L2" {
+		t.Fatalf("order %s", s)
+	}
+}
+
+func TestStarvationProtection(t *testing.T) {
+	r := newRig(t, Config{Backends: fleet(1), MaxInflight: 1, QueueSize: 64, StarvationLimit: 2})
+	h := r.ticket(High, "", 0)
+	r.hold(t, h, 0)
+	names := map[*Ticket]string{}
+	for i := 0; i < 10; i++ {
+		tk := r.ticket(High, "", 0)
+		names[tk] = "H"
+		r.a.Admit(tk)
+	}
+	for i := 0; i < 3; i++ {
+		tk := r.ticket(Low, "", 0)
+		names[tk] = "L"
+		r.a.Admit(tk)
+	}
+	var got []string
+	for _, tk := range grantOrder(t, r, h, 13) {
+		got = append(got, names[tk])
+	}
+	// At most K=2 grants to a higher class pass a waiting lower class.
+	if s := strings.Join(got, ""); s != "HHLHHLHHLHHHH" {
+		t.Fatalf("order %s", s)
+	}
+}
+
+func TestStarvationThreeClasses(t *testing.T) {
+	r := newRig(t, Config{Backends: fleet(1), MaxInflight: 1, QueueSize: 64, StarvationLimit: 2})
+	h := r.ticket(High, "", 0)
+	r.hold(t, h, 0)
+	names := map[*Ticket]string{}
+	for _, c := range []Class{High, Normal, Low} {
+		for i := 0; i < 6; i++ {
+			tk := r.ticket(c, "", 0)
+			names[tk] = c.String()[:1]
+			r.a.Admit(tk)
+		}
+	}
+	var got []string
+	for _, tk := range grantOrder(t, r, h, 18) {
+		got = append(got, names[tk])
+	}
+	// After two highs, low and normal have both been passed over twice:
+	// the lowest goes first, then normal. Grants to normal pass over low
+	// too, so low's turn comes every third grant.
+	if s := strings.Join(got, ""); s != "hhlnhlhnlhhlnnlnnl" {
+		t.Fatalf("order %s", s)
+	}
+}
+
+func TestTenantsShareExactly(t *testing.T) {
+	r := newRig(t, Config{Backends: fleet(1), MaxInflight: 1, QueueSize: 200})
+	h := r.ticket(Normal, "", 0)
+	r.hold(t, h, 0)
+	tenantOf := map[*Ticket]string{}
+	// The flood arrives first and is 20 times larger than each other
+	// tenant's demand.
+	for i := 0; i < 100; i++ {
+		tk := r.ticket(Normal, "flood", 0)
+		tenantOf[tk] = "F"
+		r.a.Admit(tk)
+	}
+	for _, name := range []string{"a", "b", "c", "d"} {
+		for i := 0; i < 5; i++ {
+			tk := r.ticket(Normal, name, 0)
+			tenantOf[tk] = name
+			r.a.Admit(tk)
+		}
+	}
+	var got []string
+	for _, tk := range grantOrder(t, r, h, 120) {
+		got = append(got, tenantOf[tk])
+	}
+	s := strings.Join(got, "")
+	if want := strings.Repeat("Fabcd", 5) + strings.Repeat("F", 95); s != want {
+		t.Fatalf("order\n%s\nwant\n%s", s, want)
+	}
+}
+
+func TestTenantKeepsTurnWhenIneligible(t *testing.T) {
+	r := newRig(t, Config{Backends: fleet(2), MaxInflight: 1, QueueSize: 8})
+	h0, h1 := r.ticket(Normal, "", 0), r.ticket(Normal, "", 1)
+	r.hold(t, h0, 0)
+	r.hold(t, h1, 1)
+	x := r.ticket(Normal, "x", 1) // x's turn comes first, but it wants 1
+	y := r.ticket(Normal, "y", 0, 1)
+	y2 := r.ticket(Normal, "y", 0, 1)
+	r.a.Admit(x)
+	r.a.Admit(y)
+	r.a.Admit(y2)
+	r.a.Done(h0) // backend 0: x cannot use it, y can
+	if got := r.w.take(); len(got) != 1 || got[0] != y {
+		t.Fatalf("backend 0 went to %v", got)
+	}
+	r.a.Done(h1) // backend 1: x kept its turn
+	if got := r.w.take(); len(got) != 1 || got[0] != x {
+		t.Fatalf("backend 1 went to %v", got)
+	}
+}
+
+func TestTimeoutAndRetryAfter(t *testing.T) {
+	r := newRig(t, Config{Backends: fleet(1), MaxInflight: 1, QueueSize: 4, QueueTimeout: 3 * time.Second})
+	h := r.ticket(Normal, "", 0)
+	r.hold(t, h, 0)
+	w := r.ticket(High, "", 0)
+	if r.a.Admit(w) != Queued {
+		t.Fatal("not queued")
+	}
+	r.clk.advance(3*time.Second - 1)
+	r.a.Sweep()
+	if w.State() != Waiting || len(r.w.take()) != 0 {
+		t.Fatal("expired early")
+	}
+	r.clk.advance(1)
+	r.a.Sweep()
+	if got := r.w.take(); len(got) != 1 || w.State() != Dropped || w.Reason() != ReasonTimeout {
+		t.Fatalf("wakes %d state %d reason %v", len(got), w.State(), w.Reason())
+	}
+	// No release rate known yet: the timeout, in whole seconds.
+	if w.RetryAfter() != 3 || r.a.Queued() != 0 {
+		t.Fatalf("retry after %d queued %d", w.RetryAfter(), r.a.Queued())
+	}
+	r.a.Done(w)
+	r.a.Done(h)
+	if r.a.Inflight(0) != 0 {
+		t.Fatal("slot kept")
+	}
+	if got := r.metric(`kvca_admission_shed_total{class="high",reason="queue_timeout"}`); got != "1" {
+		t.Fatalf("shed metric %s", got)
+	}
+}
+
+func TestRetryAfterFromReleaseRate(t *testing.T) {
+	r := newRig(t, Config{Backends: fleet(1), MaxInflight: 1, QueueSize: 9, QueueTimeout: 30 * time.Second})
+	h := r.ticket(Normal, "", 0)
+	r.hold(t, h, 0)
+	// 10 slots freed while the clock stands, each handed to a waiter.
+	for i := 0; i < 10; i++ {
+		w := r.ticket(Normal, "", 0)
+		if r.a.Admit(w) != Queued {
+			t.Fatal("not queued")
+		}
+		r.a.Done(h)
+		h = r.w.take()[0]
+		r.hold(t, h, 0)
+	}
+	r.clk.advance(2 * time.Second) // 10 releases in 2 s: 5 per second
+	for i := 0; i < 9; i++ {
+		if r.a.Admit(r.ticket(Normal, "", 0)) != Queued {
+			t.Fatal("not queued")
+		}
+	}
+	x := r.ticket(Normal, "", 0)
+	if v := r.a.Admit(x); v != Shed || x.Reason() != ReasonQueueFull {
+		t.Fatalf("verdict %d reason %v", v, x.Reason())
+	}
+	// 9 waiting and x: 10 requests at 5 per second.
+	if x.RetryAfter() != 2 {
+		t.Fatalf("retry after %d, want 2", x.RetryAfter())
+	}
+}
+
+func TestNoQueueShedsAtOnce(t *testing.T) {
+	r := newRig(t, Config{Backends: fleet(1), MaxInflight: 1})
+	r.hold(t, r.ticket(Normal, "", 0), 0)
+	x := r.ticket(High, "", 0)
+	if v := r.a.Admit(x); v != Shed || x.Reason() != ReasonQueueFull || x.RetryAfter() < 1 {
+		t.Fatalf("verdict %d reason %v retry %d", v, x.Reason(), x.RetryAfter())
+	}
+}
+
+func TestFullQueuePreemptsLowerClass(t *testing.T) {
+	r := newRig(t, Config{Backends: fleet(1), MaxInflight: 1, QueueSize: 2})
+	r.hold(t, r.ticket(Normal, "", 0), 0)
+	l1, l2 := r.ticket(Low, "", 0), r.ticket(Low, "", 0)
+	r.a.Admit(l1)
+	r.a.Admit(l2)
+	low := r.ticket(Low, "", 0)
+	if r.a.Admit(low) != Shed || low.Reason() != ReasonQueueFull {
+		t.Fatal("a full queue took an equal class")
+	}
+	hi := r.ticket(High, "", 0)
+	if r.a.Admit(hi) != Queued {
+		t.Fatal("high not queued")
+	}
+	// The youngest of the lowest class made way.
+	if got := r.w.take(); len(got) != 1 || got[0] != l2 || l2.State() != Dropped || l2.Reason() != ReasonPreempted {
+		t.Fatalf("preempted %v", got)
+	}
+	if l1.State() != Waiting || r.a.Queued() != 2 {
+		t.Fatalf("l1 state %d queued %d", l1.State(), r.a.Queued())
+	}
+}
+
+func TestCancelWhileQueued(t *testing.T) {
+	r := newRig(t, Config{Backends: fleet(1), MaxInflight: 1, QueueSize: 4})
+	h := r.ticket(Normal, "", 0)
+	r.hold(t, h, 0)
+	gone := r.ticket(Normal, "a", 0)
+	next := r.ticket(Normal, "b", 0)
+	r.a.Admit(gone)
+	r.a.Admit(next)
+	r.a.Done(gone) // the client left
+	if gone.State() != Idle || gone.Backend() != -1 || r.a.Queued() != 1 {
+		t.Fatalf("state %d backend %d queued %d", gone.State(), gone.Backend(), r.a.Queued())
+	}
+	r.a.Done(h)
+	if got := r.w.take(); len(got) != 1 || got[0] != next {
+		t.Fatalf("slot went to %v", got)
+	}
+	r.hold(t, next, 0)
+	r.a.Done(next)
+	if r.a.Inflight(0) != 0 {
+		t.Fatalf("inflight %d", r.a.Inflight(0))
+	}
+	if got := r.metric(`kvca_admission_cancelled_total{class="normal"}`); got != "1" {
+		t.Fatalf("cancelled %s", got)
+	}
+	if got := r.metric(`kvca_admission_queue_length{class="normal"}`); got != "0" {
+		t.Fatalf("queue length %s", got)
+	}
+}
+
+func TestHolderWait(t *testing.T) {
+	r := newRig(t, Config{Backends: fleet(2), MaxInflight: 1, QueueSize: 4, HolderWait: 100 * time.Millisecond})
+	h := r.ticket(Normal, "", 0)
+	r.hold(t, h, 0)
+	f := r.ticket(Normal, "", 0, 1)
+	f.Preferred = setOf(0)
+	if r.a.Admit(f) != Queued {
+		t.Fatal("a follow-up did not wait for its holder")
+	}
+	// Its holder frees first: it gets the holder.
+	r.a.Done(h)
+	if got := r.w.take(); len(got) != 1 || f.Backend() != 0 {
+		t.Fatalf("granted on %d", f.Backend())
+	}
+	r.hold(t, f, 0)
+
+	g := r.ticket(Normal, "", 0, 1)
+	g.Preferred = setOf(0)
+	if r.a.Admit(g) != Queued {
+		t.Fatal("not queued")
+	}
+	r.clk.advance(100*time.Millisecond - 1)
+	r.a.Sweep()
+	if g.State() != Waiting {
+		t.Fatal("gave up on the holder early")
+	}
+	r.clk.advance(1)
+	r.a.Sweep()
+	if got := r.w.take(); len(got) != 1 || g.State() != Granted || g.Backend() != 1 {
+		t.Fatalf("after the holder wait: state %d backend %d", g.State(), g.Backend())
+	}
+	// A preferred set without a wait, or with the holder free, goes at once.
+	x := r.ticket(Normal, "", 0, 1)
+	x.Preferred = setOf(1)
+	x.HolderWait = time.Second
+	r.a.Done(g)
+	if r.a.Admit(x) != Go || !x.Room().Has(1) {
+		t.Fatalf("room %v", *x.Room())
+	}
+}
+
+func TestHolderWaitFullQueueGoesElsewhere(t *testing.T) {
+	r := newRig(t, Config{Backends: fleet(2), MaxInflight: 1, QueueSize: 0, HolderWait: time.Second})
+	r.hold(t, r.ticket(Normal, "", 0), 0)
+	f := r.ticket(Normal, "", 0, 1)
+	f.Preferred = setOf(0)
+	if r.a.Admit(f) != Go || *f.Room() != setOf(1) {
+		t.Fatalf("room %v", *f.Room())
+	}
+}
+
+func TestTakeLostRaceAfterGrant(t *testing.T) {
+	r := newRig(t, Config{Backends: fleet(2), MaxInflight: 1, QueueSize: 4})
+	h0 := r.ticket(Normal, "", 0)
+	r.hold(t, h0, 0)
+	h1 := r.ticket(Normal, "", 1)
+	r.hold(t, h1, 1)
+	w := r.ticket(Normal, "", 0, 1)
+	r.a.Admit(w)
+	r.a.Done(h0)
+	r.w.take()
+	r.a.Done(h1) // 1 is free too now
+	if r.a.Admit(w) != Go || *w.Room() != setOf(0, 1) {
+		t.Fatalf("room %v", *w.Room())
+	}
+	other := r.ticket(Normal, "", 1)
+	r.hold(t, other, 1) // takes 1 before w does
+	if r.a.Take(w, 1) {
+		t.Fatal("took a full backend")
+	}
+	if r.a.Admit(w) != Go || *w.Room() != setOf(0) || !r.a.Take(w, 0) {
+		t.Fatalf("room after a lost take %v", *w.Room())
+	}
+	// Moving a held slot to a free backend releases the old one.
+	r.a.Done(other)
+	if r.a.Admit(w) != Go || !r.a.Take(w, 1) || r.a.Inflight(0) != 0 || r.a.Inflight(1) != 1 {
+		t.Fatalf("move: %d %d", r.a.Inflight(0), r.a.Inflight(1))
+	}
+}
+
+func TestFailedAttemptPassesSlotOn(t *testing.T) {
+	r := newRig(t, Config{Backends: fleet(2), MaxInflight: 1, QueueSize: 4})
+	x := r.ticket(Normal, "", 0, 1)
+	r.hold(t, x, 0)
+	y := r.ticket(Normal, "", 1)
+	r.hold(t, y, 1)
+	w := r.ticket(Normal, "", 0)
+	r.a.Admit(w)
+	// x's attempt on 0 failed: 0 leaves its eligible set; it waits for 1
+	// and its slot on 0 goes to w.
+	x.Eligible = setOf(1)
+	if v := r.a.Admit(x); v != Queued {
+		t.Fatalf("verdict %d", v)
+	}
+	if got := r.w.take(); len(got) != 1 || got[0] != w || w.Backend() != 0 || r.a.Inflight(0) != 1 {
+		t.Fatalf("slot 0 went to %v", got)
+	}
+	r.a.Done(y)
+	if got := r.w.take(); len(got) != 1 || got[0] != x || x.Backend() != 1 {
+		t.Fatalf("slot 1 went to %v", got)
+	}
+}
+
+func TestEngineAwareLimit(t *testing.T) {
+	r := newRig(t, Config{Backends: fleet(1), MaxInflight: 4, QueueSize: 8, EngineAware: true})
+	var hs []*Ticket
+	for i := 0; i < 4; i++ {
+		tk := r.ticket(Normal, "", 0)
+		r.hold(t, tk, 0)
+		hs = append(hs, tk)
+	}
+	w1, w2 := r.ticket(Normal, "", 0), r.ticket(Normal, "", 0)
+	r.a.Admit(w1)
+	r.a.Admit(w2)
+	// The engine runs 2 of kvca's 4 and queues 2: the limit drops to 2.
+	r.a.AdaptToEngine(0, sched.EngineSignals{Running: 2, Waiting: 2}, true)
+	if r.a.Limit(0) != 2 {
+		t.Fatalf("limit %d", r.a.Limit(0))
+	}
+	r.a.Done(hs[0])
+	r.a.Done(hs[1])
+	if len(r.w.take()) != 0 || r.a.Inflight(0) != 2 {
+		t.Fatalf("granted above the lowered limit: inflight %d", r.a.Inflight(0))
+	}
+	r.a.Done(hs[2]) // now below it: passed on
+	if got := r.w.take(); len(got) != 1 || got[0] != w1 {
+		t.Fatalf("wakes %v", got)
+	}
+	// No queue reported: back up by one per reading, granting at once.
+	r.a.AdaptToEngine(0, sched.EngineSignals{Running: 2}, true)
+	if got := r.w.take(); r.a.Limit(0) != 3 || len(got) != 1 || got[0] != w2 {
+		t.Fatalf("limit %d wakes %v", r.a.Limit(0), got)
+	}
+	r.a.AdaptToEngine(0, sched.EngineSignals{}, false)
+	r.a.AdaptToEngine(0, sched.EngineSignals{}, false)
+	if r.a.Limit(0) != 4 {
+		t.Fatalf("limit %d, want the configured 4", r.a.Limit(0))
+	}
+}
+
+func TestPriorityParsing(t *testing.T) {
+	for _, c := range []struct {
+		header, body string
+		want         Class
+	}{
+		{"high", "", High}, {"HIGH", "5", High}, {"Low", "-3", Low}, {"normal", "-1", Normal},
+		{"", "-1", High}, {"", "0", Normal}, {"", "7", Low}, {"urgent", "-2", High},
+		{"", "1.5", Normal}, {"", "\"high\"", Normal}, {"", "", Normal}, {"", "-", Normal},
+		{"", "007", Normal}, {"", "-9999999", High},
+	} {
+		if got := ClassOf([]byte(c.header), []byte(c.body)); got != c.want {
+			t.Errorf("ClassOf(%q, %q) = %v, want %v", c.header, c.body, got, c.want)
+		}
+	}
+}
+
+func TestTenantKey(t *testing.T) {
+	a, _ := New(Config{Backends: fleet(1)})
+	if a.TenantKey(nil) != 0 || a.TenantKey([]byte("x")) == 0 {
+		t.Fatal("empty or named tenant key")
+	}
+	if a.TenantKey([]byte("acme")) != a.TenantKey([]byte("acme")) || a.TenantKey([]byte("acme")) == a.TenantKey([]byte("acm")) {
+		t.Fatal("keys not stable or not distinct")
+	}
+}
+
+func TestConfigRejected(t *testing.T) {
+	swapped := fleet(2)
+	swapped[0], swapped[1] = swapped[1], swapped[0]
+	for _, c := range []Config{{}, {Backends: fleet(chain.MaxBackends + 1)}, {Backends: swapped},
+		{Backends: fleet(1), MaxInflight: -1}, {Backends: fleet(1), QueueTimeout: -1}} {
+		if _, err := New(c); err == nil {
+			t.Errorf("accepted %+v", c)
+		}
+	}
+}
+
+// The internal timer sheds an expired waiter on its own.
+func TestTimerExpires(t *testing.T) {
+	done := make(chan struct{})
+	a, err := New(Config{Backends: fleet(1), MaxInflight: 1, QueueSize: 1, QueueTimeout: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	h := &Ticket{Eligible: setOf(0)}
+	a.Admit(h)
+	a.Take(h, 0)
+	w := &Ticket{Eligible: setOf(0), Wake: func(*Ticket, uint64) { close(done) }}
+	if a.Admit(w) != Queued {
+		t.Fatal("not queued")
+	}
+	<-done
+	if w.State() != Dropped || w.Reason() != ReasonTimeout {
+		t.Fatalf("state %d reason %v", w.State(), w.Reason())
+	}
+}
+
+func TestRefillOnRecovery(t *testing.T) {
+	r := newRig(t, Config{Backends: fleet(2), MaxInflight: 1, QueueSize: 4})
+	r.hold(t, r.ticket(Normal, "", 0), 0)
+	// Backend 1 is unhealthy: it has room, but none to give.
+	r.a.cfg.Backends[1].SetHealthy(false)
+	w := r.ticket(Normal, "", 0, 1)
+	if r.a.Admit(w) != Queued {
+		t.Fatal("not queued")
+	}
+	// 1 recovers: its free slot goes to the waiter.
+	r.a.cfg.Backends[1].SetHealthy(true)
+	r.a.Refill(1)
+	if got := r.w.take(); len(got) != 1 || w.Backend() != 1 {
+		t.Fatalf("after refill: backend %d", w.Backend())
+	}
+}
+
+func TestCandidates(t *testing.T) {
+	r := newRig(t, Config{Backends: fleet(3), MaxInflight: 1})
+	r.a.cfg.Backends[2].SetHealthy(false)
+	req := &sched.Request{}
+	req.Exclude.Add(0)
+	if got := r.a.Candidates(req); got != setOf(1, 2) {
+		t.Fatalf("candidates %v", got)
+	}
+	allowed := setOf(0, 2)
+	req.Allowed = &allowed
+	if got := r.a.Candidates(req); got != setOf(2) {
+		t.Fatalf("candidates %v", got)
+	}
+}
+
+func TestWaitHistogram(t *testing.T) {
+	r := newRig(t, Config{Backends: fleet(1), MaxInflight: 1, QueueSize: 4})
+	h := r.ticket(Normal, "", 0)
+	r.hold(t, h, 0)
+	w := r.ticket(Low, "", 0)
+	r.a.Admit(w)
+	r.clk.advance(300 * time.Millisecond)
+	r.a.Done(h)
+	if w.Waited() != 300*time.Millisecond {
+		t.Fatalf("waited %v", w.Waited())
+	}
+	for name, want := range map[string]string{
+		`kvca_admission_wait_seconds_bucket{class="low",le="0.25"}`: "0",
+		`kvca_admission_wait_seconds_bucket{class="low",le="0.5"}`:  "1",
+		`kvca_admission_wait_seconds_count{class="low"}`:            "1",
+		`kvca_admission_queue_length{class="low"}`:                  "0",
+		`kvca_admission_inflight{backend="b0:80"}`:                  "1",
+		`kvca_admission_limit{backend="b0:80"}`:                     "1",
+	} {
+		if got := r.metric(name); got != want {
+			t.Errorf("%s = %s, want %s", name, got, want)
+		}
+	}
+	st := r.a.Snapshot()
+	if st.Queued != 0 || len(st.Classes) != 3 || st.Backends[0].Inflight != 1 || st.Backends[0].Limit != 1 {
+		t.Fatalf("snapshot %+v", st)
+	}
+}
+
+func TestFullQueueTakesFromTheFlood(t *testing.T) {
+	r := newRig(t, Config{Backends: fleet(1), MaxInflight: 1, QueueSize: 4})
+	r.hold(t, r.ticket(Normal, "", 0), 0)
+	var flood []*Ticket
+	for i := 0; i < 4; i++ {
+		tk := r.ticket(Normal, "flood", 0)
+		flood = append(flood, tk)
+		r.a.Admit(tk)
+	}
+	if x := r.ticket(Normal, "flood", 0); r.a.Admit(x) != Shed || x.Reason() != ReasonQueueFull {
+		t.Fatal("the flood grew past the full queue")
+	}
+	a1, a2, a3 := r.ticket(Normal, "a", 0), r.ticket(Normal, "a", 0), r.ticket(Normal, "a", 0)
+	if r.a.Admit(a1) != Queued || r.a.Admit(a2) != Queued {
+		t.Fatal("another tenant found no place")
+	}
+	// The flood's youngest made way, twice; now both have 2 and a third
+	// of a's would only swap who has more.
+	got := r.w.take()
+	if len(got) != 2 || got[0] != flood[3] || got[1] != flood[2] || flood[3].Reason() != ReasonPreempted {
+		t.Fatalf("preempted %v", got)
+	}
+	if r.a.Admit(a3) != Shed || a3.Reason() != ReasonQueueFull {
+		t.Fatal("a took more than its share of the queue")
+	}
+	// A higher class takes a place in any case, from the biggest tenant
+	// of the lower class (the first in turn of equals).
+	hi := r.ticket(High, "flood", 0)
+	if r.a.Admit(hi) != Queued {
+		t.Fatal("high not queued")
+	}
+	if got := r.w.take(); len(got) != 1 || got[0] != flood[1] {
+		t.Fatalf("preempted %v", got)
+	}
+}
+
+func TestNoWaitForAnUnhealthyHolder(t *testing.T) {
+	r := newRig(t, Config{Backends: fleet(2), MaxInflight: 1, QueueSize: 4, HolderWait: time.Second})
+	r.hold(t, r.ticket(Normal, "", 1), 1)
+	r.a.cfg.Backends[0].SetHealthy(false)
+	f := r.ticket(Normal, "", 0, 1)
+	f.Preferred = setOf(0)
+	// Its holder is down and the other backend is full: it waits for
+	// any backend, not for the holder.
+	if r.a.Admit(f) != Queued || f.bound {
+		t.Fatalf("bound %v", f.bound)
+	}
+}
+
+func TestAdmitWait(t *testing.T) {
+	r := newRig(t, Config{Backends: fleet(1), MaxInflight: 1, QueueSize: 4})
+	h := r.ticket(Normal, "", 0)
+	r.hold(t, h, 0)
+	w := &Ticket{Eligible: setOf(0)}
+	got := make(chan Verdict)
+	go func() { got <- r.a.AdmitWait(w, nil) }()
+	for r.a.Queued() == 0 { // it has queued (the loop is bounded by the goroutine's progress)
+		runtime.Gosched()
+	}
+	r.a.Done(h)
+	if v := <-got; v != Go || !w.Room().Has(0) || !r.a.Take(w, 0) {
+		t.Fatalf("verdict %d", v)
+	}
+	// Gone while waiting: ended, nothing held, the queue empty.
+	x := &Ticket{Eligible: setOf(0)}
+	done := make(chan struct{})
+	go func() { got <- r.a.AdmitWait(x, done) }()
+	for r.a.Queued() == 0 {
+		runtime.Gosched()
+	}
+	close(done)
+	if v := <-got; v != Left || r.a.Queued() != 0 || x.Backend() != -1 {
+		t.Fatalf("verdict %d queued %d", v, r.a.Queued())
+	}
+	// Shed while waiting.
+	y := &Ticket{Eligible: setOf(0)}
+	go func() { got <- r.a.AdmitWait(y, nil) }()
+	for r.a.Queued() == 0 {
+		runtime.Gosched()
+	}
+	r.clk.advance(DefaultQueueTimeout)
+	r.a.Sweep()
+	if v := <-got; v != Shed || y.Reason() != ReasonTimeout {
+		t.Fatalf("verdict %d reason %v", v, y.Reason())
+	}
+	r.a.Done(y)
+	r.a.Done(w)
+	if r.a.Inflight(0) != 0 {
+		t.Fatal("slot kept")
+	}
+}

@@ -1,0 +1,203 @@
+package admit
+
+import (
+	"math/bits"
+	"sync/atomic"
+	"time"
+)
+
+func trailingZeros(w uint64) int { return bits.TrailingZeros64(w) }
+
+// classQueue is one priority class: its waiters in arrival order (the
+// order of their deadlines, all waits being equally long) and, for
+// fairness, one FIFO per tenant with waiters.
+//
+// Tenants share the class by start-time fair queuing: each request gets a
+// virtual start tag, its tenant's previous tag plus one (its cost), or the
+// class's virtual time if that is later (a tenant that had nothing
+// waiting), and the waiter with the smallest tag that can use the freed
+// backend is served (the earlier arrival of equals), the class's virtual
+// time advancing to its tag. Backlogged tenants are thus served one
+// request each in turn, whatever they queue, and a tenant that starts
+// waiting is served next rather than after a whole round of the others.
+type classQueue struct {
+	head, tail *Ticket
+	n          int
+	length     atomic.Int64 // n, for the metrics
+	flows      map[uint64]*flow
+	first      *flow // the tenants with waiters, in no particular order
+	nflows     int
+	vt         int64 // virtual time: the tag of the latest grant
+}
+
+// flow is one tenant's waiters within a class.
+type flow struct {
+	key        uint64
+	n          int
+	finish     int64 // the next tag of this tenant's requests
+	head, tail *Ticket
+	prev, next *flow
+}
+
+func (q *classQueue) join(f *flow) {
+	f.prev, f.next = nil, q.first
+	if q.first != nil {
+		q.first.prev = f
+	}
+	q.first = f
+	q.nflows++
+}
+
+func (q *classQueue) leave(f *flow) {
+	if f.prev != nil {
+		f.prev.next = f.next
+	} else {
+		q.first = f.next
+	}
+	if f.next != nil {
+		f.next.prev = f.prev
+	}
+	f.prev, f.next = nil, nil
+	q.nflows--
+}
+
+// tag gives t, arriving for tenant f, its virtual start.
+func (q *classQueue) tag(f *flow, t *Ticket) {
+	t.vstart = max(q.vt, f.finish)
+	f.finish = t.vstart + 1
+}
+
+// pick returns the waiter with the smallest tag that can use b (each
+// tenant's first such waiter being its candidate), and advances the
+// virtual time to it. A tenant none of whose waiters can use b keeps its
+// small tags, so it is served first when a backend it can use frees.
+func (q *classQueue) pick(b int) *Ticket {
+	var best *Ticket
+	for f := q.first; f != nil; f = f.next {
+		for t := f.head; t != nil; t = t.fnext {
+			if t.usable(b) {
+				if best == nil || t.vstart < best.vstart || t.vstart == best.vstart && t.order < best.order {
+					best = t
+				}
+				break
+			}
+		}
+	}
+	if best != nil {
+		q.vt = max(q.vt, best.vstart)
+	}
+	return best
+}
+
+// biggest is the tenant with the most waiters (of equals, the one
+// waiting longest), or nil.
+func (q *classQueue) biggest() *flow {
+	var big *flow
+	for f := q.first; f != nil; f = f.next {
+		if big == nil || f.n > big.n || f.n == big.n && f.head.order < big.head.order {
+			big = f
+		}
+	}
+	return big
+}
+
+// arm makes the timer fire by at (unix ns), if a timer runs.
+func (a *Admitter) arm(at, now int64) {
+	if a.timer == nil || a.closed || (a.timerAt != 0 && a.timerAt <= at) {
+		return
+	}
+	a.timerAt = at
+	a.timer.Reset(time.Duration(max(at-now, 0)))
+}
+
+func (a *Admitter) onTimer() {
+	a.mu.Lock()
+	a.timerAt = 0
+	a.mu.Unlock()
+	a.Sweep()
+}
+
+// next returns the earliest deadline or end of a holder wait, or 0.
+func (a *Admitter) next() int64 {
+	at := int64(0)
+	for c := range a.q {
+		if h := a.q[c].head; h != nil && (at == 0 || h.deadline < at) {
+			at = h.deadline
+		}
+	}
+	if a.phead != nil && (at == 0 || a.phead.until < at) {
+		at = a.phead.until
+	}
+	return at
+}
+
+// Sweep sheds the waiters whose queue timeout has passed and lets those
+// whose holder wait has ended take any eligible backend with room. The
+// admitter's own timer calls it at each deadline; with Config.Clock set
+// the caller does.
+func (a *Admitter) Sweep() {
+	if !a.limited {
+		return
+	}
+	for {
+		var ws [16]wake
+		n := 0
+		a.mu.Lock()
+		now := a.now()
+		for c := range a.q {
+			for n < len(ws) {
+				h := a.q[c].head
+				if h == nil || h.deadline > now {
+					break
+				}
+				ws[n] = a.drop(h, ReasonTimeout, now)
+				n++
+			}
+		}
+		for n < len(ws) && a.phead != nil && a.phead.until <= now {
+			t := a.phead
+			a.unbind(t)
+			if b := a.freeFor(t); b >= 0 {
+				ws[n] = a.grant(t, b)
+				n++
+			}
+		}
+		more := n == len(ws)
+		if !more {
+			if at := a.next(); at != 0 {
+				a.arm(at, now)
+			}
+		}
+		a.mu.Unlock()
+		for i := 0; i < n; i++ {
+			a.deliver(&ws[i])
+		}
+		if !more {
+			return
+		}
+	}
+}
+
+// freeFor takes a free slot on the least busy backend t may use, or
+// returns -1.
+func (a *Admitter) freeFor(t *Ticket) int {
+	for {
+		best, bestN := -1, int32(0)
+		for wi, word := range t.Eligible {
+			for word != 0 {
+				i := wi<<6 | trailingZeros(word)
+				word &= word - 1
+				if i >= len(a.slots) {
+					continue
+				}
+				s := &a.slots[i]
+				if n := s.inflight.Load(); s.free() && (best < 0 || n < bestN) {
+					best, bestN = i, n
+				}
+			}
+		}
+		if best < 0 || a.slots[best].tryAcquire() {
+			return best
+		}
+	}
+}

@@ -1,0 +1,106 @@
+package admit
+
+import (
+	"testing"
+	"time"
+
+	"github.com/kvca/kvca/chain"
+	"github.com/kvca/kvca/sched"
+)
+
+// call is what the edge keeps per request, as far as admission goes.
+type call struct {
+	req sched.Request
+	dec sched.Decision
+	res sched.Reservation
+	tk  Ticket
+}
+
+func chainOf(n int) []uint64 {
+	c := make([]uint64, n)
+	for i := range c {
+		c[i] = uint64(i+1) * 0x9e3779b97f4a7c15
+	}
+	return c
+}
+
+// start runs the edge's steps from a planned request (or a granted one)
+// to a backend: Admit, route among the room, Take.
+func start(t *testing.T, a *Admitter, s *sched.Scheduler, c *call) Verdict {
+	t.Helper()
+	for {
+		c.tk.Eligible = a.Candidates(&c.req)
+		c.tk.Preferred = Holders(s.Table, &c.req)
+		if v := a.Admit(&c.tk); v != Go {
+			return v
+		}
+		allowed := c.req.Allowed
+		c.req.Allowed = c.tk.Room()
+		ok := s.Route(&c.req, &c.dec, &c.res)
+		c.req.Allowed = allowed
+		if !ok {
+			t.Fatal("no backend in the room")
+		}
+		if a.Take(&c.tk, c.dec.Backend.Index) {
+			return Go
+		}
+		c.res.ReleaseActive()
+	}
+}
+
+func finish(a *Admitter, c *call) {
+	c.res.ReleaseActive()
+	a.Done(&c.tk)
+}
+
+func TestWithScheduler(t *testing.T) {
+	for _, wait := range []time.Duration{0, time.Second} {
+		bs := fleet(2)
+		table := chain.NewTable(chain.Config{TTL: time.Minute, MaxBlocks: 1 << 12})
+		s, err := sched.New(bs, table, 4, "kvca-cost")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := newRig(t, Config{Backends: bs, MaxInflight: 1, QueueSize: 4, HolderWait: wait})
+		a := r.a
+		conv := chainOf(8)
+
+		first := &call{req: sched.Request{Chain: conv[:4], Now: table.Now()}}
+		first.tk.Wake = r.w.fn
+		if start(t, a, s, first) != Go {
+			t.Fatal("first turn not admitted")
+		}
+		home := first.dec.Backend.Index
+		first.res.ReleasePrefill()
+		table.Touch(conv[:4], home, table.Now()) // its answer began: learned
+		// The first turn is still streaming: its backend is full.
+
+		next := &call{req: sched.Request{Chain: conv, Followup: true, Now: table.Now()}}
+		next.tk.Wake = r.w.fn
+		v := start(t, a, s, next)
+		if wait == 0 {
+			// Not waiting for the holder: the other backend, recomputing.
+			if v != Go || next.dec.Backend.Index == home || next.dec.Cached != 0 {
+				t.Fatalf("no holder wait: verdict %d backend %d cached %d", v, next.dec.Backend.Index, next.dec.Cached)
+			}
+			finish(a, next)
+			finish(a, first)
+			continue
+		}
+		if v != Queued {
+			t.Fatalf("verdict %d, want to wait for the holder", v)
+		}
+		finish(a, first) // the holder's slot passes to the follow-up
+		if got := r.w.take(); len(got) != 1 || next.tk.State() != Granted || next.tk.Backend() != home {
+			t.Fatalf("granted on %d, want %d", next.tk.Backend(), home)
+		}
+		next.req.Now = table.Now()
+		if start(t, a, s, next) != Go || next.dec.Backend.Index != home || next.dec.Phase != sched.PhaseFollowup || next.dec.Cached != 4 {
+			t.Fatalf("routed to %d phase %v cached %d", next.dec.Backend.Index, next.dec.Phase, next.dec.Cached)
+		}
+		finish(a, next)
+		if a.Inflight(0)+a.Inflight(1) != 0 || bs[0].Active()+bs[1].Active() != 0 {
+			t.Fatal("load left over")
+		}
+	}
+}

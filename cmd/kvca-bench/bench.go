@@ -1,0 +1,213 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/kvca/kvca/internal/cliflag"
+	"github.com/kvca/kvca/internal/ttftflag"
+
+	"github.com/kvca/kvca/bench/run"
+	"github.com/kvca/kvca/chain"
+	"github.com/kvca/kvca/cluster"
+	"github.com/kvca/kvca/cluster/embednats"
+	"github.com/kvca/kvca/edge"
+)
+
+// proxyFlags are the proxy settings the bench varies, beside the policy.
+func proxyFlags() []cli.Flag {
+	d := edge.DefaultConfig()
+	return append([]cli.Flag{
+		&cli.IntFlag{Name: "block-size", Value: d.BlockSize, Usage: "proxy: CBR block size in bytes", EnvVars: env("block-size")},
+		&cli.GenericFlag{Name: "ttl", Value: cliflag.Duration(d.TTL), Usage: "proxy: location TTL (before --time-scale)", EnvVars: env("ttl")},
+		&cli.IntFlag{Name: "max-blocks", Value: d.MaxBlocks, Usage: "proxy: block table bound", EnvVars: env("max-blocks")},
+		&cli.IntFlag{Name: "active-weight", Value: d.ActiveWeight, Usage: "proxy: load of one active request, in blocks", EnvVars: env("active-weight")},
+		&cli.StringFlag{Name: "prefill-release", Value: "first-byte", Usage: "proxy: first-byte or headers", EnvVars: env("prefill-release")},
+		&cli.GenericFlag{Name: "predict-ttl", Value: cliflag.Duration(0), Usage: "proxy: predicted locations at routing time (before --time-scale; 0: off)", EnvVars: env("predict-ttl")},
+		&cli.IntFlag{Name: "replicas", Value: 1, Usage: "kvca replicas sharing state through an embedded NATS server; requests are spread over them in turn", EnvVars: env("replicas")},
+		&cli.BoolFlag{Name: "no-cluster", Usage: "with --replicas N: replicas do not share state (the baseline clustering fixes)", EnvVars: env("no-cluster")},
+		&cli.BoolFlag{Name: "proxy-process", Usage: "run each proxy as a `kvca serve` child process (exact proxy CPU per request)", EnvVars: env("proxy-process")},
+		&cli.StringFlag{Name: "kvca", Usage: "with --proxy-process: the kvca `BINARY` (default: kvca beside this executable, else on PATH)", EnvVars: env("kvca")},
+	}, ttftflag.Flags(env)...)
+}
+
+// benchProxy is an in-process kvca.
+type benchProxy struct{ s *edge.Server }
+
+func (p benchProxy) URL() string { return "http://" + p.s.Addr() }
+
+func (p benchProxy) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return p.s.Shutdown(ctx)
+}
+
+// replicaSet is several in-process kvca replicas, clustered through an
+// embedded NATS server unless they are the unclustered baseline.
+type replicaSet struct {
+	servers  []*edge.Server
+	nodes    []*cluster.Node
+	stopNATS func()
+}
+
+func (r *replicaSet) URL() string { return "http://" + r.servers[0].Addr() }
+
+func (r *replicaSet) URLs() []string {
+	urls := make([]string, len(r.servers))
+	for i, s := range r.servers {
+		urls[i] = "http://" + s.Addr()
+	}
+	return urls
+}
+
+func (r *replicaSet) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, s := range r.servers {
+		_ = s.Shutdown(ctx)
+	}
+	for _, n := range r.nodes {
+		n.Close()
+	}
+	if r.stopNATS != nil {
+		r.stopNATS()
+	}
+	return nil
+}
+
+func startReplicas(cfg edge.Config, n int, clustered bool) (run.Proxy, error) {
+	rs := &replicaSet{}
+	var url string
+	if clustered {
+		var err error
+		if url, rs.stopNATS, err = embednats.Start(""); err != nil {
+			return nil, err
+		}
+	}
+	cfg.HashKey = chain.RandomKey().String() // replicas must share one
+	for range n {
+		s, err := edge.New(cfg)
+		if err != nil {
+			rs.Close()
+			return nil, err
+		}
+		if clustered {
+			node, err := cluster.Join(s, cluster.Options{URL: url, Name: "bench"})
+			if err != nil {
+				rs.Close()
+				return nil, err
+			}
+			rs.nodes = append(rs.nodes, node)
+		}
+		if err := s.Start(); err != nil {
+			rs.Close()
+			return nil, err
+		}
+		rs.servers = append(rs.servers, s)
+	}
+	return rs, nil
+}
+
+// proxyFactory builds kvca proxies as the bench's flags describe, with
+// the TTL scaled like every other duration of the replay.
+func proxyFactory(c *cli.Context, timeScale float64) run.ProxyFactory {
+	ttl := time.Duration(float64(c.Duration("ttl")) * timeScale)
+	if ttl < time.Second {
+		ttl = time.Second
+	}
+	if c.Bool("proxy-process") {
+		exe := kvcaBinary(c.String("kvca"))
+		return run.ExecFactory(func(policy string, backends []string, listen string) []string {
+			argv := []string{exe, "serve", "--listen", listen, "--admin-listen", "", "--policy", policy,
+				"--block-size", strconv.Itoa(c.Int("block-size")), "--ttl", ttl.String(),
+				"--max-blocks", strconv.Itoa(c.Int("max-blocks")), "--active-weight", strconv.Itoa(c.Int("active-weight")),
+				"--log-level", "warn", "--prefill-release", c.String("prefill-release"),
+				"--predict-ttl", time.Duration(float64(c.Duration("predict-ttl")) * timeScale).String()}
+			tc := ttftflag.From(c, timeScale)
+			argv = append(argv, "--batch-capacity", strconv.Itoa(tc.Capacity), "--prefill-block-time", tc.BlockTime.String(),
+				"--first-token-base", tc.Base.String(), "--resident-window", tc.ResidentWindow.String(),
+				"--resident-epsilon", strconv.FormatFloat(tc.ResidentEpsilon, 'g', -1, 64))
+			for _, b := range backends {
+				argv = append(argv, "--backend", b)
+			}
+			return argv
+		}, "/ready")
+	}
+	return func(policy string, backends []string) (run.Proxy, error) {
+		cfg := edge.DefaultConfig()
+		cfg.Listen, cfg.AdminListen = "127.0.0.1:0", ""
+		cfg.Backends = backends
+		cfg.Policy = policy
+		cfg.BlockSize = c.Int("block-size")
+		cfg.TTL = ttl
+		cfg.MaxBlocks = c.Int("max-blocks")
+		cfg.ActiveWeight = c.Int("active-weight")
+		cfg.PrefillAtHeaders = c.String("prefill-release") == "headers"
+		cfg.PredictTTL = time.Duration(float64(c.Duration("predict-ttl")) * timeScale)
+		cfg.TTFT = ttftflag.From(c, timeScale)
+		if n := c.Int("replicas"); n > 1 {
+			return startReplicas(cfg, n, !c.Bool("no-cluster"))
+		}
+		s, err := edge.New(cfg)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.Start(); err != nil {
+			return nil, err
+		}
+		return benchProxy{s}, nil
+	}
+}
+
+// kvcaBinary finds the kvca binary that --proxy-process runs: the one
+// named, else the kvca beside this executable (make build puts both in
+// bin/), else kvca on PATH.
+func kvcaBinary(named string) string {
+	if named != "" {
+		return named
+	}
+	if self, err := os.Executable(); err == nil {
+		if p := filepath.Join(filepath.Dir(self), "kvca"); fileExists(p) {
+			return p
+		}
+	}
+	if p, err := exec.LookPath("kvca"); err == nil {
+		return p
+	}
+	return "kvca"
+}
+
+func fileExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir()
+}
+
+func benchCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "bench",
+		Usage: "replay a workload through kvca in front of mock engines, once per policy, and compare",
+		Description: `Starts --engines mock inference engines and, per policy, a kvca proxy in
+front of them; replays the same arrivals (a synthetic multi-turn chat, or a
+Mooncake-format trace with --trace) and reports engine prefix-cache hit rate,
+TTFT and end-to-end latency percentiles, throughput, load imbalance, errors
+and proxy CPU per request.`,
+		Flags: append(run.Flags(), proxyFlags()...),
+		Action: func(c *cli.Context) error {
+			spec, err := run.SpecFromCLI(c)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return run.Main(ctx, spec, proxyFactory(c, spec.TimeScale), os.Stdout)
+		},
+	}
+}

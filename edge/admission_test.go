@@ -1,0 +1,149 @@
+package edge
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func postWith(t *testing.T, s *Server, body string, hdr map[string]string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", "http://"+s.Addr()+"/v1/chat/completions", strings.NewReader(body))
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Error(err)
+		return nil, ""
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, string(b)
+}
+
+// With --max-inflight-per-backend 1, requests beyond it wait in kvca and
+// leave the queue by priority class: high before low, whatever their
+// arrival order; the backend never runs two at once.
+func TestAdmissionQueuesByPriority(t *testing.T) {
+	b := newTestBackend(t, "a")
+	b.delayHeaders = 300 * time.Millisecond
+	s := startProxy(t, func(c *Config) { c.MaxInflightPerBackend = 1 }, b)
+	var wg sync.WaitGroup
+	send := func(id int, class string) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if resp, out := postWith(t, s, conversation(id, 0, false), map[string]string{"X-KVCA-Priority": class}); resp != nil && resp.StatusCode != 200 {
+				t.Errorf("request %d: %d %s", id, resp.StatusCode, out)
+			}
+		}()
+	}
+	send(0, "normal")
+	waitFor(t, "the first request at the backend", func() bool { return b.hits.Load() == 1 })
+	send(1, "low")
+	waitFor(t, "one request queued", func() bool { return s.adm.Queued() == 1 })
+	send(2, "high")
+	waitFor(t, "two requests queued", func() bool { return s.adm.Queued() == 2 })
+	if b.hits.Load() != 1 {
+		t.Fatalf("the backend got %d requests while its one slot was taken", b.hits.Load())
+	}
+	wg.Wait()
+	var order []string
+	for _, body := range b.received() {
+		var req struct {
+			Messages []struct{ Content string } `json:"messages"`
+		}
+		_ = json.Unmarshal(body, &req)
+		order = append(order, req.Messages[1].Content[:len("conversation 0")])
+	}
+	if want := []string{"conversation 0", "conversation 2", "conversation 1"}; fmt.Sprint(order) != fmt.Sprint(want) {
+		t.Fatalf("served in order %q, want %q", order, want)
+	}
+	// The priority header is kvca's: the backend never sees it.
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, h := range b.hdrs {
+		if strings.Contains(strings.ToLower(h), "x-kvca-priority") {
+			t.Fatalf("X-KVCA-Priority forwarded: %q", h)
+		}
+	}
+	waitIdle(t, s)
+}
+
+// A full queue and an expired wait answer 429 in OpenAI's shape with
+// Retry-After; the shed requests never reach the backend.
+func TestAdmissionSheds(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mod  func(*Config)
+		code string
+	}{
+		{"queue full", func(c *Config) { c.QueueSize = 0 }, "queue_full"},
+		{"queue timeout", func(c *Config) { c.QueueTimeout = 100 * time.Millisecond }, "queue_timeout"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newTestBackend(t, "a")
+			b.delayHeaders = 600 * time.Millisecond
+			s := startProxy(t, func(c *Config) { c.MaxInflightPerBackend = 1; tc.mod(c) }, b)
+			first := make(chan struct{})
+			go func() {
+				defer close(first)
+				postWith(t, s, conversation(0, 0, false), nil)
+			}()
+			waitFor(t, "the first request at the backend", func() bool { return b.hits.Load() == 1 })
+			resp, out := postWith(t, s, conversation(1, 0, false), nil)
+			if resp == nil {
+				return
+			}
+			var e struct {
+				Error struct{ Type, Code string }
+			}
+			if err := json.Unmarshal([]byte(out), &e); err != nil || resp.StatusCode != 429 || e.Error.Code != tc.code || e.Error.Type != "rate_limit_exceeded" {
+				t.Fatalf("got %d %s, want 429 %s", resp.StatusCode, out, tc.code)
+			}
+			if ra := resp.Header.Get("Retry-After"); ra == "" || resp.Header.Get("X-Request-Id") == "" {
+				t.Fatalf("429 without Retry-After or X-Request-Id: %v", resp.Header)
+			}
+			<-first
+			if b.hits.Load() != 1 {
+				t.Fatalf("a shed request reached the backend (%d requests)", b.hits.Load())
+			}
+			waitIdle(t, s)
+		})
+	}
+}
+
+// A client that leaves while queued is removed at once, holds nothing,
+// and never reaches the backend.
+func TestAdmissionClientLeavesWhileQueued(t *testing.T) {
+	b := newTestBackend(t, "a")
+	b.delayHeaders = 500 * time.Millisecond
+	s := startProxy(t, func(c *Config) { c.MaxInflightPerBackend = 1 }, b)
+	first := make(chan struct{})
+	go func() {
+		defer close(first)
+		postWith(t, s, conversation(0, 0, false), nil)
+	}()
+	waitFor(t, "the first request at the backend", func() bool { return b.hits.Load() == 1 })
+	conn, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := conversation(1, 0, false)
+	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	waitFor(t, "the request queued", func() bool { return s.adm.Queued() == 1 })
+	conn.Close()
+	waitFor(t, "the queue empty", func() bool { return s.adm.Queued() == 0 })
+	<-first
+	waitIdle(t, s)
+	if b.hits.Load() != 1 || s.adm.Inflight(0) != 0 {
+		t.Fatalf("backend requests %d, admission slots held %d", b.hits.Load(), s.adm.Inflight(0))
+	}
+}

@@ -1,0 +1,523 @@
+package edge
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"os"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/kvca/kvca/admit"
+	"github.com/kvca/kvca/apikeys"
+	"github.com/kvca/kvca/canon"
+	"github.com/kvca/kvca/chain"
+	"github.com/kvca/kvca/h1"
+	"github.com/kvca/kvca/quota"
+	"github.com/kvca/kvca/sched"
+	"github.com/kvca/kvca/sniff"
+	"github.com/kvca/kvca/tracing"
+)
+
+// call is one request's exchange as the proxy's logic sees it, whatever
+// moves its bytes: what was planned and decided for it, its reservation,
+// and what the access log and metrics report at its end. Pooled, so the
+// hot path allocates nothing.
+type call struct {
+	s       *Server
+	h       *chain.Hasher
+	info    canon.Info
+	req     sched.Request
+	dec     sched.Decision
+	res     sched.Reservation
+	route   int
+	routed  bool // the request carries a chain to learn
+	start   time.Time
+	model   []byte // passthrough: the body's model, if any
+	rid     []byte // request id: the client's X-Request-Id if valid, else generated
+	path    []byte
+	client  []byte
+	status  int
+	ttfb    time.Duration // to the upstream's response head
+	ttft    time.Duration // to the first body byte
+	attempt int           // upstream attempts made
+	inBytes int           // request bytes received (head and body)
+	out     int64         // response body bytes sent to the client
+	outcome int
+	allowed chain.Set
+	tk      admit.Ticket // admission, when --max-inflight-per-backend is set
+	// The front door: the tenant of the request's API key, its quota
+	// decision, the answer's usage read in passing, the trace.
+	tenant   *apikeys.Tenant
+	qd       quota.Decision
+	sniffing bool
+	sn       sniff.Sniffer
+	tr       tracing.Request
+	// session is the keyed hash naming the request's conversation (0:
+	// none); idBound: the answer's id has been bound to its backend.
+	session uint64
+	idBound bool
+}
+
+// Outcomes of an exchange, as the access log names them.
+const (
+	outCompleted  = iota
+	outClientGone // the client left before the answer ended
+	outUpstream   // the backend's answer broke off or stalled
+	outShutdown   // cut by a shutdown that ran out of time
+	outRejected   // answered by kvca itself with an error
+	numOutcomes
+)
+
+var outcomeNames = [numOutcomes]string{"completed", "client_gone", "upstream_cut", "shutdown_cut", "rejected"}
+
+func (s *Server) getCall() *call {
+	c, _ := s.calls.Get().(*call)
+	if c == nil {
+		c = &call{s: s, h: chain.NewHasher(s.key, s.cfg.BlockSize)}
+		c.h.UseMemo(s.memo)
+	}
+	return c
+}
+
+func (s *Server) putCall(c *call) {
+	c.h.Reset()
+	c.status, c.ttfb, c.ttft, c.attempt, c.inBytes, c.out, c.outcome = 0, 0, 0, 0, 0, 0, outCompleted
+	c.routed = false
+	c.model, c.path, c.client = c.model[:0], c.path[:0], c.client[:0]
+	c.info = canon.Info{Model: c.info.Model[:0], PreviousResponseID: c.info.PreviousResponseID[:0]} // buffers kept
+	c.session, c.idBound = 0, false
+	c.req = sched.Request{}
+	c.tk.Class, c.tk.Tenant, c.tk.HolderWait, c.tk.Wake, c.tk.Owner = 0, 0, 0, nil, nil
+	c.tenant, c.qd, c.sniffing = nil, quota.Decision{}, false
+	c.dec = sched.Decision{}
+	c.res = sched.Reservation{}
+	s.calls.Put(c)
+}
+
+// begin starts an exchange for a request with this id (nil: generate).
+func (s *Server) begin(route int, rid, path, client []byte) *call {
+	c := s.getCall()
+	c.start = time.Now()
+	c.route = route
+	c.path = append(c.path, path...)
+	c.client = append(c.client, client...)
+	if validRequestID(rid) {
+		c.rid = append(c.rid[:0], rid...)
+	} else {
+		c.rid = appendRequestID(c.rid[:0])
+	}
+	return c
+}
+
+// validRequestID is the rule for keeping a client's X-Request-Id: 1 to
+// 128 visible ASCII characters, no spaces. Anything else is replaced, so
+// the id can be echoed in a response head and a log line as it is.
+func validRequestID(id []byte) bool {
+	if len(id) == 0 || len(id) > 128 {
+		return false
+	}
+	for _, c := range id {
+		if c <= ' ' || c >= 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// appendRequestID appends 16 random hex digits: unique enough to find one
+// request in the logs of a fleet, and free of any request content.
+func appendRequestID(dst []byte) []byte {
+	var b [8]byte
+	v := rand.Uint64()
+	for i := range b {
+		b[i] = byte(v >> (8 * i))
+	}
+	return hex.AppendEncode(dst, b[:])
+}
+
+// plan is body → canon → chain: it fills the scheduler's request.
+func (s *Server) plan(c *call, api canon.API, body []byte) error {
+	c.routed = true
+	if err := s.canon.Canonicalize(api, body, c.h, &c.info); err != nil {
+		return err
+	}
+	c.req.Chain = c.h.Sum()
+	c.req.Followup = c.info.Followup
+	c.req.Session = c.info.Session
+	c.req.Now = s.table.Now()
+	allowed, err := s.allowedFor(c.info.Model, &c.allowed)
+	c.req.Allowed = allowed
+	return err
+}
+
+// planPassthrough narrows a passthrough request to the backends serving
+// the model its body names, if any.
+func (s *Server) planPassthrough(c *call, body []byte) error {
+	c.req.Now = s.table.Now()
+	if len(body) == 0 {
+		return nil
+	}
+	c.model = s.canon.Model(body, c.model[:0])
+	allowed, err := s.allowedFor(c.model, &c.allowed)
+	c.req.Allowed = allowed
+	return err
+}
+
+// pick routes the request for its next attempt and books it; false when
+// no eligible backend is left (reply says how to answer).
+func (s *Server) pick(c *call, lastBusy bool) (*upstream, *reply) {
+	if !s.sched.Route(&c.req, &c.dec, &c.res) {
+		switch {
+		case c.attempt == 0:
+			s.m.requests[c.route][numPhases].Inc()
+			return nil, &replyNoBackend
+		case lastBusy:
+			return nil, &replyBusy
+		}
+		return nil, &replyBadGateway
+	}
+	if c.routed && s.cfg.PredictTTL > 0 && len(c.req.Chain) > 0 {
+		// Dated so that it expires PredictTTL from now; a 2xx answer
+		// refreshes it to a full TTL, and it never ages a real location.
+		at := c.req.Now - s.table.TTL().Milliseconds() + s.cfg.PredictTTL.Milliseconds()
+		s.table.TouchAt(c.req.Chain, c.dec.Backend.Index, max(at, 0))
+	}
+	if c.attempt == 0 {
+		if c.session != 0 {
+			// Bound at once, not at the answer: siblings fired in parallel
+			// before any answer follow.
+			s.sessions.Bind(c.session, c.dec.Backend.Index, c.req.Now)
+		}
+		if c.req.Pin && !c.dec.Bound {
+			s.threads.Unavailable() // the producer of previous_response_id is gone
+		}
+		s.m.requests[c.route][c.dec.Phase].Inc()
+		if c.routed {
+			s.m.cached.Add(c.dec.Cached)
+			s.m.novel.Add(c.dec.Novel)
+		}
+		if c.tr.Active() {
+			c.tr.Routed(&tracing.Routing{Route: routeNames[c.route], Model: c.info.Model, Phase: c.dec.Phase.String(),
+				Backend: c.dec.Backend.Name, Cached: c.dec.Cached, Novel: c.dec.Novel, QueueWait: c.tk.Waited(), Tenant: c.tenantName()})
+		}
+	}
+	c.attempt++
+	return s.ups[c.dec.Backend.Index], nil
+}
+
+// authenticate finds the tenant of the request's API key (--api-keys);
+// false with the 401 answer when there is none.
+func (s *Server) authenticate(c *call, b []byte, h *h1.Request) (reply, bool) {
+	for i := 0; i < h.NF; i++ {
+		if key, ok := apikeys.Credential(h.Names[i].Of(b), h.Vals[i].Of(b)); ok {
+			if t, ok := s.keys.Lookup(key); ok {
+				c.tenant = t
+				return reply{}, true
+			}
+			s.keys.Refused(false)
+			return reply{status: 401, body: apikeys.UnauthorizedBody(c.route == routeMessages, false)}, false
+		}
+	}
+	s.keys.Refused(true)
+	return reply{status: 401, body: apikeys.UnauthorizedBody(c.route == routeMessages, true)}, false
+}
+
+// overQuota admits the request against its tenant's quota; false with
+// the 429 answer when it is over.
+func (s *Server) overQuota(c *call, cbrLen int) (reply, bool) {
+	if c.tenant == nil || s.quota.Admit(c.tenant, quota.EstimateTokens(cbrLen), &c.qd) {
+		return reply{}, false
+	}
+	if c.route == routeMessages {
+		return reply{status: 429, header: string(c.qd.AppendAnthropicHeaders(nil, time.Now())), body: string(c.qd.AppendErrorBody(nil, true))}, true
+	}
+	return reply{status: 429, header: string(c.qd.AppendHeaders(nil)), body: string(c.qd.AppendErrorBody(nil, false))}, true
+}
+
+// bindConversation applies what the request says of its conversation: a
+// Responses continuation (previous_response_id) must go to the backend
+// that produced that response, which alone may store it; a named session
+// (prompt_cache_key, a session header, user) prefers its backend where
+// the prefix says nothing yet.
+func (s *Server) bindConversation(c *call, b []byte, h *h1.Request) {
+	now := c.req.Now
+	if id := c.info.PreviousResponseID; len(id) > 0 {
+		if be, ok := s.threads.Lookup(s.canon.HashSessionKey(id), now); ok {
+			c.req.Bound, c.req.Pin = be+1, true
+			return
+		}
+	}
+	c.session = c.info.CacheKey
+	if c.session == 0 {
+		for _, name := range canon.SessionHeaders() {
+			if k := s.canon.HashSessionKey(h.Get(b, name)); k != 0 {
+				c.session = k
+				break
+			}
+		}
+	}
+	if c.session == 0 {
+		c.session = c.info.UserKey
+	}
+	if c.session != 0 {
+		if be, ok := s.sessions.Lookup(c.session, now); ok {
+			c.req.Bound = be + 1
+		}
+	}
+}
+
+// learnID binds a Responses answer's id to its backend once the answer
+// has shown it, so a continuation can find the one backend storing it.
+func (s *Server) learnID(c *call) {
+	if id := c.sn.ID(); len(id) > 0 {
+		c.idBound = true
+		s.threads.Bind(s.canon.HashSessionKey(id), c.dec.Backend.Index, c.req.Now)
+	}
+}
+
+// shed is the answer to a request admission turned away: 429 in OpenAI's
+// shape, with when to retry.
+func shed(tk *admit.Ticket) reply {
+	r := tk.Reason()
+	return reply{status: 429, typ: admit.ErrorType, code: r.Code(), msg: r.Message(),
+		header: "Retry-After: " + strconv.Itoa(tk.RetryAfter()) + "\r\n"}
+}
+
+// failed books a failed attempt on u (load released, u excluded) and says
+// whether another backend may be tried; if not, how to answer.
+func (s *Server) failed(c *call, u *upstream, res int) (retry bool, r *reply) {
+	c.res.ReleaseActive()
+	c.tr.AttemptEnd(0, errAttempt[res])
+	if res == timedOut {
+		return false, &replyTimeout
+	}
+	c.req.Exclude.Add(u.b.Index)
+	if c.attempt > s.cfg.Retries {
+		if res == connBusy {
+			return false, &replyBusy
+		}
+		return false, &replyBadGateway
+	}
+	return true, nil
+}
+
+// answered handles an upstream answer's head: first-byte metrics, health,
+// and whether to refuse it and try another backend (a 429 or 503 while
+// nothing has reached the client and another backend could take it).
+// It learns the chain on success.
+func (s *Server) answered(c *call, u *upstream, status int) (retry bool) {
+	c.ttfb = time.Since(c.start)
+	u.m.firstByte.Update(c.ttfb.Seconds())
+	u.succeeded()
+	c.status = status
+	if status >= 500 || status == 429 {
+		u.m.errors[errStatus].Inc()
+		if c.attempt <= s.cfg.Retries && (status == 429 || status == 503) && s.hasAlternative(c, u) {
+			return true
+		}
+	}
+	if status >= 200 && status < 300 {
+		if c.routed && len(c.req.Chain) > 0 {
+			s.learned(c.req.Chain, u.b.Index, c.req.Now)
+		}
+		if c.session != 0 && c.attempt > 1 {
+			s.sessions.Bind(c.session, u.b.Index, c.req.Now) // it moved
+		}
+	}
+	return false
+}
+
+// hasAlternative reports whether another eligible backend could take the
+// request if u's answer is refused; otherwise u's answer is the one to give.
+func (s *Server) hasAlternative(c *call, u *upstream) bool {
+	r := c.req
+	r.Exclude.Add(u.b.Index)
+	return !s.sched.Eligible(&r).Empty()
+}
+
+// firstByte marks the answer's first body byte: the backend has prefilled.
+// A streamed success teaches the backend's TTFT model (a whole answer's
+// first byte comes after its decoding too).
+func (c *call) firstByte(streamed bool) {
+	if c.ttft == 0 {
+		c.ttft = time.Since(c.start)
+	}
+	c.res.ReleasePrefill()
+	if streamed && c.status == 200 {
+		c.res.FirstByte()
+	}
+}
+
+// streamFailed books an answer that broke off after it began.
+func (s *Server) streamFailed(u *upstream, err error) {
+	u.m.errors[errStream].Inc()
+	if !isTimeout(err) {
+		// A backend that dies mid-stream counts toward ejection like a
+		// refused connection.
+		u.failed(s.cfg.FailThreshold, s)
+	}
+}
+
+// done ends an exchange: metrics, the access log line, the call back to
+// its pool. Its reservation must have been released.
+func (s *Server) done(c *call) {
+	c.tr.End(c.status)
+	if c.tenant != nil && c.qd.OK {
+		s.quota.Settle(c.tenant, &c.qd, c.usage())
+	}
+	c.res.ReleaseActive()
+	s.adm.Done(&c.tk)
+	s.m.duration[c.route].UpdateDuration(c.start)
+	if k := c.status / 100; k >= 1 && k <= 5 {
+		s.m.responses[c.route][k].Inc()
+	}
+	if c.ttft > 0 && c.status >= 200 && c.status < 300 {
+		model := c.info.Model
+		if !c.routed {
+			model = c.model
+		}
+		s.ttftOf(c.route, model).Update(c.ttft.Seconds())
+	}
+	if c.outcome == outClientGone {
+		s.m.disconnects.Inc()
+	}
+	if s.access != nil {
+		s.accessLog(c)
+	}
+	s.putCall(c)
+}
+
+// usage is what the answer consumed, for the tenant's quota: as the
+// backend reported it, else estimated from the CBR for a success, else
+// nothing.
+func (c *call) usage() quota.Usage {
+	if c.sniffing {
+		if p, cpl, ok := c.sn.Usage(); ok {
+			return quota.Usage{Prompt: p, Completion: cpl}
+		}
+	}
+	if c.status >= 200 && c.status < 300 {
+		n := c.info.CBRLen
+		if !c.routed {
+			n = c.inBytes
+		}
+		return quota.Usage{Prompt: quota.EstimateTokens(n), Estimated: true}
+	}
+	return quota.Usage{}
+}
+
+// accessLog writes one line per request (--access-log). It names what
+// routing did and how long it took; never body content or credentials.
+func (s *Server) accessLog(c *call) {
+	model := c.info.Model
+	if !c.routed {
+		model = c.model
+	}
+	backend, phase := "", "none"
+	if c.dec.Backend != nil {
+		backend = c.dec.Backend.Name
+		phase = c.dec.Phase.String()
+	}
+	s.access.LogAttrs(context.Background(), slog.LevelInfo, "request",
+		slog.String("request_id", string(c.rid)),
+		slog.String("route", routeNames[c.route]),
+		slog.String("path", string(c.path)),
+		slog.String("client", string(c.client)),
+		slog.String("tenant", c.tenantName()),
+		slog.String("model", string(model)),
+		slog.String("phase", phase),
+		slog.String("backend", backend),
+		slog.Int("attempts", c.attempt),
+		slog.Int("cached_blocks", c.dec.Cached),
+		slog.Int("novel_blocks", c.dec.Novel),
+		slog.Int("status", c.status),
+		slog.String("outcome", outcomeNames[c.outcome]),
+		slog.Int("request_bytes", c.inBytes),
+		slog.Int64("response_bytes", c.out),
+		slog.Float64("upstream_headers_ms", ms(c.ttfb)),
+		slog.Float64("ttft_ms", ms(c.ttft)),
+		slog.Float64("duration_ms", ms(time.Since(c.start))),
+	)
+}
+
+func (c *call) tenantName() string {
+	if c.tenant == nil {
+		return ""
+	}
+	return c.tenant.Name
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// learned records a successful answer: in the table, and with the peers.
+func (s *Server) learned(chain []uint64, backend int, at int64) {
+	s.table.Touch(chain, backend, at)
+	if s.peer != nil {
+		s.peer.Learned(chain, backend, at)
+	}
+}
+
+// resetBackend drops a backend's locations (its cache is gone) and tells
+// the peers.
+func (s *Server) resetBackend(i int) uint32 {
+	gen := s.table.Reset(i)
+	if s.peer != nil {
+		s.peer.Reset(i, gen)
+	}
+	s.backendReset(i, gen)
+	return gen
+}
+
+// connFailure books a failed connection attempt on u.
+func (s *Server) connFailure(u *upstream, err error) int {
+	s.log.Debug("upstream connection failed", "backend", u.b.Name, "err", err)
+	u.m.errors[errConnect].Inc()
+	u.failed(s.cfg.FailThreshold, s)
+	return connFailed
+}
+
+// attempt outcomes.
+const (
+	sent        = iota // the request is on its way
+	connFailed         // nothing reached us: another backend may serve it
+	connBusy           // every connection to the backend is in use: busy, not dead
+	timedOut           // the backend took the request but did not answer in time
+	retryStatus        // 429/503 before any byte reached the client
+)
+
+// errAttempt names a failed attempt's outcome for its trace span.
+var errAttempt = [...]error{
+	connFailed:  errors.New("connection failed"),
+	connBusy:    errors.New("every connection to the backend in use"),
+	timedOut:    errors.New("no answer within --upstream-header-timeout"),
+	retryStatus: errors.New("refused with 429 or 503; tried elsewhere"),
+}
+
+// usesSession says whether a routing policy reads sched.Request.Session;
+// the others are spared its hash (a quarter of canon+chain at 1–4 KB).
+func usesSession(policy string) bool { return policy == "session-hash" }
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
+
+// noResponseYet is an error that means the backend closed the connection
+// before sending anything, the signature of a stale keep-alive connection.
+func noResponseYet(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// timeoutError is a net.Error that is a timeout, for isTimeout.
+type timeoutError string
+
+func (e timeoutError) Error() string   { return string(e) }
+func (e timeoutError) Timeout() bool   { return true }
+func (e timeoutError) Temporary() bool { return true }

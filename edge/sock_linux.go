@@ -1,0 +1,111 @@
+//go:build linux
+
+package edge
+
+import (
+	"syscall"
+	"unsafe"
+)
+
+// sock is a loop's non-blocking socket: plain, or TLS over it (tls.go).
+type sock struct {
+	fd int
+	// rd: the socket may hold unread bytes. Edge-triggered epoll reports
+	// each arrival once; a short read means the socket was drained, so the
+	// next arrival raises a new event and no read has to end in EAGAIN.
+	// Once the peer has hung up (hup) reads go on to the end of file,
+	// which arrived with the last bytes and raises no event of its own.
+	rd, hup bool
+	tls     *tlsSock // nil: plain
+}
+
+// read reads into p if bytes may be waiting; EAGAIN also means "not now,
+// wait for an event".
+func (s *sock) read(p []byte) (int, syscall.Errno) {
+	if s.tls != nil {
+		return s.tls.read(s, p)
+	}
+	if !s.rd {
+		return 0, syscall.EAGAIN
+	}
+	n, e := rawRead(s.fd, p)
+	if e == syscall.EAGAIN || (e == 0 && n > 0 && n < len(p) && !s.hup) {
+		s.rd = false
+	}
+	return n, e
+}
+
+// mayRead makes the next read look at the socket whatever the events
+// said (TLS may hold decrypted bytes no event will announce).
+func (s *sock) mayRead() {
+	if s.tls != nil {
+		s.rd = true
+	}
+}
+
+// writev writes a then b (either may be empty) and returns how many of
+// their bytes were taken. Over TLS every byte is taken (encrypted), and
+// what the socket could not take yet is pendingOut.
+func (s *sock) writev(l *evLoop, a, b []byte) (int, syscall.Errno) {
+	if s.tls != nil {
+		return s.tls.writev(s, a, b)
+	}
+	return l.rawWritev(s.fd, a, b)
+}
+
+// pendingOut reports TLS bytes not yet on the wire.
+func (s *sock) pendingOut() bool { return s.tls != nil && s.tls.pending() }
+
+// Raw non-blocking system calls: they never block, so they keep the P.
+func rawRead(fd int, p []byte) (int, syscall.Errno) {
+	for {
+		n, _, e := syscall.RawSyscall(syscall.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+		if e == 0 {
+			return int(n), 0
+		}
+		if e != syscall.EINTR {
+			return 0, e
+		}
+	}
+}
+
+func rawWrite(fd int, p []byte) (int, syscall.Errno) {
+	for {
+		n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+		if e == 0 {
+			return int(n), 0
+		}
+		if e != syscall.EINTR {
+			return 0, e
+		}
+	}
+}
+
+// rawWritev writes a then b (either may be empty) and returns how many
+// bytes went out.
+func (l *evLoop) rawWritev(fd int, a, b []byte) (int, syscall.Errno) {
+	n := 0
+	if len(a) > 0 {
+		l.iov[n].Base = &a[0]
+		l.iov[n].SetLen(len(a))
+		n++
+	}
+	if len(b) > 0 {
+		l.iov[n].Base = &b[0]
+		l.iov[n].SetLen(len(b))
+		n++
+	}
+	if n == 0 {
+		return 0, 0
+	}
+	for {
+		r, _, e := syscall.RawSyscall(syscall.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&l.iov[0])), uintptr(n))
+		if e != syscall.EINTR {
+			l.iov[0].Base, l.iov[1].Base = nil, nil
+			if e != 0 {
+				return 0, e
+			}
+			return int(r), 0
+		}
+	}
+}

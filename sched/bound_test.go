@@ -1,0 +1,197 @@
+package sched
+
+import (
+	"testing"
+
+	"github.com/kvca/kvca/chain"
+)
+
+var boundPolicies = []string{"kvca", "cost", "kvca-cost"}
+
+func noLoadLeft(t *testing.T, s *Scheduler) {
+	t.Helper()
+	for _, b := range s.Backends {
+		if b.state.Load() != 0 {
+			t.Fatalf("load left on %d: %x", b.Index, b.state.Load())
+		}
+	}
+}
+
+// A known session's first requests, fired together before any answer
+// (sub-agents sharing a new prefix after a system prompt that other
+// backends already hold), all go to its backend although its load grows
+// with each.
+func TestBoundSiblingsLandTogether(t *testing.T) {
+	for _, p := range boundPolicies {
+		s := newSched(t, 4, p)
+		shared := chainOf(0, 3)
+		s.Table.Touch(shared, 0, s.Table.Now())
+		s.Table.Touch(shared, 1, s.Table.Now())
+		var held []*Reservation
+		for k := 0; k < 5; k++ {
+			c := append(append([]uint64(nil), shared...), chainOf(1000+k*100, 5)...)
+			d, res := route(t, s, &Request{Chain: c, Bound: 3})
+			if d.Backend.Index != 2 || !d.Bound || d.Phase != PhaseBootstrap || d.Novel != 8 || d.Cached != 0 {
+				t.Fatalf("%s sibling %d: %+v", p, k, d)
+			}
+			held = append(held, res)
+		}
+		if a := s.Backends[2].Active(); a != 5 {
+			t.Fatalf("%s: %d active on the bound backend", p, a)
+		}
+		// A follow-up whose prefix nobody knows yet (its siblings' answers
+		// have not come) goes there too, as a fallback.
+		d, res := route(t, s, &Request{Chain: chainOf(5000, 4), Followup: true, Bound: 3})
+		if d.Backend.Index != 2 || !d.Bound || d.Phase != PhaseFallback {
+			t.Fatalf("%s follow-up: %+v", p, d)
+		}
+		held = append(held, res)
+		for _, r := range held {
+			r.ReleaseActive()
+		}
+		noLoadLeft(t, s)
+	}
+}
+
+// Once the table knows where the prefix lives, the prefix decides.
+func TestPrefixWinsOverBinding(t *testing.T) {
+	for _, p := range boundPolicies {
+		s := newSched(t, 3, p)
+		c := chainOf(0, 12)
+		s.Table.Touch(c[:10], 0, s.Table.Now())
+		d, res := route(t, s, &Request{Chain: c, Followup: true, Bound: 2})
+		if d.Backend.Index != 0 || d.Bound || d.Phase != PhaseFollowup || d.Cached != 10 || d.Novel != 2 {
+			t.Fatalf("%s: %+v", p, d)
+		}
+		res.ReleaseActive()
+		// A first turn sharing a known prefix (another conversation's
+		// system prompt): the binding knows this conversation, the prefix
+		// only what it shares with others.
+		d, res = route(t, s, &Request{Chain: c, Bound: 2})
+		if d.Backend.Index != 1 || !d.Bound || d.Phase != PhaseBootstrap || d.Cached != 0 || d.Novel != 12 {
+			t.Fatalf("%s first turn: %+v", p, d)
+		}
+		res.ReleaseActive()
+		// Without a binding, cost and kvca-cost weigh the shared prefix.
+		d, res = route(t, s, &Request{Chain: c})
+		if want := 0; p != "kvca" && (d.Backend.Index != want || d.Cached != 10) {
+			t.Fatalf("%s unbound first turn: %+v", p, d)
+		}
+		res.ReleaseActive()
+		noLoadLeft(t, s)
+	}
+}
+
+// Among replicas of the longest prefix with equal load, the bound one is
+// taken every time (without a binding they take turns).
+func TestBindingBreaksTies(t *testing.T) {
+	for _, p := range boundPolicies {
+		s := newSched(t, 4, p)
+		c := chainOf(0, 12)
+		now := s.Table.Now()
+		for _, b := range []int{0, 1, 3} {
+			s.Table.Touch(c[:10], b, now)
+		}
+		for k := 0; k < 6; k++ {
+			d, res := route(t, s, &Request{Chain: c, Followup: true, Bound: 4})
+			if d.Backend.Index != 3 || d.Bound || d.Cached != 10 {
+				t.Fatalf("%s round %d: %+v", p, k, d)
+			}
+			res.ReleaseActive()
+		}
+		seen := map[int]bool{}
+		for k := 0; k < 6; k++ {
+			d, res := route(t, s, &Request{Chain: c, Followup: true})
+			seen[d.Backend.Index] = true
+			res.ReleaseActive()
+		}
+		if len(seen) != 3 || seen[2] {
+			t.Fatalf("%s: without a binding the replicas %v did not take turns", p, seen)
+		}
+		// A bound backend that is not among the best is not preferred.
+		d, res := route(t, s, &Request{Chain: c, Followup: true, Bound: 3})
+		if d.Backend.Index == 2 {
+			t.Fatalf("%s: %+v", p, d)
+		}
+		res.ReleaseActive()
+		noLoadLeft(t, s)
+	}
+}
+
+// A bound backend that cannot take the request is passed over.
+func TestBindingToUnavailableBackend(t *testing.T) {
+	for _, p := range boundPolicies {
+		s := newSched(t, 3, p)
+		s.Backends[1].SetHealthy(false)
+		d, res := route(t, s, &Request{Chain: chainOf(0, 4), Bound: 2})
+		if d.Backend.Index == 1 || d.Bound {
+			t.Fatalf("%s unhealthy: %+v", p, d)
+		}
+		res.ReleaseActive()
+		s.Backends[1].SetHealthy(true)
+		r := &Request{Chain: chainOf(0, 4), Bound: 2}
+		r.Exclude.Add(1)
+		d, res = route(t, s, r)
+		if d.Backend.Index == 1 || d.Bound {
+			t.Fatalf("%s excluded: %+v", p, d)
+		}
+		res.ReleaseActive()
+		var only chain.Set
+		only.Add(0)
+		d, res = route(t, s, &Request{Chain: chainOf(0, 4), Bound: 2, Allowed: &only})
+		if d.Backend.Index != 0 || d.Bound {
+			t.Fatalf("%s not allowed: %+v", p, d)
+		}
+		res.ReleaseActive()
+		d, res = route(t, s, &Request{Chain: chainOf(0, 4), Bound: 99})
+		if d.Bound {
+			t.Fatalf("%s out of range: %+v", p, d)
+		}
+		res.ReleaseActive()
+		noLoadLeft(t, s)
+	}
+}
+
+// A pinned request (a Responses API continuation) reaches its backend
+// under every policy, whatever the prefix says, while it is eligible.
+func TestPinnedUnderEveryPolicy(t *testing.T) {
+	for _, p := range Policies() {
+		s := newSched(t, 4, p)
+		c := chainOf(0, 8)
+		s.Table.Touch(c[:6], 0, s.Table.Now())
+		for k := 0; k < 4; k++ {
+			d, res := route(t, s, &Request{Chain: c, Followup: true, Bound: 3, Pin: true})
+			if d.Backend.Index != 2 || !d.Bound || d.Cached != 0 || d.Novel != 8 || d.Phase != PhaseFallback {
+				t.Fatalf("%s: %+v", p, d)
+			}
+			if d.Backend.Active() != 1 || d.Backend.Prefill() != 8 {
+				t.Fatalf("%s: reservation %d %d", p, d.Backend.Active(), d.Backend.Prefill())
+			}
+			res.ReleaseActive()
+		}
+		s.Backends[2].SetHealthy(false)
+		d, res := route(t, s, &Request{Chain: c, Followup: true, Bound: 3, Pin: true})
+		if d.Backend.Index == 2 || d.Bound {
+			t.Fatalf("%s failover: %+v", p, d)
+		}
+		res.ReleaseActive()
+		noLoadLeft(t, s)
+	}
+}
+
+// Baselines route as before when a binding is only a hint.
+func TestBaselinesIgnoreUnpinnedBinding(t *testing.T) {
+	s := newSched(t, 4, "round-robin")
+	got := map[int]bool{}
+	for k := 0; k < 4; k++ {
+		d, res := route(t, s, &Request{Chain: chainOf(0, 2), Bound: 1})
+		got[d.Backend.Index] = true
+		if d.Bound {
+			t.Fatalf("%+v", d)
+		}
+		res.ReleaseActive()
+	}
+	if len(got) != 4 {
+		t.Fatalf("round-robin followed a binding: %v", got)
+	}
+}

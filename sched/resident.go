@@ -1,0 +1,128 @@
+package sched
+
+import (
+	"math"
+	"math/bits"
+
+	"github.com/kvca/kvca/chain"
+)
+
+// Resident work is, per backend, a count of the turns routed to it that
+// decays with the resident window as time constant: a conversation whose
+// turns come every g contributes about window/g while it lasts and fades
+// once it ends. In-flight load alone sees a backend whose conversations
+// are between turns as idle; this count does not.
+
+// residentWindow is the decay time constant in ms: the operator's, or three
+// gaps between a conversation's turns (a conversation quiet for that long
+// has most likely ended), at most the TTL (after which its cache is
+// forgotten anyway). Before any gap is seen it is a tenth of the TTL.
+func (s *Scheduler) residentWindow() int64 {
+	if s.ttft.window > 0 {
+		return s.ttft.window
+	}
+	ttl := s.Table.TTL().Milliseconds()
+	if s.ttft.gaps.Load() < 16 {
+		return max(ttl/10, 1)
+	}
+	w := int64(3 * math.Float64frombits(s.ttft.gap.Load()))
+	return min(max(w, 1), ttl)
+}
+
+// residentAt is the decayed count at now with time constant tau (ms).
+func (m *predictor) residentAt(now int64, tau float64) float64 {
+	v := m.resident.Load()
+	return decayed(v, now, tau)
+}
+
+func decayed(v uint64, now int64, tau float64) float64 {
+	x := float64(math.Float32frombits(uint32(v >> 32)))
+	if x == 0 {
+		return 0
+	}
+	dt := int32(uint32(now) - uint32(v))
+	if dt <= 0 {
+		return x
+	}
+	return x * math.Exp(-float64(dt)/tau)
+}
+
+// noteResident counts one turn routed to b.
+func (s *Scheduler) noteResident(b *Backend, r *Request) {
+	if len(r.Chain) == 0 {
+		return
+	}
+	tau := float64(s.residentWindow())
+	for {
+		old := b.model.resident.Load()
+		x := decayed(old, r.Now, tau) + 1
+		nw := uint64(math.Float32bits(float32(x)))<<32 | uint64(uint32(r.Now))
+		if b.model.resident.CompareAndSwap(old, nw) {
+			return
+		}
+	}
+}
+
+// noteGap learns the time between a conversation's turns from the age of
+// its known prefix on a holder.
+func (s *Scheduler) noteGap(r *Request, holders *chain.Set, best int) {
+	h := -1
+	for wi, w := range holders {
+		if w != 0 {
+			h = wi<<6 | bits.TrailingZeros64(w)
+			break
+		}
+	}
+	if h < 0 {
+		return
+	}
+	at, ok := s.Table.LastAccess(r.Chain[best-1], h, r.Now)
+	gap := float64(r.Now - at)
+	if !ok || gap < 0 || gap > float64(s.Table.TTL().Milliseconds()) {
+		return
+	}
+	for {
+		old := s.ttft.gap.Load()
+		g := math.Float64frombits(old)
+		if s.ttft.gaps.Load() == 0 {
+			g = gap
+		} else {
+			g += (gap - g) / 32
+		}
+		if s.ttft.gap.CompareAndSwap(old, math.Float64bits(g)) {
+			s.ttft.gaps.Add(1)
+			return
+		}
+	}
+}
+
+// residentBound returns the backends of elig a new conversation may go to:
+// those it would leave at most (1+ε)× the mean resident work, and always
+// the least resident one. res receives each backend's resident work.
+func (s *Scheduler) residentBound(elig *chain.Set, now int64, res *[chain.MaxBackends]float32) chain.Set {
+	tau := float64(s.residentWindow())
+	sum, n := 0.0, 0
+	least := -1
+	elig.Each(func(i int) {
+		v := s.Backends[i].model.residentAt(now, tau)
+		res[i] = float32(v)
+		sum += float64(res[i])
+		n++
+		if least < 0 || res[i] < res[least] {
+			least = i
+		}
+	})
+	if s.ttft.eps < 0 || n == 0 {
+		return *elig
+	}
+	// The least resident backends are always open: even work is never
+	// out of bounds, however small ε.
+	limit := max((1+s.ttft.eps)*(sum+1)/float64(n), float64(res[least])+1)
+	var open chain.Set
+	elig.Each(func(i int) {
+		if float64(res[i])+1 <= limit {
+			open.Add(i)
+		}
+	})
+	return open
+}

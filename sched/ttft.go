@@ -1,0 +1,427 @@
+package sched
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+)
+
+// TTFTConfig sets the ttft policy's model where the operator knows it;
+// every zero value is learned from first-byte latencies instead.
+type TTFTConfig struct {
+	// Capacity is how many sequences a backend runs at once (vLLM's
+	// --max-num-seqs); 0: learned, or read from the engine's own queue
+	// when telemetry reports it.
+	Capacity int
+	// BlockTime is the prefill time of one novel block of the chain's
+	// block size; 0: learned.
+	BlockTime time.Duration
+	// Base is the first-token time of a request with nothing to compute
+	// and nothing ahead of it; 0: learned.
+	Base time.Duration
+	// ResidentEpsilon bounds resident work: a new conversation is not
+	// placed where it would lift a backend above (1+ε)× the mean;
+	// negative: no bound.
+	ResidentEpsilon float64
+	// ResidentWindow is the time constant over which a backend's recent
+	// turns count as resident; 0: three times the observed gap between a
+	// conversation's turns, at most the TTL.
+	ResidentWindow time.Duration
+	// EngineMaxAge is how old engine signals may be to be used; default 5s.
+	EngineMaxAge time.Duration
+}
+
+// DefaultResidentEpsilon is the bound's default; see docs/placement.md
+// for the measurement that chose it.
+const DefaultResidentEpsilon = 0.25
+
+// Priors used until a backend has answered enough requests to learn its
+// own: a mid-sized model on one GPU, deliberately round numbers.
+const (
+	priorBase    = 20 * time.Millisecond
+	priorBlock   = time.Millisecond
+	priorService = time.Second
+)
+
+const (
+	capLevels = 64
+	// decay is each observation's weight loss: about the last 256
+	// answers of a backend shape its model, so it follows a backend that
+	// changes (another model, a slower GPU) within minutes at high rates.
+	decay = 1 - 1.0/256
+	// nearDiv makes predictions within 1/nearDiv of the best equivalent:
+	// learned rates carry noise, and within it load decides.
+	nearDiv = 4
+)
+
+// monoEpoch anchors monoNow; set once at start, never written again.
+var monoEpoch = time.Now()
+
+// monoNow is monotonic nanoseconds since the process started.
+func monoNow() int64 { return int64(time.Since(monoEpoch)) }
+
+// ttftState is the scheduler's part of the ttft policy.
+type ttftState struct {
+	eps       float64
+	window    int64 // ms, 0: derived from gap
+	engineAge int64 // ms
+	// gap is the decayed mean (ms, float64 bits) of the time between a
+	// conversation's turns, as the age of its prefix's location shows.
+	gap  atomic.Uint64
+	gaps atomic.Uint64
+	// moves counts follow-ups sent away from their prefix's holders.
+	moves atomic.Uint64
+	set   *metrics.Set
+}
+
+// predictor is one backend's learned first-token latency, capacity and
+// resident work. Learning takes mu (once per answer); routing reads the
+// published atomics only.
+type predictor struct {
+	mu sync.Mutex
+	// Decayed least-squares sums of TTFT y (ns) against m, the blocks the
+	// engine had to prefill before answering (this request's novel blocks
+	// plus those reserved on it and not yet answered), over answers that
+	// did not wait for a batch slot.
+	sw, sm, sy, smm, smy float64
+	obs                  uint64
+	// ev[a] is the decayed share of answers dispatched with a requests
+	// already in flight that waited for a batch slot; seen[a] counts them.
+	ev   [capLevels]float32
+	seen [capLevels]uint8
+	// ratio is the decayed mean of observed/predicted TTFT.
+	ratio, ratioW float64
+
+	fixBase, fixBlock int64
+	fixCap            int32
+
+	base     atomic.Int64 // ns
+	block    atomic.Int64 // ns per block
+	capacity atomic.Int32 // learned; 0: unknown
+	service  atomic.Int64 // ns, dispatch to end; 0: unknown
+	observed atomic.Uint64
+	waits    atomic.Uint64
+	// resident packs a decayed turn count (float32, high half) and the
+	// table millisecond it was computed at (low half, wrapping).
+	resident atomic.Uint64
+
+	mRatio *metrics.Histogram
+}
+
+func (s *Scheduler) initTTFT() {
+	s.ttft.eps = DefaultResidentEpsilon
+	s.ttft.engineAge = 5000
+	s.ttft.set = metrics.NewSet()
+	set := s.ttft.set
+	for _, b := range s.Backends {
+		b.model.base.Store(int64(priorBase))
+		b.model.block.Store(int64(priorBlock))
+		m := &b.model
+		l := fmt.Sprintf("{backend=%q}", b.Name)
+		m.mRatio = set.GetOrCreateHistogram("kvca_ttft_observed_over_predicted" + l)
+		set.GetOrCreateGauge("kvca_ttft_first_token_base_seconds"+l, func() float64 { return float64(m.base.Load()) / 1e9 })
+		set.GetOrCreateGauge("kvca_ttft_prefill_block_seconds"+l, func() float64 { return float64(m.block.Load()) / 1e9 })
+		set.GetOrCreateGauge("kvca_ttft_batch_capacity"+l, func() float64 { return float64(m.cap()) })
+		set.GetOrCreateGauge("kvca_ttft_service_seconds"+l, func() float64 { return float64(m.service.Load()) / 1e9 })
+		set.GetOrCreateGauge("kvca_ttft_observations_total"+l, func() float64 { return float64(m.observed.Load()) })
+		set.GetOrCreateGauge("kvca_ttft_slot_waits_total"+l, func() float64 { return float64(m.waits.Load()) })
+		bb := b
+		set.GetOrCreateGauge("kvca_backend_resident"+l, func() float64 {
+			return bb.model.residentAt(s.Table.Now(), float64(s.residentWindow()))
+		})
+	}
+	set.GetOrCreateGauge("kvca_ttft_moves_total", func() float64 { return float64(s.ttft.moves.Load()) })
+	set.GetOrCreateGauge("kvca_resident_window_seconds", func() float64 { return float64(s.residentWindow()) / 1e3 })
+}
+
+// SetTTFT applies the operator's settings; call it before routing starts.
+func (s *Scheduler) SetTTFT(c TTFTConfig) error {
+	if err := c.Check(); err != nil {
+		return err
+	}
+	s.ttft.eps = c.ResidentEpsilon
+	s.ttft.window = c.ResidentWindow.Milliseconds()
+	if c.EngineMaxAge > 0 {
+		s.ttft.engineAge = c.EngineMaxAge.Milliseconds()
+	}
+	for _, b := range s.Backends {
+		m := &b.model
+		m.mu.Lock()
+		m.fixBase, m.fixBlock, m.fixCap = int64(c.Base), int64(c.BlockTime), int32(c.Capacity)
+		if c.Base > 0 {
+			m.base.Store(int64(c.Base))
+		}
+		if c.BlockTime > 0 {
+			m.block.Store(int64(c.BlockTime))
+		}
+		m.mu.Unlock()
+	}
+	return nil
+}
+
+// Check reports the first invalid setting, named by its serve flag.
+func (c TTFTConfig) Check() error {
+	switch {
+	case c.Capacity < 0:
+		return fmt.Errorf("--batch-capacity must not be negative (0: learned)")
+	case c.BlockTime < 0:
+		return fmt.Errorf("--prefill-block-time must not be negative (0: learned)")
+	case c.Base < 0:
+		return fmt.Errorf("--first-token-base must not be negative (0: learned)")
+	case c.ResidentWindow < 0:
+		return fmt.Errorf("--resident-window must not be negative (0: from the gaps between turns)")
+	case c.EngineMaxAge < 0:
+		return fmt.Errorf("engine signal age must not be negative")
+	case math.IsNaN(c.ResidentEpsilon) || math.IsInf(c.ResidentEpsilon, 0):
+		return fmt.Errorf("--resident-epsilon must be a number (negative: no bound)")
+	}
+	return nil
+}
+
+func (m *predictor) cap() int32 {
+	if m.fixCap > 0 {
+		return m.fixCap
+	}
+	return m.capacity.Load()
+}
+
+// FirstByte records that the first body byte of a streamed answer arrived:
+// the backend has prefilled. The first call per reservation teaches the
+// backend's model; later calls do nothing, so the edge may call it on
+// every body read.
+func (r *Reservation) FirstByte() {
+	if r.b == nil || r.done.Load()&4 != 0 || r.done.Or(4)&4 != 0 {
+		return
+	}
+	r.b.model.observe(r, monoNow()-r.at)
+}
+
+// observe learns from one answer that took ttft ns to its first byte.
+func (m *predictor) observe(r *Reservation, ttft int64) {
+	inflight := int(r.before >> 32)
+	blocks := int64(r.novel) + int64(uint32(r.before))
+	m.learn(blocks, inflight, ttft, r.pred)
+}
+
+// learn is observe with the reservation taken apart (tests call it).
+func (m *predictor) learn(blocks int64, inflight int, ttft, pred int64) {
+	m.observed.Add(1)
+	if pred > 0 && m.mRatio != nil {
+		m.mRatio.Update(float64(ttft) / float64(pred))
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if pred > 0 {
+		m.ratio = m.ratio*decay + float64(ttft)/float64(pred)
+		m.ratioW = m.ratioW*decay + 1
+	}
+	expect := m.base.Load() + m.block.Load()*blocks
+	// A wait for a batch slot is at least as long as a sequence takes to
+	// free one, far longer than prefill noise: twice the expected time
+	// plus a millisecond is read as one. Before a few answers the model
+	// is still the prior, and nothing is judged.
+	c := int(m.cap())
+	waited := m.obs >= 8 && ttft > 2*expect+int64(time.Millisecond)
+	if m.fixCap > 0 && inflight >= c {
+		waited = true // the slot wait was known in advance
+	}
+	lv := min(inflight, capLevels-1)
+	w := float32(0)
+	if waited {
+		w = 1
+		m.waits.Add(1)
+	}
+	if m.seen[lv] == 0 {
+		m.ev[lv] = w
+	} else {
+		m.ev[lv] = m.ev[lv]*0.75 + w*0.25
+	}
+	if m.seen[lv] < 255 {
+		m.seen[lv]++
+	}
+	if m.fixCap == 0 {
+		// The capacity is where waiting starts and never stops again: the
+		// lowest level of the topmost run of levels where most answers
+		// waited, skipping levels seen too rarely to judge. An isolated
+		// level of slow answers below levels that did not wait is noise.
+		// And a capacity is a transition: if no level below the run
+		// answered without waiting, the backend is slow at any load
+		// (or the host is), and nothing is learned.
+		learned, below := int32(0), false
+		for a := capLevels - 1; a >= 0; a-- {
+			if m.seen[a] < 3 {
+				continue
+			}
+			if m.ev[a] <= 0.5 {
+				below = true
+				break
+			}
+			learned = int32(a)
+		}
+		if !below || learned == 0 {
+			learned = 0
+		}
+		m.capacity.Store(learned)
+	}
+	if waited {
+		return
+	}
+	x, y := float64(blocks), float64(ttft)
+	m.sw = m.sw*decay + 1
+	m.sm = m.sm*decay + x
+	m.sy = m.sy*decay + y
+	m.smm = m.smm*decay + x*x
+	m.smy = m.smy*decay + x*y
+	m.obs++
+	m.solve()
+}
+
+// solve refits base and block time from the sums, honouring fixed values.
+func (m *predictor) solve() {
+	base, blk := float64(m.base.Load()), float64(m.block.Load())
+	switch {
+	case m.fixBase > 0 && m.fixBlock > 0:
+		return
+	case m.fixBlock > 0:
+		blk = float64(m.fixBlock)
+		base = (m.sy - blk*m.sm) / m.sw
+	case m.fixBase > 0:
+		base = float64(m.fixBase)
+		if m.smm > 0 {
+			blk = (m.smy - base*m.sm) / m.smm
+		}
+	default:
+		// A slope needs answers of different sizes: a spread of at least
+		// half a block (variance 1/4) before the block time moves.
+		den := m.sw*m.smm - m.sm*m.sm
+		if den > 0.25*m.sw*m.sw {
+			blk = (m.sw*m.smy - m.sm*m.sy) / den
+		}
+		blk = max(blk, 0)
+		base = (m.sy - blk*m.sm) / m.sw
+	}
+	m.base.Store(int64(math.Round(max(base, 0))))
+	m.block.Store(int64(math.Round(max(blk, 0))))
+}
+
+// observeService learns how long a request holds its batch slot.
+func (m *predictor) observeService(d int64) {
+	for {
+		old := m.service.Load()
+		nw := d
+		if old > 0 {
+			nw = old + (d-old)/16
+		}
+		if m.service.CompareAndSwap(old, nw) {
+			return
+		}
+	}
+}
+
+// predict is b's expected time to first token, in ns, for a request with
+// novel blocks to compute, b's load word being st: its base, the prefill
+// of every block ahead of and in the request, and, when the backend's
+// batch is full, the wait for a slot (each of the requests beyond its
+// capacity frees one in service/capacity on average). unix is the wall
+// clock in ms for engine signals, 0 to ignore them.
+func (s *Scheduler) predict(b *Backend, st uint64, novel int, unix int64) int64 {
+	m := &b.model
+	ra, rp := b.RemoteLoad()
+	inflight := int64(st>>32) + int64(ra)
+	pending := int64(uint32(st)) + int64(rp)
+	t := m.base.Load() + m.block.Load()*(pending+int64(novel))
+	c := int64(m.cap())
+	if unix != 0 {
+		if e, ok := b.Engine(unix, s.ttft.engineAge); ok {
+			// The engine counts other clients too; kvca counts what it
+			// sent since the engine was read.
+			inflight = max(inflight, int64(e.Running)+int64(e.Waiting))
+			if e.Waiting > 0 && e.Running > 0 && m.fixCap == 0 {
+				c = int64(e.Running) // a queue means a full batch
+			}
+		}
+	}
+	if c > 0 && inflight >= c {
+		svc := m.service.Load()
+		if svc <= 0 {
+			svc = int64(priorService)
+		}
+		t += (inflight - c + 1) * svc / c
+	}
+	return t
+}
+
+// unixNow is r's instant on the wall clock when some backend has engine
+// signals, else 0.
+func (s *Scheduler) unixNow(r *Request) int64 {
+	for _, b := range s.Backends {
+		if b.engine.Load() != nil {
+			return s.Table.TimeOf(r.Now).UnixMilli()
+		}
+	}
+	return 0
+}
+
+// WriteTTFTMetrics writes the model's series in Prometheus text: register
+// it with the edge's metrics.
+func (s *Scheduler) WriteTTFTMetrics(w io.Writer) { s.ttft.set.WritePrometheus(w) }
+
+// TTFTBackend is one backend's learned model, for /admin/state.
+type TTFTBackend struct {
+	Backend               string  `json:"backend"`
+	BaseMs                float64 `json:"first_token_base_ms"`
+	BlockMs               float64 `json:"prefill_block_ms"`
+	Capacity              int     `json:"batch_capacity"`
+	CapacitySource        string  `json:"batch_capacity_source"` // flag, learned or unknown
+	ServiceMs             float64 `json:"service_ms"`
+	Observations          uint64  `json:"observations"`
+	SlotWaits             uint64  `json:"slot_waits"`
+	ObservedOverPredicted float64 `json:"observed_over_predicted"`
+	Resident              float64 `json:"resident"`
+}
+
+// TTFTState is the model's snapshot.
+type TTFTState struct {
+	ResidentWindowMs int64         `json:"resident_window_ms"`
+	TurnGapMs        float64       `json:"turn_gap_ms"`
+	ResidentEpsilon  float64       `json:"resident_epsilon"`
+	Moves            uint64        `json:"moves"`
+	Backends         []TTFTBackend `json:"backends"`
+}
+
+// TTFTSnapshot reports what the model has learned.
+func (s *Scheduler) TTFTSnapshot() TTFTState {
+	now := s.Table.Now()
+	st := TTFTState{ResidentWindowMs: s.residentWindow(), ResidentEpsilon: s.ttft.eps, Moves: s.ttft.moves.Load()}
+	if s.ttft.gaps.Load() > 0 {
+		st.TurnGapMs = math.Float64frombits(s.ttft.gap.Load())
+	}
+	for _, b := range s.Backends {
+		m := &b.model
+		src := "learned"
+		switch {
+		case m.fixCap > 0:
+			src = "flag"
+		case m.capacity.Load() == 0:
+			src = "unknown"
+		}
+		m.mu.Lock()
+		ratio := 0.0
+		if m.ratioW > 0 {
+			ratio = m.ratio / m.ratioW
+		}
+		m.mu.Unlock()
+		st.Backends = append(st.Backends, TTFTBackend{
+			Backend: b.Name, BaseMs: float64(m.base.Load()) / 1e6, BlockMs: float64(m.block.Load()) / 1e6,
+			Capacity: int(m.cap()), CapacitySource: src, ServiceMs: float64(m.service.Load()) / 1e6,
+			Observations: m.observed.Load(), SlotWaits: m.waits.Load(), ObservedOverPredicted: ratio,
+			Resident: m.residentAt(now, float64(s.residentWindow())),
+		})
+	}
+	return st
+}

@@ -1,0 +1,159 @@
+package sched
+
+import (
+	"time"
+
+	"github.com/kvca/kvca/chain"
+)
+
+// ttftPolicy places every request where its predicted time to first token
+// is smallest (predict): the queueing a backend's batch imposes, plus the
+// prefill of the blocks it would compute and of those already waiting
+// there. A follow-up stays with the holders of its longest known prefix
+// (Phase 2) unless waiting there is predicted to cost more than
+// recomputing elsewhere; a new conversation goes only where resident work
+// stays within (1+ε)× the mean. Predictions within a quarter of the best
+// count as equal, and among equals the least resident, then the least
+// busy, backend wins, in turns on a full tie.
+type ttftPolicy struct{}
+
+func (ttftPolicy) Name() string { return "ttft" }
+
+// moveFactor is how many times slower than the best alternative a
+// follow-up's holders must be predicted before it moves.
+const moveFactor = 8
+
+func (ttftPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
+	elig := s.Eligible(r)
+	if elig.Empty() {
+		return false
+	}
+	var match [chain.MaxBackends]int32
+	best := prefixMatch(s, r, elig, &match)
+	follow := r.Followup && best > 0
+	switch {
+	case !r.Followup:
+		d.Phase = PhaseBootstrap
+	case follow:
+		d.Phase = PhaseFollowup
+	default:
+		d.Phase = PhaseFallback
+	}
+	var res [chain.MaxBackends]float32
+	var holders chain.Set
+	open := elig
+	if follow {
+		elig.Each(func(i int) {
+			if int(match[i]) == best {
+				holders.Add(i)
+			}
+		})
+		s.noteGap(r, &holders, best)
+		// Residency only breaks ties among a follow-up's candidates.
+		tau := float64(s.residentWindow())
+		elig.Each(func(i int) { res[i] = float32(s.Backends[i].model.residentAt(r.Now, tau)) })
+	} else {
+		open = s.residentBound(&elig, r.Now, &res)
+	}
+	unix := s.unixNow(r)
+	n := len(r.Chain)
+	for attempt := 0; ; attempt++ {
+		cand := &open
+		if follow {
+			// Moving costs the recomputed blocks twice: this request
+			// waits for them, and so does whoever queues behind them
+			// on the new backend. And a move is a bet on predictions
+			// that carry noise, paid for by the hit rate at once: the
+			// holder must be predicted moveFactor times slower.
+			ph, _ := s.minPred(&holders, r, &match, unix)
+			pa, at := s.minPred(&elig, r, &match, unix)
+			if lost := best - int(match[at]); lost > 0 {
+				pa += int64(lost) * s.Backends[at].model.block.Load()
+			}
+			cand = &elig
+			if ph <= moveFactor*pa {
+				cand = &holders
+			}
+		}
+		pmin, _ := s.minPred(cand, r, &match, unix)
+		limit := pmin + pmin/nearDiv
+		pick, ties := -1, 0
+		var pickSt uint64
+		var pickPred int64
+		var pickRes float32
+		var pickAct uint64
+		eachIn(cand, func(i int) {
+			b := s.Backends[i]
+			st := b.state.Load()
+			p := s.predict(b, st, n-int(match[i]), unix)
+			if p > limit {
+				return
+			}
+			act := st >> 32
+			switch {
+			case pick < 0 || res[i] < pickRes || (res[i] == pickRes && act < pickAct):
+				pick, pickSt, pickPred, pickRes, pickAct, ties = i, st, p, res[i], act, 1
+			case res[i] == pickRes && act == pickAct:
+				ties++
+			}
+		})
+		if pick < 0 {
+			return false
+		}
+		if ties > 1 {
+			k := int(s.ties[ties&15].Add(1) % uint64(ties))
+			eachIn(cand, func(i int) {
+				if k < 0 {
+					return
+				}
+				b := s.Backends[i]
+				st := b.state.Load()
+				p := s.predict(b, st, n-int(match[i]), unix)
+				if p <= limit && res[i] == pickRes && st>>32 == pickAct {
+					if k == 0 {
+						pick, pickSt, pickPred = i, st, p
+					}
+					k--
+				}
+			})
+		}
+		b := s.Backends[pick]
+		novel := n - int(match[pick])
+		if b.state.CompareAndSwap(pickSt, pickSt+activeUnit+uint64(novel)) || attempt >= 8 {
+			d.before = pickSt
+			if attempt >= 8 {
+				d.before = b.state.Add(activeUnit+uint64(novel)) - activeUnit - uint64(novel)
+			}
+			d.Backend = b
+			d.Novel = novel
+			d.Cached = n - novel
+			d.Predicted = time.Duration(pickPred)
+			if follow && !holders.Has(pick) {
+				s.ttft.moves.Add(1)
+			}
+			return true
+		}
+	}
+}
+
+// minPred is the smallest prediction over set and where it is.
+func (s *Scheduler) minPred(set *chain.Set, r *Request, match *[chain.MaxBackends]int32, unix int64) (int64, int) {
+	best, at := int64(-1), -1
+	n := len(r.Chain)
+	eachIn(set, func(i int) {
+		b := s.Backends[i]
+		if p := s.predict(b, b.state.Load(), n-int(match[i]), unix); best < 0 || p < best {
+			best, at = p, i
+		}
+	})
+	return best, at
+}
+
+func eachIn(set *chain.Set, f func(i int)) {
+	for wi, word := range set {
+		for word != 0 {
+			f(wi<<6 | trailingZeros(word))
+			word &= word - 1
+		}
+	}
+}

@@ -1,0 +1,340 @@
+package sched
+
+import (
+	"testing"
+	"time"
+
+	"github.com/kvca/kvca/chain"
+)
+
+// newFixed is newSched on a table whose clock stands still, so resident
+// work does not decay between the steps of a test.
+func newFixed(t testing.TB, n int, policy string) *Scheduler {
+	bs := make([]*Backend, n)
+	for i := range bs {
+		bs[i] = NewBackend(i, "http://b", "b")
+	}
+	at := time.Unix(1_000_000, 0)
+	tab := chain.NewTable(chain.Config{TTL: time.Minute, MaxBlocks: 1 << 16, Now: func() time.Time { return at }})
+	s, err := New(bs, tab, 4, policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+const ms = int64(time.Millisecond)
+
+// teach feeds answers on the line base + block*m with m = 0..9, 40 times.
+func teach(m *predictor, base, block int64, inflight int) {
+	for k := 0; k < 40; k++ {
+		for x := int64(0); x < 10; x++ {
+			m.learn(x, inflight, base+block*x, 0)
+		}
+	}
+}
+
+func TestTTFTLearnsBaseAndBlockTime(t *testing.T) {
+	s := newFixed(t, 1, "ttft")
+	m := &s.Backends[0].model
+	if m.base.Load() != int64(priorBase) || m.block.Load() != int64(priorBlock) {
+		t.Fatalf("prior %d %d", m.base.Load(), m.block.Load())
+	}
+	teach(m, 2*ms, 300_000, 0)
+	if m.base.Load() != 2*ms || m.block.Load() != 300_000 {
+		t.Fatalf("learned base %d block %d, want 2000000 300000", m.base.Load(), m.block.Load())
+	}
+	// Answers of one size teach no slope: a fresh model keeps the prior
+	// block time and fits the base alone.
+	m1 := &newFixed(t, 1, "ttft").Backends[0].model
+	for k := 0; k < 20; k++ {
+		m1.learn(4, 0, 5*ms+4*300_000, 0)
+	}
+	if m1.block.Load() != int64(priorBlock) || m1.base.Load() != 5*ms+4*300_000-4*int64(priorBlock) {
+		t.Fatalf("one size: base %d block %d", m1.base.Load(), m1.block.Load())
+	}
+	if m.capacity.Load() != 0 || m.waits.Load() != 0 {
+		t.Fatalf("capacity %d waits %d from answers that never waited", m.capacity.Load(), m.waits.Load())
+	}
+}
+
+func TestTTFTFixedRatesAreKept(t *testing.T) {
+	s := newFixed(t, 1, "ttft")
+	if err := s.SetTTFT(TTFTConfig{BlockTime: 300 * time.Microsecond}); err != nil {
+		t.Fatal(err)
+	}
+	m := &s.Backends[0].model
+	teach(m, 3*ms, 300_000, 0)
+	if m.block.Load() != 300_000 || m.base.Load() != 3*ms {
+		t.Fatalf("base %d block %d", m.base.Load(), m.block.Load())
+	}
+	s2 := newFixed(t, 1, "ttft")
+	if err := s2.SetTTFT(TTFTConfig{Base: 2 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	m2 := &s2.Backends[0].model
+	teach(m2, 2*ms, 300_000, 0)
+	if m2.block.Load() != 300_000 || m2.base.Load() != 2*ms {
+		t.Fatalf("base %d block %d", m2.base.Load(), m2.block.Load())
+	}
+	if err := s.SetTTFT(TTFTConfig{Capacity: -1}); err == nil {
+		t.Fatal("negative capacity accepted")
+	}
+}
+
+func TestTTFTLearnsCapacityFromTheTransition(t *testing.T) {
+	s := newFixed(t, 1, "ttft")
+	m := &s.Backends[0].model
+	teach(m, 2*ms, 300_000, 0)
+	line := func(x int64) int64 { return 2*ms + 300_000*x }
+	for k := 0; k < 3; k++ {
+		for a := 0; a < 6; a++ {
+			m.learn(2, a, line(2), 0)
+		}
+		for a := 6; a < 9; a++ {
+			m.learn(2, a, line(2)+30*ms, 0) // waited for a batch slot
+		}
+	}
+	if m.capacity.Load() != 6 {
+		t.Fatalf("capacity %d, want 6", m.capacity.Load())
+	}
+	if m.waits.Load() != 9 {
+		t.Fatalf("waits %d, want 9", m.waits.Load())
+	}
+	// Waits never enter the rate fit.
+	if m.base.Load() != 2*ms || m.block.Load() != 300_000 {
+		t.Fatalf("rates moved: %d %d", m.base.Load(), m.block.Load())
+	}
+
+	// Slow at every level is no capacity: the host or the backend is slow.
+	s2 := newFixed(t, 1, "ttft")
+	m2 := &s2.Backends[0].model
+	teach(m2, 2*ms, 300_000, 0)
+	for k := 0; k < 3; k++ {
+		for a := 0; a < 9; a++ {
+			m2.learn(2, a, line(2)+30*ms, 0)
+		}
+	}
+	if m2.capacity.Load() != 0 {
+		t.Fatalf("capacity %d learned without a transition", m2.capacity.Load())
+	}
+}
+
+func TestTTFTPredict(t *testing.T) {
+	s := newFixed(t, 1, "ttft")
+	if err := s.SetTTFT(TTFTConfig{Capacity: 2, BlockTime: 300 * time.Microsecond, Base: 2 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	b := s.Backends[0]
+	b.model.service.Store(100 * ms)
+	// Below capacity: base + (5 pending + 4 novel) blocks.
+	st := uint64(1)<<32 | 5
+	if got := s.predict(b, st, 4, 0); got != 2*ms+9*300_000 {
+		t.Fatalf("below capacity %d", got)
+	}
+	// 3 in flight on 2 slots: 2 must free before this one runs, 50ms each.
+	st = uint64(3)<<32 | 5
+	if got := s.predict(b, st, 4, 0); got != 2*ms+9*300_000+100*ms {
+		t.Fatalf("above capacity %d", got)
+	}
+	// The engine's own queue counts when telemetry reports it.
+	now := time.Now().UnixMilli()
+	b.SetEngine(EngineSignals{Running: 2, Waiting: 3, At: now})
+	st = uint64(1)<<32 | 5
+	if got := s.predict(b, st, 4, now); got != 2*ms+9*300_000+4*50*ms {
+		t.Fatalf("engine queue %d", got)
+	}
+	// Stale signals are ignored.
+	if got := s.predict(b, st, 4, now+60_000); got != 2*ms+9*300_000 {
+		t.Fatalf("stale engine signals used: %d", got)
+	}
+}
+
+// prime gives every backend the same learned rates and capacity.
+func prime(t *testing.T, s *Scheduler, capacity int) {
+	t.Helper()
+	if err := s.SetTTFT(TTFTConfig{Capacity: capacity, BlockTime: 300 * time.Microsecond, Base: 2 * time.Millisecond, ResidentEpsilon: DefaultResidentEpsilon}); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range s.Backends {
+		b.model.service.Store(100 * ms)
+	}
+}
+
+func TestTTFTFirstTurnGoesToThePromptsHolderWhileItHasRoom(t *testing.T) {
+	s := newFixed(t, 2, "ttft")
+	prime(t, s, 2)
+	sys := chainOf(0, 20)
+	s.Table.Touch(sys, 1, s.Table.Now())
+	first := append(append([]uint64(nil), sys...), chainOf(500, 3)...)
+	s.Backends[1].state.Add(activeUnit) // busier, but with room
+	d, res := route(t, s, &Request{Chain: first})
+	if d.Backend.Index != 1 || d.Cached != 20 || d.Novel != 3 || d.Phase != PhaseBootstrap {
+		t.Fatalf("%+v", d)
+	}
+	if d.Predicted != time.Duration(2*ms+3*300_000) {
+		t.Fatalf("predicted %v", d.Predicted)
+	}
+	res.ReleaseActive()
+	// Full (2 of 2 slots): waiting 50ms costs more than 20 blocks (6ms).
+	s.Backends[1].state.Add(activeUnit)
+	d, res = route(t, s, &Request{Chain: first})
+	if d.Backend.Index != 0 || d.Novel != 23 {
+		t.Fatalf("%+v", d)
+	}
+	res.ReleaseActive()
+}
+
+func TestTTFTFollowupStaysUnlessFarSlower(t *testing.T) {
+	s := newFixed(t, 2, "ttft")
+	prime(t, s, 2)
+	conv := chainOf(0, 40)
+	s.Table.Touch(conv[:30], 0, s.Table.Now())
+	// Holder full by one: 2 + 10*0.3 + 50 = 55ms; elsewhere 2 + 40*0.3 =
+	// 14ms plus 30 lost blocks (9ms) is 23ms: not 8x, stay.
+	s.Backends[0].state.Add(2 * activeUnit)
+	d, res := route(t, s, &Request{Chain: conv, Followup: true})
+	if d.Backend.Index != 0 || d.Phase != PhaseFollowup || d.Cached != 30 {
+		t.Fatalf("%+v", d)
+	}
+	res.ReleaseActive()
+	// Four queued ahead: 2 + 3 + 4*50 = 205ms > 8*23: move.
+	s.Backends[0].state.Add(3 * activeUnit)
+	d, res = route(t, s, &Request{Chain: conv, Followup: true})
+	if d.Backend.Index != 1 || d.Novel != 40 || d.Phase != PhaseFollowup {
+		t.Fatalf("%+v", d)
+	}
+	res.ReleaseActive()
+	if s.ttft.moves.Load() != 1 {
+		t.Fatalf("moves %d", s.ttft.moves.Load())
+	}
+}
+
+func TestTTFTTiesTakeTurns(t *testing.T) {
+	s := newFixed(t, 4, "ttft")
+	prime(t, s, 0)
+	s.ttft.eps = -1 // turns alone, not the bound, spread these
+	got := map[int]int{}
+	for k := 0; k < 8; k++ {
+		d, res := route(t, s, &Request{Chain: chainOf(1000*k, 5)})
+		got[d.Backend.Index]++
+		res.ReleaseActive()
+	}
+	// Each request leaves one resident turn, so the next one prefers the
+	// others: every backend gets exactly two.
+	for i := 0; i < 4; i++ {
+		if got[i] != 2 {
+			t.Fatalf("spread %v", got)
+		}
+	}
+}
+
+func TestResidentBound(t *testing.T) {
+	s := newFixed(t, 4, "ttft")
+	now := s.Table.Now()
+	r := &Request{Chain: chainOf(0, 1), Now: now}
+	for k := 0; k < 5; k++ {
+		s.noteResident(s.Backends[0], r)
+	}
+	for i := 1; i < 4; i++ {
+		s.noteResident(s.Backends[i], r)
+	}
+	elig := s.Eligible(&Request{})
+	var res [chain.MaxBackends]float32
+	// Mean after one more turn: 9/4; the bound is 1.25x that, 2.8125:
+	// backend 0 (5+1) is out, the others (1+1) are in.
+	open := s.residentBound(&elig, now, &res)
+	if open.Has(0) || !open.Has(1) || !open.Has(2) || !open.Has(3) {
+		t.Fatalf("open %v", open)
+	}
+	if res[0] != 5 || res[1] != 1 {
+		t.Fatalf("resident %v", res[:4])
+	}
+	// A first turn sharing backend 0's prefix still goes elsewhere.
+	prime(t, s, 0)
+	c := chainOf(0, 20)
+	s.Table.Touch(c[:18], 0, now)
+	d, rs := route(t, s, &Request{Chain: c})
+	if d.Backend.Index == 0 {
+		t.Fatalf("bound ignored: %+v", d)
+	}
+	rs.ReleaseActive()
+	// Negative epsilon: no bound.
+	s.ttft.eps = -1
+	if open := s.residentBound(&elig, now, &res); open.Len() != 4 {
+		t.Fatalf("open %v", open)
+	}
+	// Equal work always leaves every backend open, even at epsilon 0.
+	s2 := newFixed(t, 3, "ttft")
+	s2.ttft.eps = 0
+	e2 := s2.Eligible(&Request{})
+	if open := s2.residentBound(&e2, now, &res); open.Len() != 3 {
+		t.Fatalf("open %v", open)
+	}
+}
+
+func TestResidentDecays(t *testing.T) {
+	s := newFixed(t, 1, "ttft")
+	s.ttft.window = 1000
+	b := s.Backends[0]
+	s.noteResident(b, &Request{Chain: chainOf(0, 1), Now: 5000})
+	s.noteResident(b, &Request{Chain: chainOf(0, 1), Now: 5000})
+	if got := b.model.residentAt(5000, 1000); got != 2 {
+		t.Fatalf("%v", got)
+	}
+	// One time constant later: 2/e.
+	if got := b.model.residentAt(6000, 1000); got < 0.7357 || got > 0.7359 {
+		t.Fatalf("%v", got)
+	}
+}
+
+func TestFirstByteObservesOnceAndLearnsService(t *testing.T) {
+	s := newFixed(t, 1, "ttft")
+	d, res := route(t, s, &Request{Chain: chainOf(0, 4)})
+	if d.Predicted <= 0 {
+		t.Fatalf("no prediction: %+v", d)
+	}
+	res.ReleasePrefill()
+	res.FirstByte()
+	res.FirstByte()
+	m := &s.Backends[0].model
+	if m.observed.Load() != 1 {
+		t.Fatalf("observed %d", m.observed.Load())
+	}
+	res.ReleaseActive()
+	res.ReleaseActive()
+	if m.service.Load() <= 0 {
+		t.Fatal("service time not learned")
+	}
+	if s.Backends[0].state.Load() != 0 {
+		t.Fatalf("load left: %x", s.Backends[0].state.Load())
+	}
+	// Without a first byte (an error, a disconnect) nothing is learned.
+	m.service.Store(0)
+	_, res = route(t, s, &Request{Chain: chainOf(0, 4)})
+	res.ReleaseActive()
+	if m.service.Load() != 0 || m.observed.Load() != 1 {
+		t.Fatal("learned from an answer that never came")
+	}
+	snap := s.TTFTSnapshot()
+	if len(snap.Backends) != 1 || snap.Backends[0].Observations != 1 {
+		t.Fatalf("%+v", snap)
+	}
+}
+
+func BenchmarkPickTTFT(b *testing.B) {
+	s := newSched(b, 8, "ttft")
+	c := chainOf(0, 64)
+	s.Table.Touch(c[:48], 3, s.Table.Now())
+	r := &Request{Chain: c, Followup: true}
+	var d Decision
+	var res Reservation
+	b.ReportAllocs()
+	for b.Loop() {
+		r.Now = s.Table.Now()
+		if !s.Route(r, &d, &res) {
+			b.Fatal("no backend")
+		}
+		res.ReleaseActive()
+	}
+}

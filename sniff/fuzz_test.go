@@ -1,0 +1,33 @@
+package sniff
+
+import "testing"
+
+func FuzzSniff(f *testing.F) {
+	for _, c := range samples() {
+		f.Add([]byte(c.body), uint16(7), uint8(c.f))
+	}
+	f.Add([]byte("5\r\ndata:\r\n0\r\n\r\n"), uint16(3), uint8(SSE|Chunked))
+	f.Fuzz(func(t *testing.T, body []byte, cut uint16, format uint8) {
+		var s Sniffer
+		s.Reset(Format(format) & (SSE | Chunked))
+		step := int(cut%512) + 1
+		for i := 0; i < len(body); i += step {
+			s.Feed(body[i:min(i+step, len(body))])
+		}
+		s.Close()
+		p, c, _ := s.Usage()
+		if p < 0 || c < 0 || len(s.ID()) > MaxID || s.depth < 0 || s.depth > MaxDepth {
+			t.Fatalf("prompt %d completion %d id %d bytes depth %d", p, c, len(s.ID()), s.depth)
+		}
+		// Whatever the pieces, the outcome is the same as in one piece.
+		var w Sniffer
+		w.Reset(Format(format) & (SSE | Chunked))
+		w.Feed(body)
+		w.Close()
+		wp, wc, wok := w.Usage()
+		_, _, ok := s.Usage()
+		if wp != p || wc != c || wok != ok || string(w.ID()) != string(s.ID()) {
+			t.Fatalf("pieces of %d: %d %d %v %q; whole: %d %d %v %q", step, p, c, ok, s.ID(), wp, wc, wok, w.ID())
+		}
+	})
+}

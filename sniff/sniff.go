@@ -1,0 +1,379 @@
+// Package sniff reads an inference answer's body as it streams through the
+// proxy and picks out what the front door needs from it: the token usage
+// the backend reports and the answer's id. It takes the bytes in whatever
+// pieces they arrive, cut anywhere, keeps a fixed-size state (no buffering
+// of the body, nothing allocated once the state exists), and skips string
+// contents with vectorised searches, so the cost per byte stays small
+// beside the copy the proxy makes anyway.
+//
+// Recognised, in a JSON body or in each event of an SSE stream:
+//
+//	usage.prompt_tokens, usage.completion_tokens      OpenAI chat/completions (a stream's final chunk too)
+//	usage.input_tokens, usage.output_tokens           Responses API body; Anthropic Messages body and message_delta
+//	response.usage.input_tokens, .output_tokens       Responses API stream: response.completed
+//	message.usage.input_tokens, .output_tokens        Anthropic Messages stream: message_start
+//	usage.cache_read_input_tokens, ...creation...     Anthropic's prompt cache (message.usage. in a stream)
+//	id, response.id, message.id                       the answer's id (Responses API: the body's or response.created's)
+//
+// The paths are rooted at the top-level object; the last value seen wins
+// for tokens (Anthropic's message_delta carries the final output count),
+// the first for the id. Keys written with escapes are not recognised, nor
+// are numbers that are not whole; a body that is not JSON yields nothing.
+package sniff
+
+import "bytes"
+
+// Format says how the body is framed.
+type Format uint8
+
+const (
+	// JSON: one JSON value (or several in a row), as a non-streamed answer.
+	JSON Format = 0
+	// SSE: a text/event-stream; each event's data lines hold one JSON value.
+	// Lines end in LF or CRLF.
+	SSE Format = 1 << 0
+	// Chunked: the bytes still carry HTTP/1.1 chunked transfer framing,
+	// which the Sniffer removes itself (as relayed to the client, the
+	// body is unchanged). Combine with JSON or SSE.
+	Chunked Format = 1 << 1
+)
+
+// Bounds of the state.
+const (
+	// MaxDepth is the deepest nesting followed; a deeper value makes the
+	// rest of the document (the SSE event, or the body) be ignored.
+	MaxDepth = 256
+	// MaxID is the longest id kept; a longer one is not reported.
+	MaxID = 128
+)
+
+// Sniffer is the reusable state of one answer: Reset it per answer; its
+// size is fixed.
+type Sniffer struct {
+	format Format
+	broken bool // framing error: nothing more is read
+
+	// chunked framing
+	cs    uint8
+	csize int64
+	cdig  uint8
+
+	// SSE lines
+	ls       uint8
+	fieldPos uint8
+	lineLen  int
+	lastByte byte
+
+	// JSON
+	js     uint8
+	depth  int
+	kinds  [MaxDepth / 64]uint64 // bit set: object, clear: array
+	masks  [maxLevels]uint16     // targets alive at each object level
+	leaf   uint16                // targets the next value completes
+	deeper uint16                // targets the next value leads on to
+	esc    bool                  // a string's backslash ended the last piece
+	sawEsc bool
+	klen   int
+	kbuf   [maxKey]byte
+	skip   int // bracket depth inside a skipped value
+	num    int64
+	numOK  bool
+	idCap  bool
+	idLen  int
+
+	prompt, completion       int64
+	cacheRead, cacheCreate   int64
+	hasPrompt, hasCompletion bool
+	idSet                    bool
+	id                       [MaxID]byte
+}
+
+// Reset readies s for an answer framed as f.
+func (s *Sniffer) Reset(f Format) {
+	*s = Sniffer{format: f}
+}
+
+// Usage returns the token counts found; ok is false when the answer
+// reported none. prompt is the whole prompt: with Anthropic's usage, whose
+// input_tokens leaves out what was read from or written to its prompt
+// cache, those counts are added in (OpenAI's prompt_tokens and
+// input_tokens already include cached tokens).
+func (s *Sniffer) Usage() (prompt, completion int64, ok bool) {
+	return s.prompt + s.cacheRead + s.cacheCreate, s.completion, s.hasPrompt || s.hasCompletion
+}
+
+// CacheTokens returns Anthropic's cache_read_input_tokens and
+// cache_creation_input_tokens, the part of Usage's prompt the engine did
+// not compute (read) or stored for later (creation); 0 when not reported.
+func (s *Sniffer) CacheTokens() (read, creation int64) { return s.cacheRead, s.cacheCreate }
+
+// ID returns the answer's id, or nil; it aliases s until the next Reset.
+func (s *Sniffer) ID() []byte {
+	if !s.idSet {
+		return nil
+	}
+	return s.id[:s.idLen]
+}
+
+// Feed reads the next bytes of the body. p is not retained.
+func (s *Sniffer) Feed(p []byte) {
+	if s.broken {
+		return
+	}
+	if s.format&Chunked == 0 {
+		s.body(p)
+		return
+	}
+	s.dechunk(p)
+}
+
+func (s *Sniffer) body(p []byte) {
+	if s.format&SSE == 0 {
+		s.json(p)
+		return
+	}
+	for len(p) > 0 {
+		nl := bytes.IndexByte(p, '\n')
+		if nl < 0 {
+			s.line(p)
+			return
+		}
+		if k := s.skippable(p, nl); k > 0 {
+			p = p[k:]
+			continue
+		}
+		s.line(p[:nl])
+		s.endLine()
+		p = p[nl+1:]
+	}
+}
+
+// skippable returns how many bytes of p (from a line's start, its first
+// LF at nl) make up a whole one-line event that cannot hold anything
+// recognised, or 0: a data line without a "usage" object (every token
+// path passes through that key) nor, while the id is unknown, an "id",
+// followed by the blank line that ends the event. Reading it would change nothing, as the
+// event's end resets the JSON state; most events of a stream are such,
+// and a search for two words is far cheaper than tokenizing them. A line
+// cut across pieces is read in full instead, to the same effect.
+func (s *Sniffer) skippable(p []byte, nl int) int {
+	if s.ls != lsStart || s.lineLen != 0 || s.js != jValue || s.depth != 0 || nl < len(dataField) ||
+		string(p[:len(dataField)]) != dataField {
+		return 0
+	}
+	end := nl + 1
+	line := p[:nl]
+	switch {
+	case end < len(p) && p[end] == '\n':
+		end++
+	case nl > 0 && p[nl-1] == '\r' && end+1 < len(p) && p[end] == '\r' && p[end+1] == '\n':
+		end += 2
+	default:
+		return 0 // the event may go on, or its end is in the next piece
+	}
+	if (!s.idSet && bytes.Contains(line, []byte(`"id"`))) || usageObject(line) {
+		return 0
+	}
+	return end
+}
+
+// usageObject reports whether line may hold a "usage" key whose value is
+// an object: OpenAI's streams carry "usage":null in every chunk but the
+// last, and only an object can hold token counts.
+func usageObject(line []byte) bool {
+	for {
+		i := bytes.Index(line, []byte(`usage"`))
+		if i < 0 {
+			return false
+		}
+		line = line[i+len(`usage"`):]
+		j := 0
+		for j < len(line) && isSpace(line[j]) {
+			j++
+		}
+		if j == len(line) || line[j] != ':' {
+			continue // not a key
+		}
+		j++
+		for j < len(line) && isSpace(line[j]) {
+			j++
+		}
+		if j == len(line) || line[j] == '{' {
+			return true
+		}
+	}
+}
+
+// SSE line states.
+const (
+	lsStart = iota // matching the field name against "data:"
+	lsData         // in a data line's value
+	lsSkip         // in another field's line, or a comment
+)
+
+const dataField = "data:"
+
+func (s *Sniffer) line(p []byte) {
+	if len(p) == 0 {
+		return
+	}
+	s.lineLen += len(p)
+	s.lastByte = p[len(p)-1]
+	if s.ls == lsStart {
+		i := 0
+		for i < len(p) && s.fieldPos < uint8(len(dataField)) {
+			if p[i] != dataField[s.fieldPos] {
+				s.ls = lsSkip
+				return
+			}
+			s.fieldPos++
+			i++
+		}
+		if s.fieldPos < uint8(len(dataField)) {
+			return
+		}
+		s.ls = lsData
+		p = p[i:]
+	}
+	if s.ls == lsData {
+		s.json(p)
+	}
+}
+
+func (s *Sniffer) endLine() {
+	if s.lineLen == 0 || (s.lineLen == 1 && s.lastByte == '\r') {
+		// A blank line ends the event, and its JSON with it.
+		s.js, s.depth, s.leaf, s.deeper, s.esc = jValue, 0, 0, 0, false
+	} else if s.ls == lsData {
+		// Data lines join with a newline, which ends a number or literal.
+		s.space()
+	}
+	s.ls, s.fieldPos, s.lineLen = lsStart, 0, 0
+}
+
+// Chunked framing states.
+const (
+	csSize = iota
+	csExt
+	csSizeLF
+	csData
+	csDataCR
+	csDataLF
+	csTrailer
+	csTrailerLine
+	csTrailerLF
+	csEndLF
+	csDone
+)
+
+func (s *Sniffer) dechunk(p []byte) {
+	for i := 0; i < len(p); {
+		c := p[i]
+		switch s.cs {
+		case csSize:
+			switch {
+			case c == '\r' && s.cdig > 0:
+				s.cs = csSizeLF
+			case (c == ';' || c == ' ' || c == '\t') && s.cdig > 0:
+				s.cs = csExt
+			default:
+				d, ok := unhex(c)
+				if !ok || s.cdig == 15 {
+					s.broken = true
+					return
+				}
+				s.csize = s.csize<<4 | int64(d)
+				s.cdig++
+			}
+		case csExt:
+			if c == '\r' {
+				s.cs = csSizeLF
+			}
+		case csSizeLF:
+			if c != '\n' {
+				s.broken = true
+				return
+			}
+			s.cdig = 0
+			if s.csize == 0 {
+				s.cs = csTrailer
+			} else {
+				s.cs = csData
+			}
+		case csData:
+			k := min(int64(len(p)-i), s.csize)
+			s.body(p[i : i+int(k)])
+			s.csize -= k
+			i += int(k)
+			if s.csize == 0 {
+				s.cs = csDataCR
+			}
+			continue
+		case csDataCR, csDataLF:
+			want := byte('\r')
+			if s.cs == csDataLF {
+				want = '\n'
+			}
+			if c != want {
+				s.broken = true
+				return
+			}
+			if s.cs == csDataCR {
+				s.cs = csDataLF
+			} else {
+				s.cs = csSize
+			}
+		case csTrailer:
+			if c == '\r' {
+				s.cs = csEndLF
+			} else {
+				s.cs = csTrailerLine
+			}
+		case csTrailerLine:
+			if c == '\r' {
+				s.cs = csTrailerLF
+			}
+		case csTrailerLF:
+			s.cs = csTrailer
+		case csEndLF:
+			s.cs = csDone
+			s.end()
+		case csDone:
+			return
+		}
+		i++
+	}
+}
+
+// end is the end of the body: a number at the very end is complete.
+func (s *Sniffer) end() {
+	if s.format&SSE == 0 {
+		s.space()
+	}
+}
+
+// Close marks the end of the body (for a body that is not chunked, whose
+// end the Sniffer cannot see): a top-level number the body ends with is
+// taken. Calling it is needed only for such bodies.
+func (s *Sniffer) Close() {
+	if !s.broken {
+		s.space()
+	}
+}
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0', true
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10, true
+	case c >= 'A' && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}
+
+// Done reports whether a chunked body's last chunk and trailer have been
+// read: the answer is complete. (Without Chunked the edge knows the end
+// from Content-Length or the connection's close.)
+func (s *Sniffer) Done() bool { return s.format&Chunked != 0 && s.cs == csDone }
