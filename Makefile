@@ -69,3 +69,12 @@ docs:
 
 clean:
 	rm -rf bin
+
+# Mutation testing (slow, not part of make test): gremlins, pinned and
+# installed under bin/, mutates each package's code and runs its tests;
+# efficacy per package is printed and written to docs/mutation.md.
+MUTATE_PKGS ?= ./sched ./chain ./canon
+GREMLINS_VERSION := v0.6.0
+.PHONY: mutate
+mutate:
+	@scripts/mutate.sh $(GREMLINS_VERSION) $(MUTATE_PKGS)

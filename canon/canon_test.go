@@ -23,6 +23,7 @@ func cbr(t testing.TB, c *canon.Canonicalizer, api canon.API, body string) (stri
 }
 
 func TestExcludedAndExtraExcluded(t *testing.T) {
+	t.Parallel()
 	body := `{"model":"m","messages":[{"role":"user","content":"x"}],"temperature":1,"stream":true,"x_trace":"abc","tools":[]}`
 	got, _, err := cbr(t, canon.New(nil), canon.Chat, body)
 	if err != nil {
@@ -38,6 +39,7 @@ func TestExcludedAndExtraExcluded(t *testing.T) {
 }
 
 func TestExclusionIsTopLevelOnly(t *testing.T) {
+	t.Parallel()
 	got, _, err := cbr(t, canon.New(nil), canon.Chat, `{"messages":[{"role":"user","content":"x","stream":true}],"tools":[{"temperature":1}]}`)
 	if err != nil {
 		t.Fatal(err)
@@ -48,6 +50,7 @@ func TestExclusionIsTopLevelOnly(t *testing.T) {
 }
 
 func TestClassification(t *testing.T) {
+	t.Parallel()
 	c := canon.New(nil)
 	for body, want := range map[string]bool{
 		`{"messages":[{"role":"system","content":"s"},{"role":"user","content":"u"}]}`:                                  false,
@@ -71,6 +74,7 @@ func TestClassification(t *testing.T) {
 }
 
 func TestSessionIsFirstUserMessage(t *testing.T) {
+	t.Parallel()
 	c := canon.New(nil)
 	_, a, _ := cbr(t, c, canon.Chat, `{"messages":[{"role":"system","content":"s1"},{"role":"user","content":"hello"}]}`)
 	_, b, _ := cbr(t, c, canon.Chat, `{"messages":[{"role":"system","content":"s2"},{"role":"user","content":"hello"},{"role":"assistant","content":"x"},{"role":"user","content":"more"}]}`)
@@ -81,6 +85,7 @@ func TestSessionIsFirstUserMessage(t *testing.T) {
 }
 
 func TestErrors(t *testing.T) {
+	t.Parallel()
 	c := canon.New(nil)
 	for body, want := range map[string]error{
 		`{`:                                     canon.ErrMalformed,
@@ -99,6 +104,7 @@ func TestErrors(t *testing.T) {
 }
 
 func TestLongStringsAndEscapes(t *testing.T) {
+	t.Parallel()
 	long := strings.Repeat("abcdefgh", 2000)
 	body := `{"messages":[{"role":"user","content":"` + long + `\n\u0007` + long + `"}]}`
 	got, info, err := cbr(t, canon.New(nil), canon.Chat, body)
@@ -114,6 +120,7 @@ func TestLongStringsAndEscapes(t *testing.T) {
 // Every spelling of a string gives the CBR of the decoding reference, and
 // only canonString's own spelling is taken as it is.
 func TestLiteralFastPath(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		lit       string
 		canonical bool
@@ -153,6 +160,7 @@ func sameInfo(a, b canon.Info) bool {
 }
 
 func TestAppendOnlyAcrossTurns(t *testing.T) {
+	t.Parallel()
 	c := canon.New(nil)
 	msgs := []map[string]any{{"role": "system", "content": "sys"}}
 	prev := ""
@@ -253,6 +261,7 @@ func FuzzCanonicalize(f *testing.F) {
 }
 
 func TestResponsesAPI(t *testing.T) {
+	t.Parallel()
 	c := canon.New(nil)
 	got, info, err := cbr(t, c, canon.Responses, `{"model":"m","instructions":"Be brief.","input":"Hello there","max_output_tokens":50,"text":{"format":{"type":"text"}},"temperature":1,"store":false}`)
 	if err != nil {
@@ -279,6 +288,7 @@ func TestResponsesAPI(t *testing.T) {
 }
 
 func TestNoSessionSameCBR(t *testing.T) {
+	t.Parallel()
 	with, without := canon.New(nil), canon.NewWithOptions(nil, canon.Options{NoSession: true})
 	bodies := []struct {
 		api  canon.API

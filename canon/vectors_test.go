@@ -53,6 +53,7 @@ type tee struct {
 func (t *tee) Write(p []byte) { t.b = append(t.b, p...); t.h.Write(p) }
 
 func TestVectors(t *testing.T) {
+	t.Parallel()
 	c := canon.New(nil)
 	for _, v := range loadVectors(t) {
 		t.Run(v.Name, func(t *testing.T) {

@@ -52,6 +52,7 @@ func memoBodies() [][]byte {
 // With a memo, the chain is the one computed without it, on the first
 // sight (miss), the second (admitted) and every later one (hits).
 func TestMemoGivesTheSameChain(t *testing.T) {
+	t.Parallel()
 	for _, c := range []*canon.Canonicalizer{canon.New(nil), canon.NewWithOptions(nil, canon.Options{NoSession: true})} {
 		memoSameChain(t, c)
 	}
@@ -84,6 +85,7 @@ func memoSameChain(t *testing.T, c *canon.Canonicalizer) {
 // The same literal after a different prefix (another block offset, or
 // another previous hash) is a different entry, never a wrong hit.
 func TestMemoKeysOnTheChainState(t *testing.T) {
+	t.Parallel()
 	c := canon.NewWithOptions(nil, canon.Options{NoSession: true})
 	plain := chain.NewHasher(memoKey, 64)
 	m := chain.NewMemo(64 << 20)
@@ -106,6 +108,7 @@ func TestMemoKeysOnTheChainState(t *testing.T) {
 }
 
 func TestMemoIsBounded(t *testing.T) {
+	t.Parallel()
 	c := canon.NewWithOptions(nil, canon.Options{NoSession: true})
 	m := chain.NewMemo(64 << 10)
 	h := chain.NewHasher(memoKey, 64)
@@ -126,6 +129,7 @@ func TestMemoIsBounded(t *testing.T) {
 }
 
 func TestMemoConcurrentUse(t *testing.T) {
+	t.Parallel()
 	c := canon.NewWithOptions(nil, canon.Options{NoSession: true})
 	m := chain.NewMemo(1 << 20)
 	bs := memoBodies()

@@ -6,6 +6,7 @@ import (
 )
 
 func TestResetBeforeKeepsNewerAndOtherBackends(t *testing.T) {
+	t.Parallel()
 	tb, clk := newTestTable(time.Hour, 1000)
 	tb.Touch([]uint64{1, 2}, 1, tb.Now()) // old on backend 1
 	tb.Touch([]uint64{1}, 2, tb.Now())    // shared block, other backend

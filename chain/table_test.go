@@ -34,6 +34,7 @@ func set(bs ...int) (s Set) {
 }
 
 func TestTouchLookupAndTTL(t *testing.T) {
+	t.Parallel()
 	tb, clk := newTestTable(time.Minute, 1000)
 	chain := []uint64{1, 2, 3}
 	tb.Touch(chain, 0, tb.Now())
@@ -66,6 +67,7 @@ func TestTouchLookupAndTTL(t *testing.T) {
 }
 
 func TestTouchAtNeverMovesBack(t *testing.T) {
+	t.Parallel()
 	tb, clk := newTestTable(time.Minute, 100)
 	tb.Touch([]uint64{7}, 1, tb.Now())
 	old := tb.Now()
@@ -79,6 +81,7 @@ func TestTouchAtNeverMovesBack(t *testing.T) {
 }
 
 func TestVacuumIsDeadlineDriven(t *testing.T) {
+	t.Parallel()
 	tb, clk := newTestTable(time.Minute, 1000)
 	tb.Touch([]uint64{1, 2, 3}, 0, tb.Now())
 	clk.add(20 * time.Second)
@@ -102,36 +105,50 @@ func TestVacuumIsDeadlineDriven(t *testing.T) {
 	}
 }
 
+// TestMaxBlocksEvictsLRU: a full table gives up exactly its least recently
+// used blocks, one per block added, and keeps everything else.
 func TestMaxBlocksEvictsLRU(t *testing.T) {
+	t.Parallel()
 	tb, clk := newTestTable(time.Hour, 64)
+	if tb.Capacity() != 64 {
+		t.Fatalf("capacity %d, want 64 (one exact shard)", tb.Capacity())
+	}
+	// Blocks 1..64, oldest first, one millisecond apart.
 	for h := uint64(1); h <= 64; h++ {
 		tb.Touch([]uint64{h}, 0, tb.Now())
 		clk.add(time.Millisecond)
 	}
-	// Refresh the 16 oldest: they become the most recent.
+	// Refresh the 16 oldest: they become the most recent, so 17 is now
+	// the least recently used.
 	for h := uint64(1); h <= 16; h++ {
 		tb.Touch([]uint64{h}, 0, tb.Now())
 	}
+	// 32 new blocks by another backend push out the 32 least recently
+	// used: 17..48.
 	for h := uint64(100); h < 132; h++ {
 		tb.Touch([]uint64{h}, 1, tb.Now())
 	}
 	st := tb.Stats()
-	if st.Blocks > tb.Capacity() || st.EvictedCapacity == 0 {
-		t.Fatalf("bound not held: %+v cap %d", st, tb.Capacity())
+	if st.Blocks != 64 || st.Locations != 64 || st.EvictedCapacity != 32 || st.EvictedExpired != 0 {
+		t.Fatalf("stats %+v, want 64 blocks and locations, 32 evicted for capacity, none expired", st)
 	}
-	for h := uint64(1); h <= 16; h++ {
-		if tb.Lookup(h, tb.Now()).Empty() {
-			t.Fatalf("recently used block %d evicted", h)
+	now := tb.Now()
+	for h := uint64(1); h < 132; h++ {
+		var want Set
+		switch {
+		case h <= 16 || (h >= 49 && h <= 64):
+			want = set(0)
+		case h >= 100:
+			want = set(1)
 		}
-	}
-	for h := uint64(100); h < 132; h++ {
-		if tb.Lookup(h, tb.Now()).Empty() {
-			t.Fatalf("new block %d evicted", h)
+		if got := tb.Lookup(h, now); got != want {
+			t.Errorf("block %d held by %v, want %v", h, got, want)
 		}
 	}
 }
 
 func TestEvictingExpiredFirstCountsExpired(t *testing.T) {
+	t.Parallel()
 	tb, clk := newTestTable(time.Second, 8)
 	for h := uint64(1); h <= 8; h++ {
 		tb.Touch([]uint64{h}, 0, tb.Now())
@@ -146,6 +163,7 @@ func TestEvictingExpiredFirstCountsExpired(t *testing.T) {
 }
 
 func TestResetDropsBackendAndBumpsGeneration(t *testing.T) {
+	t.Parallel()
 	tb, _ := newTestTable(time.Hour, 1000)
 	tb.Touch([]uint64{1, 2}, 0, tb.Now())
 	tb.Touch([]uint64{1, 2}, 1, tb.Now())
@@ -168,6 +186,7 @@ func TestResetDropsBackendAndBumpsGeneration(t *testing.T) {
 }
 
 func TestPinSurvivesTTL(t *testing.T) {
+	t.Parallel()
 	tb, clk := newTestTable(time.Minute, 1000)
 	tb.Pin([]uint64{1, 2}, 3, tb.Now())
 	tb.Touch([]uint64{1}, 4, tb.Now())
@@ -187,6 +206,7 @@ func TestPinSurvivesTTL(t *testing.T) {
 }
 
 func TestConcurrentUse(t *testing.T) {
+	t.Parallel()
 	tb := NewTable(Config{TTL: time.Second, MaxBlocks: 5000})
 	var wg sync.WaitGroup
 	for g := 0; g < 8; g++ {
@@ -282,6 +302,7 @@ func BenchmarkTouchParallel(b *testing.B) {
 // Prefix is the walk it stands for, and a remembered walk is only reused
 // within its millisecond.
 func TestPrefix(t *testing.T) {
+	t.Parallel()
 	tb, clk := newTestTable(time.Hour, 1<<12)
 	c := make([]uint64, 5)
 	for i := range c {
@@ -359,6 +380,7 @@ func TestPrefix(t *testing.T) {
 }
 
 func TestPrefixConcurrent(t *testing.T) {
+	t.Parallel()
 	tb := NewTable(Config{TTL: time.Minute, MaxBlocks: 1 << 16})
 	c := make([]uint64, 64)
 	for i := range c {
@@ -396,6 +418,7 @@ func TestPrefixConcurrent(t *testing.T) {
 // that would change something: another backend, a forgotten chain, a reset
 // backend, a pin.
 func TestRepeatedTouchSkipsOnlyNoOps(t *testing.T) {
+	t.Parallel()
 	tb, _ := newTestTable(time.Hour, 1<<12)
 	c := []uint64{11, 12, 13}
 	now := tb.Now()
@@ -426,6 +449,7 @@ func TestRepeatedTouchSkipsOnlyNoOps(t *testing.T) {
 // a later one, another backend's, or one after Forget is applied; a touch
 // dated earlier than the recorded one does not move the record back.
 func TestTouchSlack(t *testing.T) {
+	t.Parallel()
 	const ttl = 1000
 	c := &clock{t: time.Unix(1000, 0)}
 	tb := NewTable(Config{TTL: ttl * time.Millisecond, MaxBlocks: 1 << 12, Now: c.now, TouchSlack: 10 * time.Millisecond})
@@ -505,6 +529,7 @@ func BenchmarkMemoryPerBlock(b *testing.B) {
 }
 
 func TestForget(t *testing.T) {
+	t.Parallel()
 	tb, _ := newTestTable(time.Hour, 1000)
 	tb.Touch([]uint64{1, 2, 3}, 0, tb.Now())
 	tb.Pin([]uint64{1, 2, 3}, 1, tb.Now())
@@ -525,6 +550,7 @@ func TestForget(t *testing.T) {
 // evictions and deletions (with clustered hashes that wrap around) and
 // checks it against a plain map.
 func TestIndexAgainstMap(t *testing.T) {
+	t.Parallel()
 	var sh shard
 	sh.init()
 	model := map[uint64]bool{}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/kvca/kvca/affinity"
+	"github.com/kvca/kvca/internal/testkit"
 )
 
 // TestBindingsPropagate: a binding made on one replica is applied on the
@@ -13,7 +14,7 @@ func TestBindingsPropagate(t *testing.T) {
 	f := newFleet(t, 3, 2, true)
 	ra, rb := f.replicas[0], f.replicas[1]
 	for _, r := range f.replicas {
-		eventually(t, "the replicas to connect", r.node.Connected)
+		testkit.WaitUntil(t, "the replicas to connect", r.node.Connected)
 	}
 	maps := func(r *replica) (resp, sess *affinity.Map) {
 		resp = affinity.New(affinity.Responses, affinity.Config{TTL: time.Hour})
@@ -37,7 +38,7 @@ func TestBindingsPropagate(t *testing.T) {
 		m   *affinity.Map
 		key uint64
 	}{{respB, 0xabc}, {sessB, 0xdef}} {
-		eventually(t, "the peer to apply the "+c.m.Kind().String()+" binding", func() bool {
+		testkit.WaitUntil(t, "the peer to apply the "+c.m.Kind().String()+" binding", func() bool {
 			b, ok := c.m.Lookup(c.key, time.Now().UnixMilli())
 			return ok && b == ib
 		})
@@ -52,7 +53,7 @@ func TestBindingsPropagate(t *testing.T) {
 	// A binding moved on b reaches a.
 	ja := indexOf(ra.srv, f.engines[0].URL())
 	sessB.Bind(0xdef, indexOf(rb.srv, f.engines[0].URL()), now+1)
-	eventually(t, "the moved binding to reach the replica", func() bool {
+	testkit.WaitUntil(t, "the moved binding to reach the replica", func() bool {
 		b, ok := sessA.Lookup(0xdef, time.Now().UnixMilli())
 		return ok && b == ja
 	})

@@ -15,6 +15,7 @@ import (
 	"github.com/kvca/kvca/bench/workload"
 	"github.com/kvca/kvca/cluster/embednats"
 	"github.com/kvca/kvca/edge"
+	"github.com/kvca/kvca/internal/testkit"
 )
 
 const testKey = "000102030405060708090a0b0c0d0e0f"
@@ -32,6 +33,7 @@ type fleet struct {
 func (f *fleet) stopNATS() { f.natsOnce.Do(f.natsStop) }
 
 type replica struct {
+	t    testing.TB
 	srv  *edge.Server
 	node *Node // nil when not clustered
 	down atomic.Bool
@@ -41,16 +43,11 @@ func startEngines(t *testing.T, n int) []*mock.Engine {
 	t.Helper()
 	var es []*mock.Engine
 	for i := range n {
-		e := mock.New(mock.Config{
+		es = append(es, testkit.Start(t, mock.New(mock.Config{
 			Name:            fmt.Sprintf("e%d", i),
 			PrefillPerToken: 20 * time.Microsecond,
 			DecodePerToken:  2 * time.Millisecond,
-		})
-		if err := e.Start("127.0.0.1:0"); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { e.Close() })
-		es = append(es, e)
+		})))
 	}
 	return es
 }
@@ -70,7 +67,7 @@ func (f *fleet) startReplica(i int, natsURL string, opt Options) *replica {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	r := &replica{srv: srv}
+	r := &replica{t: f.t, srv: srv}
 	if natsURL != "" {
 		opt.URL = natsURL
 		if r.node, err = Join(srv, opt); err != nil {
@@ -90,7 +87,9 @@ func (r *replica) stop() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_ = r.srv.Shutdown(ctx)
+	if err := r.srv.Shutdown(ctx); err != nil {
+		r.t.Errorf("replica shutdown: %v", err)
+	}
 	if r.node != nil {
 		r.node.Close()
 	}
@@ -120,14 +119,10 @@ func newFleet(t *testing.T, engines, replicas int, clustered bool) *fleet {
 // waitPeers waits until every live replica hears from want others.
 func (f *fleet) waitPeers(want int) {
 	f.t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for _, r := range f.replicas {
-		for !r.down.Load() && r.node.LivePeers() < want {
-			if time.Now().After(deadline) {
-				f.t.Fatalf("replica hears %d peers, want %d", r.node.LivePeers(), want)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+	for i, r := range f.replicas {
+		testkit.WaitUntil(f.t, fmt.Sprintf("replica %d to hear %d peers", i, want), func() bool {
+			return r.down.Load() || r.node.LivePeers() >= want
+		})
 	}
 }
 
@@ -155,15 +150,23 @@ func imbalance(reqs []uint64) float64 {
 
 // balancer spreads requests over the live replicas round-robin, request
 // by request, as an L4 balancer with short connections would: the worst
-// case for a router that learns only locally.
+// case for a router that learns only locally. It counts what it handed out
+// and what came back, and can hold new requests once a number of them
+// completed, so a test can change the fleet at a known point of the
+// workload instead of at a guessed time.
 type balancer struct {
-	mu    sync.Mutex
-	addrs []string
-	next  int
+	mu        sync.Mutex
+	changed   *sync.Cond // completed moved, or the hold was lifted
+	addrs     []string
+	next      int
+	inflight  map[string]int
+	completed int
+	holdAt    int // picks wait once completed reaches it; 0: never
 }
 
 func (f *fleet) balancer() *balancer {
-	b := &balancer{}
+	b := &balancer{inflight: map[string]int{}}
+	b.changed = sync.NewCond(&b.mu)
 	for _, r := range f.replicas {
 		b.addrs = append(b.addrs, r.srv.Addr())
 	}
@@ -173,9 +176,49 @@ func (f *fleet) balancer() *balancer {
 func (b *balancer) pick() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	for b.holdAt > 0 && b.completed >= b.holdAt {
+		b.changed.Wait()
+	}
 	a := b.addrs[b.next%len(b.addrs)]
 	b.next++
+	b.inflight[a]++
 	return a
+}
+
+// done records that a request to addr is over, answered or not.
+func (b *balancer) done(addr string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.inflight[addr]--
+	b.completed++
+	b.changed.Broadcast()
+}
+
+// holdFrom makes picks wait from the n-th completed request on, until
+// release.
+func (b *balancer) holdFrom(n int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.holdAt = n
+}
+
+func (b *balancer) release() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.holdAt = 0
+	b.changed.Broadcast()
+}
+
+func (b *balancer) progress() (completed int, held bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.completed, b.holdAt > 0 && b.completed >= b.holdAt
+}
+
+func (b *balancer) inFlight(addr string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.inflight[addr]
 }
 
 // remove takes a replica out of rotation, as a balancer's health check
@@ -205,7 +248,7 @@ func chatWorkload(seed uint64, sessions int) *workload.Workload {
 // run replays w: each session's requests in order, each sent at its time
 // or when the previous answer is complete, whichever is later. It returns
 // the failures (anything but a complete 200).
-func run(t *testing.T, w *workload.Workload, lb *balancer) (sent int64, failures []string) {
+func run(t testing.TB, w *workload.Workload, lb *balancer) (sent int64, failures []string) {
 	t.Helper()
 	sessions := map[int][]workload.Request{}
 	for _, r := range w.Requests {
@@ -226,7 +269,10 @@ func run(t *testing.T, w *workload.Workload, lb *balancer) (sent int64, failures
 					time.Sleep(d)
 				}
 				n.Add(1)
-				if err := send(client, lb.pick(), r); err != nil {
+				addr := lb.pick()
+				err := send(client, addr, r)
+				lb.done(addr)
+				if err != nil {
 					mu.Lock()
 					failures = append(failures, err.Error())
 					mu.Unlock()

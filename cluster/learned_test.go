@@ -7,6 +7,7 @@ import (
 	"github.com/kvca/kvca/bench/mock"
 	"github.com/kvca/kvca/canon"
 	"github.com/kvca/kvca/cluster/embednats"
+	"github.com/kvca/kvca/internal/testkit"
 )
 
 // Learned runs on the request path: it must not allocate, and must drop
@@ -53,6 +54,7 @@ func BenchmarkLearned(b *testing.B) {
 
 // A chain larger than one message is split over several, all applied.
 func TestLargeChainsAreSplit(t *testing.T) {
+	t.Parallel()
 	f := &fleet{t: t, engines: startEngines(t, 2)}
 	url, stop, err := embednats.Start("")
 	if err != nil {
@@ -70,7 +72,7 @@ func TestLargeChainsAreSplit(t *testing.T) {
 		t.Fatal(err)
 	}
 	ib := indexOf(b.srv, eu)
-	eventually(t, "every block to reach the peer", func() bool {
+	testkit.WaitUntil(t, "every block to reach the peer", func() bool {
 		for _, h := range ch {
 			if !holds(b.srv, h, ib) {
 				return false

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -13,21 +14,10 @@ import (
 
 	"github.com/kvca/kvca/bench/mock"
 	"github.com/kvca/kvca/canon"
-	"github.com/kvca/kvca/chain"
 	"github.com/kvca/kvca/cluster/embednats"
 	"github.com/kvca/kvca/edge"
+	"github.com/kvca/kvca/internal/testkit"
 )
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 // indexOf is the local index of the backend with url on srv.
 func indexOf(srv *edge.Server, url string) int {
@@ -56,6 +46,7 @@ func chatBody(user string) []byte {
 }
 
 func TestJoinRefusesWithoutHashKey(t *testing.T) {
+	t.Parallel()
 	cfg := edge.DefaultConfig()
 	cfg.Backends = []string{"http://127.0.0.1:1"}
 	srv, err := edge.New(cfg)
@@ -72,6 +63,7 @@ func TestJoinRefusesWithoutHashKey(t *testing.T) {
 // before it everywhere, and a late duplicate of it spares what was
 // learned since.
 func TestLocationsAndResetsPropagate(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 3, 2, true)
 	a, b := f.replicas[0].srv, f.replicas[1].srv
 	url := f.engines[1].URL()
@@ -85,18 +77,20 @@ func TestLocationsAndResetsPropagate(t *testing.T) {
 		t.Fatal(err)
 	}
 	last := old[len(old)-1]
-	eventually(t, "the peer to learn the location", func() bool { return holds(b, last, ib) })
+	testkit.WaitUntil(t, "the peer to learn the location", func() bool { return holds(b, last, ib) })
 
 	a.ResetBackend(ia)
-	eventually(t, "the reset to reach the peer", func() bool { return !holds(b, last, ib) })
+	testkit.WaitUntil(t, "the reset to reach the peer", func() bool { return !holds(b, last, ib) })
 
-	// Learned after the reset (by the peer itself this time).
-	time.Sleep(5 * time.Millisecond)
+	// Learned after the reset (by the peer itself this time), in a later
+	// millisecond than the reset's.
+	resetAt := f.replicas[1].node.floors[ib].Load()
+	testkit.WaitUntil(t, "the clock to pass the reset's millisecond", func() bool { return time.Now().UnixMilli() > resetAt })
 	fresh, err := b.Warm(ctx, ib, canon.Chat, mock.PathChat, chatBody("second"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the replica to learn the fresh location", func() bool { return holds(a, fresh[len(fresh)-1], ia) })
+	testkit.WaitUntil(t, "the replica to learn the fresh location", func() bool { return holds(a, fresh[len(fresh)-1], ia) })
 
 	// A late copy of the reset, as another replica's health check would
 	// send it, must not drop the fresh location anywhere.
@@ -121,9 +115,11 @@ func TestLocationsAndResetsPropagate(t *testing.T) {
 	if err := nc.Publish("kvca.default.loc", lb.encode(nil, header{fingerprint: nb.fp + 1, sender: 12345})); err != nil {
 		t.Fatal(err)
 	}
-	nc.Flush()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	for _, r := range []*replica{f.replicas[0], f.replicas[1]} {
-		eventually(t, "the crafted messages to be seen", func() bool {
+		testkit.WaitUntil(t, "the crafted messages to be seen", func() bool {
 			m := r.node.m
 			return m.dropped[dropStale].Get() >= 2 && m.dropped[dropMismatch].Get() >= 1
 		})
@@ -140,14 +136,10 @@ func TestLocationsAndResetsPropagate(t *testing.T) {
 // other's selection, per backend whatever the order, and vanish when the
 // replica goes silent.
 func TestLoadIsShared(t *testing.T) {
+	t.Parallel()
 	engines := []*mock.Engine{}
 	for i := range 2 {
-		e := mock.New(mock.Config{Name: fmt.Sprint("slow", i), DecodePerToken: 5 * time.Millisecond})
-		if err := e.Start("127.0.0.1:0"); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { e.Close() })
-		engines = append(engines, e)
+		engines = append(engines, testkit.Start(t, mock.New(mock.Config{Name: fmt.Sprint("slow", i), DecodePerToken: 5 * time.Millisecond})))
 	}
 	f := &fleet{t: t, engines: engines}
 	url, stop, err := embednats.Start("")
@@ -165,18 +157,24 @@ func TestLoadIsShared(t *testing.T) {
 	// 6 long requests through a (400 output tokens × 5 ms = 2 s each).
 	const k = 6
 	var wg sync.WaitGroup
+	errs := make(chan error, k)
 	for i := range k {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			body := strings.Replace(string(chatBody(fmt.Sprint("long ", i))), `"max_tokens":2`, `"max_tokens":400`, 1)
 			resp, err := http.Post("http://"+a.srv.Addr()+mock.PathChat, "application/json", strings.NewReader(body))
-			if err == nil {
-				resp.Body.Close()
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer resp.Body.Close()
+			if _, err := io.Copy(io.Discard, resp.Body); err != nil || resp.StatusCode != http.StatusOK {
+				errs <- fmt.Errorf("request %d: status %d, %v", i, resp.StatusCode, err)
 			}
 		}()
 	}
-	eventually(t, "b to see a's in-flight requests per backend", func() bool {
+	testkit.WaitUntil(t, "b to see a's in-flight requests per backend", func() bool {
 		total := 0
 		for _, bb := range b.srv.Scheduler().Backends {
 			act, _ := bb.RemoteLoad()
@@ -189,7 +187,11 @@ func TestLoadIsShared(t *testing.T) {
 		return total == k
 	})
 	wg.Wait()
-	eventually(t, "remote load to drop when a's requests end", func() bool {
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	testkit.WaitUntil(t, "remote load to drop when a's requests end", func() bool {
 		for _, bb := range b.srv.Scheduler().Backends {
 			if act, pf := bb.RemoteLoad(); act+pf != 0 {
 				return false
@@ -200,65 +202,108 @@ func TestLoadIsShared(t *testing.T) {
 	// a goes silent without leaving (its node closed: no more load
 	// messages): b ages it out.
 	a.stop()
-	eventually(t, "b to age out the silent replica", func() bool { return b.node.LivePeers() == 0 })
+	testkit.WaitUntil(t, "b to age out the silent replica", func() bool { return b.node.LivePeers() == 0 })
 }
 
 // TestKillReplicaAndNATS: requests keep succeeding when a replica is taken
 // out of rotation and drained, and while the NATS server is down; the
-// survivors notice the dead replica, and everyone reconnects to NATS by
-// itself when it returns.
+// survivors age the dead replica out, everyone reconnects to NATS by
+// itself when it returns, and then shares locations and load again.
 func TestKillReplicaAndNATS(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 3, 3, true)
 	lb := f.balancer()
+	t.Cleanup(lb.release) // never leave the workload held
 	w := chatWorkload(2, 80)
+	total := len(w.Requests)
 	hostport := strings.TrimPrefix(f.natsURL, "nats://")
 
-	var events sync.WaitGroup
-	events.Add(1)
-	var receivedBefore uint64
-	var restartStop func()
-	go func() {
-		defer events.Done()
-		time.Sleep(time.Second)
-		// Replica 2 leaves: out of rotation first, then drained.
-		dead := f.replicas[2]
-		lb.remove(dead.srv.Addr())
-		time.Sleep(100 * time.Millisecond)
-		dead.stop()
-
-		time.Sleep(500 * time.Millisecond)
-		// NATS goes away for a second, then comes back at the same address.
-		f.stopNATS()
-		time.Sleep(time.Second)
-		receivedBefore = f.replicas[0].node.Stats().Received
-		_, stop, err := embednats.Start(hostport)
-		if err != nil {
-			t.Errorf("restart NATS: %v", err)
-			return
-		}
-		restartStop = stop
-	}()
-	sent, failures := run(t, w, lb)
-	events.Wait()
-	if restartStop != nil {
-		t.Cleanup(restartStop)
+	type result struct {
+		sent     int64
+		failures []string
 	}
-	if len(failures) > 0 {
-		t.Fatalf("%d of %d requests failed, first: %s", len(failures), sent, failures[0])
+	ran := make(chan result, 1)
+	go func() {
+		sent, failures := run(t, w, lb)
+		ran <- result{sent, failures}
+	}()
+
+	// A quarter in, replica 2 leaves: out of rotation first, then drained
+	// once every request the balancer sent it has been admitted (a request
+	// still connecting would be refused, which no real balancer would do
+	// to a replica it has just taken out).
+	testkit.WaitUntil(t, "a quarter of the workload", func() bool { c, _ := lb.progress(); return c >= total/4 })
+	dead := f.replicas[2]
+	lb.remove(dead.srv.Addr())
+	testkit.WaitUntil(t, "replica 2 to have admitted what it was sent", func() bool {
+		var active int64
+		for _, b := range dead.srv.Scheduler().Backends {
+			active += b.Active()
+		}
+		return int64(lb.inFlight(dead.srv.Addr())) == active
+	})
+	dead.stop()
+
+	// Half way, NATS goes away; the workload waits until both survivors
+	// know, then an eighth of it runs without NATS before it returns at the
+	// same address.
+	lb.holdFrom(total / 2)
+	testkit.WaitUntil(t, "half of the workload", func() bool { _, held := lb.progress(); return held })
+	f.stopNATS()
+	for i, r := range f.replicas[:2] {
+		testkit.WaitUntil(t, fmt.Sprintf("replica %d to notice NATS is gone", i), func() bool { return !r.node.Connected() })
+	}
+	down, _ := lb.progress()
+	lb.release()
+	testkit.WaitUntil(t, "an eighth of the workload without NATS", func() bool { c, _ := lb.progress(); return c >= down+total/8 })
+	receivedBefore := f.replicas[0].node.Stats().Received
+	_, restartStop, err := embednats.Start(hostport)
+	if err != nil {
+		t.Fatalf("restart NATS: %v", err)
+	}
+	t.Cleanup(restartStop)
+
+	res := <-ran
+	if len(res.failures) > 0 {
+		t.Fatalf("%d of %d requests failed, first: %s", len(res.failures), res.sent, res.failures[0])
+	}
+	if res.sent != int64(total) {
+		t.Fatalf("%d requests sent, want the workload's %d", res.sent, total)
 	}
 	hit, reqs := f.hits()
-	t.Logf("%d requests, none failed; hit rate %.3f, requests per engine %v", sent, hit, reqs)
-	for _, r := range f.replicas[:2] {
-		eventually(t, "reconnection to NATS", func() bool { return r.node.Connected() })
-	}
+	t.Logf("%d requests, none failed; hit rate %.3f, requests per engine %v", res.sent, hit, reqs)
+
 	f.replicas = f.replicas[:2]
-	f.waitPeers(1)
-	eventually(t, "messages after the restart", func() bool { return f.replicas[0].node.Stats().Received > receivedBefore })
-	for _, r := range f.replicas {
-		for _, bk := range r.srv.Scheduler().Backends {
-			if act, _ := bk.RemoteLoad(); act > uint32(chain.MaxBackends) {
-				t.Fatalf("absurd remote load %d", act)
+	for i, r := range f.replicas {
+		testkit.WaitUntil(t, fmt.Sprintf("replica %d to reconnect to NATS", i), func() bool { return r.node.Connected() })
+		testkit.WaitUntil(t, fmt.Sprintf("replica %d to hear exactly its one live peer", i), func() bool { return r.node.LivePeers() == 1 })
+	}
+	testkit.WaitUntil(t, "messages after the restart", func() bool { return f.replicas[0].node.Stats().Received > receivedBefore })
+	// Locations learned after the restart reach the peer.
+	a, b := f.replicas[0].srv, f.replicas[1].srv
+	url := f.engines[0].URL()
+	ch, err := a.Warm(context.Background(), indexOf(a, url), canon.Chat, mock.PathChat, chatBody("after the restart"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitUntil(t, "the peer to learn a location after the restart", func() bool {
+		for _, h := range ch {
+			if !holds(b, h, indexOf(b, url)) {
+				return false
 			}
 		}
-	}
+		return true
+	})
+	// Nothing is in flight anywhere: no replica may still count load of
+	// another (the dead one's included).
+	testkit.WaitUntil(t, "remote load to be zero everywhere", func() bool {
+		for _, r := range f.replicas {
+			for _, bk := range r.srv.Scheduler().Backends {
+				if act, pf := bk.RemoteLoad(); act != 0 || pf != 0 {
+					return false
+				}
+			}
+		}
+		return true
+	})
 }

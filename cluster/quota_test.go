@@ -7,6 +7,7 @@ import (
 	"github.com/kvca/kvca/apikeys"
 	"github.com/kvca/kvca/cluster/embednats"
 	"github.com/kvca/kvca/edge"
+	"github.com/kvca/kvca/internal/testkit"
 	"github.com/kvca/kvca/quota"
 )
 
@@ -54,7 +55,7 @@ func TestQuotaShared(t *testing.T) {
 		}
 		t.Cleanup(stop)
 	}
-	eventually(t, "both connected", func() bool { return na.Connected() && nb.Connected() })
+	testkit.WaitUntil(t, "both connected", func() bool { return na.Connected() && nb.Connected() })
 
 	var d quota.Decision
 	for range 4 {
@@ -63,7 +64,7 @@ func TestQuotaShared(t *testing.T) {
 		}
 		la.Settle(acme, &d, quota.Usage{Prompt: 100, Completion: 50})
 	}
-	eventually(t, "B to hear of A's usage", func() bool {
+	testkit.WaitUntil(t, "B to hear of A's usage", func() bool {
 		lb.Peek(acme, 0, &d)
 		return d.ReqRemaining == 6 && d.TokRemaining == 400
 	})
@@ -80,7 +81,7 @@ func TestQuotaShared(t *testing.T) {
 	if lb.Admit(acme, 1, &d) || d.Limited != quota.LimitTokens {
 		t.Fatalf("B admitted past the shared budget: %+v", d)
 	}
-	eventually(t, "A to hear of B's usage", func() bool {
+	testkit.WaitUntil(t, "A to hear of B's usage", func() bool {
 		la.Peek(acme, 1, &d)
 		return !d.OK && d.TokRemaining == 0 && d.ReqRemaining == 4
 	})

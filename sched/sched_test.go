@@ -39,6 +39,7 @@ func route(t testing.TB, s *Scheduler, r *Request) (Decision, *Reservation) {
 }
 
 func TestKvcaPhases(t *testing.T) {
+	t.Parallel()
 	s := newSched(t, 4, "kvca")
 	c := chainOf(0, 10)
 	// Phase 1: all novel, least loaded.
@@ -86,6 +87,7 @@ func TestKvcaPhases(t *testing.T) {
 }
 
 func TestCostTradesLoadAgainstPrefill(t *testing.T) {
+	t.Parallel()
 	s := newSched(t, 2, "cost")
 	c := chainOf(0, 20)
 	s.Table.Touch(c[:10], 0, s.Table.Now())
@@ -106,6 +108,7 @@ func TestCostTradesLoadAgainstPrefill(t *testing.T) {
 }
 
 func TestKvcaCostFollowupsStickFirstTurnsWeighPrefix(t *testing.T) {
+	t.Parallel()
 	s := newSched(t, 2, "kvca-cost")
 	c := chainOf(0, 20)
 	s.Table.Touch(c[:10], 0, s.Table.Now())
@@ -160,6 +163,7 @@ func TestKvcaCostFollowupsStickFirstTurnsWeighPrefix(t *testing.T) {
 }
 
 func TestReservationReleasesExactlyOnce(t *testing.T) {
+	t.Parallel()
 	s := newSched(t, 1, "least-loaded")
 	_, res := route(t, s, &Request{Chain: chainOf(0, 5)})
 	b := s.Backends[0]
@@ -180,6 +184,7 @@ func TestReservationReleasesExactlyOnce(t *testing.T) {
 }
 
 func TestConcurrentReservationsStayBalanced(t *testing.T) {
+	t.Parallel()
 	s := newSched(t, 4, "least-loaded")
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -189,7 +194,13 @@ func TestConcurrentReservationsStayBalanced(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < 25; i++ {
-				_, res := route(t, s, &Request{})
+				// Not route: its t.Fatal must stay on the test goroutine.
+				var d Decision
+				res := &Reservation{}
+				if !s.Route(&Request{}, &d, res) {
+					t.Error("no backend")
+					return
+				}
 				mu.Lock()
 				held = append(held, res)
 				mu.Unlock()
@@ -215,6 +226,7 @@ func TestConcurrentReservationsStayBalanced(t *testing.T) {
 }
 
 func TestBaselines(t *testing.T) {
+	t.Parallel()
 	s := newSched(t, 3, "round-robin")
 	seen := map[int]int{}
 	for i := 0; i < 9; i++ {
@@ -266,6 +278,7 @@ func TestBaselines(t *testing.T) {
 }
 
 func TestExcludeAndAllowed(t *testing.T) {
+	t.Parallel()
 	s := newSched(t, 3, "kvca")
 	r := &Request{}
 	r.Exclude.Add(0)

@@ -1,8 +1,11 @@
 package mock
 
 import (
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/kvca/kvca/internal/testkit"
 )
 
 func TestSchedulerFIFO(t *testing.T) {
@@ -19,12 +22,10 @@ func TestSchedulerFIFO(t *testing.T) {
 			}
 		}()
 		// Wait until it is queued so that arrival order is known.
-		for {
-			if _, w, _ := s.snapshot(); w == i+1 {
-				break
-			}
-			time.Sleep(time.Millisecond)
-		}
+		testkit.WaitUntil(t, fmt.Sprintf("%d waiting", i+1), func() bool {
+			_, w, _ := s.snapshot()
+			return w == i+1
+		})
 	}
 	for want := 0; want < 3; want++ {
 		s.release()
@@ -47,12 +48,10 @@ func TestSchedulerQuitWhileWaiting(t *testing.T) {
 	s.acquire(quit)
 	res := make(chan bool)
 	go func() { res <- s.acquire(quit) }()
-	for {
-		if _, w, _ := s.snapshot(); w == 1 {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testkit.WaitUntil(t, "1 waiting", func() bool {
+		_, w, _ := s.snapshot()
+		return w == 1
+	})
 	close(quit)
 	if <-res {
 		t.Fatal("acquired after quit")

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 )
@@ -27,39 +28,50 @@ func TestInspectVectors(t *testing.T) {
 	if err := json.Unmarshal(raw, &f); err != nil {
 		t.Fatal(err)
 	}
+	// Subtests in sequence: each swaps the process's stdin and stdout.
 	for _, v := range f.Vectors {
-		dir := t.TempDir()
-		in, out := filepath.Join(dir, "in"), filepath.Join(dir, "out")
-		os.WriteFile(in, []byte(v.Request), 0o600)
-		stdin, _ := os.Open(in)
-		stdout, _ := os.Create(out)
-		oldIn, oldOut := os.Stdin, os.Stdout
-		os.Stdin, os.Stdout = stdin, stdout
-		err := newApp().Run([]string{"kvca", "inspect", "--api", v.API, "--block-size", strconv.Itoa(v.BlockSize), "--hash-key", v.KeyHex})
-		os.Stdin, os.Stdout = oldIn, oldOut
-		stdin.Close()
-		stdout.Close()
-		if err != nil {
-			t.Fatalf("%s: %v", v.Name, err)
-		}
-		var got struct {
-			API      string   `json:"api"`
-			Followup bool     `json:"followup"`
-			CBR      string   `json:"cbr"`
-			Chain    []string `json:"chain"`
-		}
-		b, _ := os.ReadFile(out)
-		if err := json.Unmarshal(b, &got); err != nil {
-			t.Fatalf("%s: %v in %q", v.Name, err, b)
-		}
-		want := v.Followup == nil || *v.Followup
-		if got.API != v.API || got.CBR != v.CBR || got.Followup != want || len(got.Chain) != len(v.Chain) {
-			t.Fatalf("%s: got %+v", v.Name, got)
-		}
-		for i := range v.Chain {
-			if got.Chain[i] != v.Chain[i] {
-				t.Fatalf("%s: chain[%d] %s want %s", v.Name, i, got.Chain[i], v.Chain[i])
+		t.Run(v.Name, func(t *testing.T) {
+			dir := t.TempDir()
+			in, out := filepath.Join(dir, "in"), filepath.Join(dir, "out")
+			if err := os.WriteFile(in, []byte(v.Request), 0o600); err != nil {
+				t.Fatal(err)
 			}
-		}
+			stdin, err := os.Open(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stdin.Close()
+			stdout, err := os.Create(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			oldIn, oldOut := os.Stdin, os.Stdout
+			os.Stdin, os.Stdout = stdin, stdout
+			err = newApp().Run([]string{"kvca", "inspect", "--api", v.API, "--block-size", strconv.Itoa(v.BlockSize), "--hash-key", v.KeyHex})
+			os.Stdin, os.Stdout = oldIn, oldOut
+			if cerr := stdout.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got struct {
+				API      string   `json:"api"`
+				Followup bool     `json:"followup"`
+				CBR      string   `json:"cbr"`
+				Chain    []string `json:"chain"`
+			}
+			b, err := os.ReadFile(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(b, &got); err != nil {
+				t.Fatalf("%v in %q", err, b)
+			}
+			want := v.Followup == nil || *v.Followup
+			if got.API != v.API || got.CBR != v.CBR || got.Followup != want || !slices.Equal(got.Chain, v.Chain) {
+				t.Fatalf("got %+v\nwant api %s cbr %q followup %v chain %v", got, v.API, v.CBR, want, v.Chain)
+			}
+		})
 	}
 }

@@ -12,9 +12,12 @@ import (
 func TestServeRefusesBadSettings(t *testing.T) {
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "kvca.yaml")
-	os.WriteFile(cfg, []byte("blok-size: 64\n"), 0o644)
 	cfg2 := filepath.Join(dir, "kvca2.yaml")
-	os.WriteFile(cfg2, []byte("block-size: 100\nbackend: [http://127.0.0.1:1]\n"), 0o644)
+	for name, text := range map[string]string{cfg: "blok-size: 64\n", cfg2: "block-size: 100\nbackend: [http://127.0.0.1:1]\n"} {
+		if err := os.WriteFile(name, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, tc := range []struct {
 		args []string
 		want string

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kvca/kvca/bench/mock"
+	"github.com/kvca/kvca/internal/testkit"
 )
 
 // TestServeSIGTERMDrains runs the real binary: on SIGTERM under a live
@@ -28,11 +29,7 @@ func TestServeSIGTERMDrains(t *testing.T) {
 	if out, err := exec.Command(goTool, "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	e := mock.New(mock.Config{DecodePerToken: 40 * time.Millisecond, PrefillPerToken: time.Microsecond})
-	if err := e.Start("127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
+	e := testkit.Start(t, mock.New(mock.Config{DecodePerToken: 40 * time.Millisecond, PrefillPerToken: time.Microsecond}))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -47,19 +44,14 @@ func TestServeSIGTERMDrains(t *testing.T) {
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	defer cmd.Process.Kill()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if r, err := http.Get("http://" + addr + "/ready"); err == nil {
-			r.Body.Close()
-			if r.StatusCode == 200 {
-				break
-			}
+	testkit.WaitUntil(t, "kvca serve to be ready", func() bool {
+		r, err := http.Get("http://" + addr + "/ready")
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("kvca serve did not become ready")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		r.Body.Close()
+		return r.StatusCode == 200
+	})
 	body := `{"model":"mock","stream":true,"max_tokens":25,"messages":[{"role":"user","content":"count slowly please"}]}`
 	resp, err := http.Post("http://"+addr+"/v1/chat/completions", "application/json", strings.NewReader(body))
 	if err != nil {
@@ -73,19 +65,14 @@ func TestServeSIGTERMDrains(t *testing.T) {
 		t.Fatal(err)
 	}
 	// New connections are refused while the stream drains.
-	refused := false
-	for i := 0; i < 100 && !refused; i++ {
-		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
+	testkit.WaitUntil(t, "new connections to be refused after SIGTERM", func() bool {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err != nil {
-			refused = true
-			break
+			return true
 		}
 		c.Close()
-		time.Sleep(10 * time.Millisecond)
-	}
-	if !refused {
-		t.Fatal("new connections still accepted after SIGTERM")
-	}
+		return false
+	})
 	last := ""
 	for {
 		line, err := r.ReadString('\n')

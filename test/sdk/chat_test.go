@@ -53,6 +53,7 @@ func checkAnswer(t *testing.T, c *openai.ChatCompletion) {
 // and checks that kvca sent the second turn to the engine holding the
 // first, which the engine reports as cached prompt tokens.
 func TestChatFollowUpHitsCache(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, 2)
 	ctx := testContext(t)
 	msgs := []openai.ChatCompletionMessageParamUnion{
@@ -126,6 +127,7 @@ func streamChat(t *testing.T, f *fixture, params openai.ChatCompletionNewParams)
 // with usage (stream_options.include_usage) on the final chunk, and that
 // the accumulated message works as the next turn's history.
 func TestChatStreamingAccumulates(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, 2)
 	ctx := testContext(t)
 	msgs := []openai.ChatCompletionMessageParamUnion{
@@ -203,6 +205,7 @@ func TestChatStreamingAccumulates(t *testing.T) {
 // reaches the SDK as an error, not as a short but clean answer: the SDK
 // ends a stream quietly on EOF, so only kvca's `event: error` tells it.
 func TestChatStreamBreakIsAnError(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, 2)
 	for _, e := range f.engines {
 		e.SetFaults(mock.Faults{KillAfterChunks: 3})

@@ -5,9 +5,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/openai/openai-go/v3"
+
+	"github.com/kvca/kvca/internal/testkit"
 )
 
 func completionParams(prompt string) openai.CompletionNewParams {
@@ -22,6 +23,7 @@ func completionParams(prompt string) openai.CompletionNewParams {
 // prompt streamed (text joined from the chunks, usage on the last one) on
 // the engine that now holds it, reported as cached tokens.
 func TestCompletions(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, 2)
 	ctx := testContext(t)
 	prompt := systemPrompt + "\nComplete this sentence: a KV-cache-aware proxy"
@@ -91,6 +93,7 @@ func TestCompletions(t *testing.T) {
 // TestModels checks that the SDK decodes kvca's union of the engines'
 // /v1/models, each model once.
 func TestModels(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, 2)
 	ctx := testContext(t)
 	page, err := f.client.Models.List(ctx)
@@ -133,6 +136,7 @@ func apiError(t *testing.T, err error) *openai.Error {
 // TestErrors checks that kvca's own errors reach SDK callers as typed API
 // errors with status, type and code.
 func TestErrors(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, 2)
 	ctx := testContext(t)
 
@@ -170,13 +174,11 @@ func TestErrors(t *testing.T) {
 		p := chatParams(openai.UserMessage("hi"))
 		p.Model = "no-such-model"
 		var e *openai.Error
-		for range 50 {
+		testkit.WaitUntil(t, "kvca to answer model_not_found itself", func() bool {
 			_, err := f.client.Chat.Completions.New(ctx, p)
-			if e = apiError(t, err); e.Code == "model_not_found" {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			e = apiError(t, err)
+			return e.Code == "model_not_found"
+		})
 		if e.StatusCode != 404 || e.Code != "model_not_found" || e.Type != "invalid_request_error" || e.Message == "" {
 			t.Errorf("status %d code %q message %q raw %s", e.StatusCode, e.Code, e.Message, e.RawJSON())
 		}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/kvca/kvca/bench/mock"
 	"github.com/kvca/kvca/edge"
+	"github.com/kvca/kvca/internal/testkit"
 )
 
 // testTimeout bounds every test: a hung proxy must fail the test, not the
@@ -44,7 +45,7 @@ func newFixture(t *testing.T, n int) *fixture {
 	var urls []string
 	for i := range n {
 		name := fmt.Sprintf("e%d", i)
-		e := mock.New(mock.Config{
+		e := testkit.Start(t, mock.New(mock.Config{
 			Name: name,
 			// A shared model plus one per engine, so /v1/models shows the
 			// union rather than one engine's list.
@@ -52,11 +53,7 @@ func newFixture(t *testing.T, n int) *fixture {
 			DecodePerToken:  time.Millisecond,
 			PrefillPerToken: time.Microsecond,
 			RecordBodies:    true,
-		})
-		if err := e.Start("127.0.0.1:0"); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = e.Close() })
+		}))
 		f.engines = append(f.engines, e)
 		urls = append(urls, e.URL())
 	}
@@ -72,15 +69,7 @@ func newFixture(t *testing.T, n int) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = p.Shutdown(ctx)
-	})
-	f.proxy = p
+	f.proxy = testkit.Serve(t, p)
 	f.client = openai.NewClient(
 		option.WithBaseURL("http://"+p.Addr()+"/v1/"),
 		option.WithAPIKey("sk-kvca-test"),

@@ -60,6 +60,7 @@ func (r *bodyRecorder) body() []byte {
 // model would have produced; what is checked is that kvca forwards such a
 // conversation unchanged and keeps it on the engine holding its prefix.
 func TestToolCallConversation(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, 2)
 	ctx := testContext(t)
 	rec := &bodyRecorder{}
