@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kvca/kvca/internal/testkit"
 )
 
 func TestParse(t *testing.T) {
@@ -266,6 +268,12 @@ func TestSIGHUP(t *testing.T) {
 	if _, ok := (<-loaded).Lookup([]byte("b")); !ok {
 		t.Fatal("new key missing after SIGHUP")
 	}
+	// OnLoad runs before the set comes into force and is counted.
+	testkit.WaitUntil(t, "the reload counted", func() bool {
+		var m bytes.Buffer
+		s.WritePrometheus(&m)
+		return strings.Contains(m.String(), `kvca_apikeys_reloads_total{result="ok"} 2`+"\n")
+	})
 	var m bytes.Buffer
 	s.Refused(true)
 	s.WritePrometheus(&m)
