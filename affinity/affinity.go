@@ -202,6 +202,32 @@ func (m *Map) Bind(key uint64, backend int, now int64) {
 	}
 }
 
+// Claim binds key to backend unless it is already bound (and not
+// expired), and returns the backend it is bound to after the call: the
+// first of requests racing to bind a new key wins, and the others can
+// follow it.
+func (m *Map) Claim(key uint64, backend int, now int64) int {
+	if key == 0 {
+		return backend
+	}
+	sh, bk := m.bucket(key)
+	sh.mu.Lock()
+	e, fresh := m.slot(bk, key, now)
+	if !fresh && now-e.at <= m.ttl {
+		b := int(e.backend)
+		e.at = now
+		sh.mu.Unlock()
+		return b
+	}
+	e.key, e.backend, e.at, e.pub = key, int32(backend), now, now
+	sh.mu.Unlock()
+	m.binds.Inc()
+	if m.peer != nil {
+		m.peer.Bound(m.kind, key, backend, now)
+	}
+	return backend
+}
+
 // Apply records a binding another replica made at at (Unix ms), unless
 // this map knows a newer one. It is not given back to the peer.
 func (m *Map) Apply(key uint64, backend int, at int64) {

@@ -193,3 +193,21 @@ func BenchmarkLookupBind(b *testing.B) {
 		}
 	})
 }
+
+// Claim: the first binds, later claims get its backend; an expired
+// binding is claimed anew.
+func TestClaim(t *testing.T) {
+	m := New(Sessions, Config{TTL: time.Second})
+	if got := m.Claim(7, 2, 1000); got != 2 {
+		t.Fatalf("first claim: %d", got)
+	}
+	if got := m.Claim(7, 3, 1500); got != 2 {
+		t.Fatalf("second claim: %d, want the first's 2", got)
+	}
+	if got := m.Claim(7, 3, 1500+1001); got != 3 {
+		t.Fatalf("claim after expiry: %d, want 3", got)
+	}
+	if b, ok := m.Lookup(7, 2600); !ok || b != 3 {
+		t.Fatalf("lookup: %d %v", b, ok)
+	}
+}

@@ -172,7 +172,7 @@ func (s *Server) planPassthrough(c *call, body []byte) error {
 // pick routes the request for its next attempt and books it; false when
 // no eligible backend is left (reply says how to answer).
 func (s *Server) pick(c *call, lastBusy bool) (*upstream, *reply) {
-	if !s.sched.Route(&c.req, &c.dec, &c.res) {
+	if !s.route(c) {
 		switch {
 		case c.attempt == 0:
 			s.m.requests[c.route][numPhases].Inc()
@@ -189,11 +189,6 @@ func (s *Server) pick(c *call, lastBusy bool) (*upstream, *reply) {
 		s.table.TouchAt(c.req.Chain, c.dec.Backend.Index, max(at, 0))
 	}
 	if c.attempt == 0 {
-		if c.session != 0 {
-			// Bound at once, not at the answer: siblings fired in parallel
-			// before any answer follow.
-			s.sessions.Bind(c.session, c.dec.Backend.Index, c.req.Now)
-		}
 		if c.req.Pin && !c.dec.Bound {
 			s.threads.Unavailable() // the producer of previous_response_id is gone
 		}
@@ -287,6 +282,30 @@ func shed(tk *admit.Ticket) reply {
 	r := tk.Reason()
 	return reply{status: 429, typ: admit.ErrorType, code: r.Code(), msg: r.Message(),
 		header: "Retry-After: " + strconv.Itoa(tk.RetryAfter()) + "\r\n"}
+}
+
+// route is the scheduler's choice for the next attempt. A named session
+// not bound yet is claimed for the chosen backend at once, not at the
+// answer, so siblings fired in parallel before any answer follow it; of
+// siblings racing on several loops, the first claim wins and the others
+// are routed again towards it.
+func (s *Server) route(c *call) bool {
+	if !s.sched.Route(&c.req, &c.dec, &c.res) {
+		return false
+	}
+	if c.session == 0 || c.attempt > 0 {
+		return true
+	}
+	if c.req.Bound != 0 {
+		s.sessions.Bind(c.session, c.dec.Backend.Index, c.req.Now) // where it goes now
+		return true
+	}
+	if w := s.sessions.Claim(c.session, c.dec.Backend.Index, c.req.Now); w != c.dec.Backend.Index {
+		c.res.ReleaseActive()
+		c.req.Bound = w + 1
+		return s.sched.Route(&c.req, &c.dec, &c.res)
+	}
+	return true
 }
 
 // failed books a failed attempt on u (load released, u excluded) and says
