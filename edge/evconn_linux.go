@@ -932,6 +932,9 @@ func (c *cliConn) next() {
 // first, then whatever the client still sends is read and dropped for a
 // moment, so that the answer is not lost to a reset from unread bytes.
 func (c *cliConn) closeLingering() {
+	if c.sock.tls != nil {
+		c.sock.tls.closeNotify() // a TLS client learns the end is deliberate
+	}
 	if syscall.Shutdown(c.sock.fd, syscall.SHUT_WR) != nil {
 		c.close()
 		return
