@@ -142,9 +142,6 @@ func (s *ChunkScan) Scan(p []byte) (n int, done bool, err error) {
 // boundary, where another chunk (an SSE error event) can still be sent.
 func (s *ChunkScan) Between() bool { return s.state == csSize && s.ndig == 0 }
 
-// Done reports whether the whole body has been seen.
-func (s *ChunkScan) Done() bool { return s.state == csDone }
-
 func unhex(c byte) (byte, bool) {
 	switch {
 	case c >= '0' && c <= '9':

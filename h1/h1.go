@@ -498,18 +498,6 @@ func nextToken(v []byte) (tok, rest []byte) {
 	return bytes.TrimSpace(tok), rest
 }
 
-// HasToken reports whether the comma-separated list v holds tok (any case).
-func HasToken(v []byte, tok string) bool {
-	for len(v) > 0 {
-		var t []byte
-		t, v = nextToken(v)
-		if equalFold(t, tok) {
-			return true
-		}
-	}
-	return false
-}
-
 // validValue reports whether v holds only field-value bytes: VCHAR,
 // obs-text, SP and HTAB.
 func validValue(v []byte) bool {
@@ -520,9 +508,6 @@ func validValue(v []byte) bool {
 	}
 	return true
 }
-
-// ValidValue is validValue for callers outside (response heads).
-func ValidValue(v []byte) bool { return validValue(v) }
 
 // validAuthority checks uri-host [":" port]: a reg-name or an IP literal.
 func validAuthority(a []byte) bool {
@@ -574,9 +559,6 @@ func validAuthority(a []byte) bool {
 	}
 	return true
 }
-
-// IsToken reports whether b is an RFC 9110 token.
-func IsToken(b []byte) bool { return isToken(b) }
 
 func isToken(b []byte) bool {
 	if len(b) == 0 {
