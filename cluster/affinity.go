@@ -58,17 +58,11 @@ func (n *Node) ShareAffinity(maps ...*affinity.Map) error {
 	for _, m := range maps {
 		a.maps[m.Kind()] = m
 	}
-	sub, err := n.nc.Subscribe(n.o.subjectBase()+affinitySubject, a.receive)
+	sub, err := n.subscribe(n.o.subjectBase()+affinitySubject, a.receive)
 	if err != nil {
 		return err
 	}
-	_ = sub.SetPendingLimits(65536, 64<<20)
 	a.sub = sub
-	if n.nc.IsConnected() {
-		// The server knows of the subscription before the first binding
-		// anyone publishes after this returns.
-		_ = n.nc.FlushTimeout(time.Second)
-	}
 	for _, m := range maps {
 		m.SetPeer(a)
 	}

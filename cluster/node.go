@@ -131,14 +131,11 @@ func Join(srv *edge.Server, o Options) (*Node, error) {
 		return nil, fmt.Errorf("cluster: NATS %s: %w", o.URL, err)
 	}
 	n.nc = nc
-	sub, err := nc.Subscribe(base+".*", n.receive)
+	sub, err := n.subscribe(base+".*", n.receive)
 	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("cluster: subscribe %s.*: %w", base, err)
 	}
-	// Bound what waits for this replica to apply it; beyond, NATS drops
-	// and we count (slow_consumer).
-	_ = sub.SetPendingLimits(65536, 64<<20)
 	n.sub = sub
 
 	srv.SetPeer(n)
@@ -195,6 +192,21 @@ func (n *Node) Reset(backend int, gen uint32) {
 	default:
 		n.m.dropped[dropPublish].Inc()
 	}
+}
+
+// subscribe bounds what waits for this replica to apply it (beyond, NATS
+// drops and we count slow_consumer) and returns once the server knows of
+// the subscription, so a peer's message published after that reaches it.
+func (n *Node) subscribe(subj string, cb nats.MsgHandler) (*nats.Subscription, error) {
+	sub, err := n.nc.Subscribe(subj, cb)
+	if err != nil {
+		return nil, err
+	}
+	_ = sub.SetPendingLimits(65536, 64<<20)
+	if n.nc.IsConnected() {
+		_ = n.nc.FlushTimeout(time.Second)
+	}
+	return sub, nil
 }
 
 func wake(c chan struct{}) {

@@ -40,7 +40,7 @@ func (n *Node) ShareQuota(l *quota.Limiter, every time.Duration) (stop func(), e
 	bad := n.m.set.GetOrCreateCounter(`kvca_cluster_quota_messages_total{dir="malformed"}`)
 	unknown := n.m.set.GetOrCreateCounter(`kvca_cluster_quota_unknown_tenants_total`)
 	dropped := n.m.set.GetOrCreateCounter(`kvca_cluster_quota_messages_total{dir="publish_error"}`)
-	sub, err := n.nc.Subscribe(subj, func(msg *nats.Msg) {
+	sub, err := n.subscribe(subj, func(msg *nats.Msg) {
 		h, body, err := parseHeader(msg.Data)
 		if err != nil || h.kind != kindQuota {
 			bad.Inc()
@@ -61,7 +61,6 @@ func (n *Node) ShareQuota(l *quota.Limiter, every time.Duration) (stop func(), e
 	if err != nil {
 		return nil, err
 	}
-	_ = sub.SetPendingLimits(65536, 64<<20)
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
