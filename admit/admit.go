@@ -216,20 +216,25 @@ func (t *Ticket) idle() {
 }
 
 // healthy reports whether b may be granted.
-func (a *Admitter) healthy(b int) bool { return a.slots[b].b.Healthy() }
+func (a *Admitter) healthy(b int) bool { return a.slots[b].healthy() }
 
 // backendSlots is one backend's limit, padded to its own cache line: every
 // loop touches these words on every request.
 type backendSlots struct {
 	inflight atomic.Int32
 	limit    atomic.Int32
-	b        *sched.Backend
+	b        atomic.Pointer[sched.Backend] // nil: a slot never configured
 	_        [48]byte
+}
+
+func (s *backendSlots) healthy() bool {
+	b := s.b.Load()
+	return b != nil && b.Healthy()
 }
 
 // free reports whether the backend is healthy and has a free slot.
 func (s *backendSlots) free() bool {
-	return s.inflight.Load() < s.limit.Load() && s.b.Healthy()
+	return s.inflight.Load() < s.limit.Load() && s.healthy()
 }
 
 func (s *backendSlots) tryAcquire() bool {
@@ -255,6 +260,7 @@ type Admitter struct {
 	size       int
 	seed       maphash.Seed
 	slots      []backendSlots
+	used       atomic.Int32 // slots ever configured
 	// waiting counts queued tickets, and one being enqueued: a release
 	// that sees it 0 need not look at the queue (see enqueue).
 	waiting  atomic.Int64
@@ -304,14 +310,14 @@ func New(cfg Config) (*Admitter, error) {
 		k:          cfg.StarvationLimit,
 		size:       cfg.QueueSize,
 		seed:       maphash.MakeSeed(),
-		slots:      make([]backendSlots, len(cfg.Backends)),
+		// Every slot exists from the start, so backends added later
+		// (SetBackends) need no resizing under traffic.
+		slots: make([]backendSlots, chain.MaxBackends),
 	}
 	for i, b := range cfg.Backends {
 		if b.Index != i {
 			return nil, errors.New("admit: backends must be in index order")
 		}
-		a.slots[i].b = b
-		a.slots[i].limit.Store(int32(cfg.MaxInflight))
 	}
 	for c := range a.q {
 		a.q[c].flows = map[uint64]*flow{}
@@ -326,7 +332,30 @@ func New(cfg Config) (*Admitter, error) {
 	if cfg.Metrics != nil {
 		a.m = newMeters(a, cfg.Metrics)
 	}
+	a.SetBackends(cfg.Backends)
 	return a, nil
+}
+
+// SetBackends installs the backends in force, in Index order (a removed
+// backend's slot holds it retired). A slot that changes backend gets the
+// configured limit again; the caller reuses a slot only once the previous
+// backend's requests have ended, so none of theirs is counted there.
+func (a *Admitter) SetBackends(bs []*sched.Backend) {
+	for i, b := range bs {
+		s := &a.slots[i]
+		if b.Retired() {
+			a.m.dropBackend(b.Name)
+		}
+		if s.b.Swap(b) == b {
+			continue
+		}
+		s.limit.Store(int32(a.cfg.MaxInflight))
+		a.m.backend(s, b.Name)
+		a.Refill(i)
+	}
+	if n := int32(len(bs)); n > a.used.Load() {
+		a.used.Store(n)
+	}
 }
 
 // Limited reports whether a limit is set; if not, the edge may skip the
@@ -921,7 +950,7 @@ func (a *Admitter) Candidates(r *sched.Request) chain.Set {
 	if r.Allowed != nil {
 		e = *r.Allowed
 	} else {
-		for i := range a.slots {
+		for i := range int(a.used.Load()) {
 			e.Add(i)
 		}
 	}

@@ -45,6 +45,12 @@ func newTestBackend(t *testing.T, name string) *testBackend {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return newTestBackendOn(t, name, ln)
+}
+
+// newTestBackendOn is newTestBackend serving on ln.
+func newTestBackendOn(t *testing.T, name string, ln net.Listener) *testBackend {
+	t.Helper()
 	b := &testBackend{t: t, name: name, ln: ln, events: 3}
 	b.srv = &fasthttp.Server{Handler: b.handle, CloseOnShutdown: true}
 	go b.srv.Serve(ln)
@@ -59,6 +65,16 @@ func (b *testBackend) close() {
 	defer cancel()
 	_ = b.srv.ShutdownWithContext(ctx)
 	_ = b.ln.Close() // Shutdown is a no-op if Serve has not started yet
+}
+
+// lastHeaders is the head of the last request the backend counted.
+func (b *testBackend) lastHeaders() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.hdrs) == 0 {
+		return ""
+	}
+	return b.hdrs[len(b.hdrs)-1]
 }
 
 func (b *testBackend) received() [][]byte {

@@ -1110,9 +1110,15 @@ const idleConnTimeout = 90 * time.Second
 func (l *evLoop) upstreamConn(u *upstream, fresh bool) (up *upConn, reused bool, res int) {
 	list := l.idle[u.b.Index]
 	if n := len(list); n > 0 && !fresh {
-		up = list[n-1]
-		l.idle[u.b.Index] = list[:n-1]
-		return up, true, sent
+		if up = list[n-1]; up.u == u {
+			l.idle[u.b.Index] = list[:n-1]
+			return up, true, sent
+		}
+		// The slot's backend was removed and the slot reused: what is
+		// pooled there leads to the old one.
+		for len(l.idle[u.b.Index]) > 0 {
+			l.idle[u.b.Index][0].close()
+		}
 	}
 	if int(u.loopConns.Add(1)) > l.s.cfg.MaxConnsPerBackend {
 		u.loopConns.Add(-1)

@@ -140,10 +140,10 @@ func TestLoopClientLeavesBeforeAnswer(t *testing.T) {
 	}
 	body := conversation(1, 0, true)
 	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
-	waitFor(t, "request at the backend", func() bool { return s.sched.Backends[0].Active() == 1 })
+	waitFor(t, "request at the backend", func() bool { return s.fleet().sched.Backends[0].Active() == 1 })
 	conn.Close()
 	waitFor(t, "load released", func() bool {
-		return s.sched.Backends[0].Active() == 0 && s.sched.Backends[0].Prefill() == 0
+		return s.fleet().sched.Backends[0].Active() == 0 && s.fleet().sched.Backends[0].Prefill() == 0
 	})
 	if got := s.m.disconnects.Get(); got != 1 {
 		t.Fatalf("disconnects %d, want 1", got)
@@ -179,7 +179,7 @@ func TestLoopPanicGuard(t *testing.T) {
 		}
 		conn.Close()
 		waitFor(t, "load released", func() bool {
-			return s.sched.Backends[0].Active() == 0 && s.sched.Backends[0].Prefill() == 0
+			return s.fleet().sched.Backends[0].Active() == 0 && s.fleet().sched.Backends[0].Prefill() == 0
 		})
 		if resp, _ := post(t, s, "/v1/chat/completions", conversation(i+10, 0, false)); resp.StatusCode != 200 {
 			t.Fatalf("after the panic at %s: status %d, want 200", at, resp.StatusCode)
@@ -192,10 +192,10 @@ func TestLoopPanicGuard(t *testing.T) {
 	// (The loop releases just after the answer's last write, so the
 	// client can get there first.)
 	waitFor(t, "load released", func() bool {
-		return s.sched.Backends[0].Active() == 0 && s.sched.Backends[0].Prefill() == 0
+		return s.fleet().sched.Backends[0].Active() == 0 && s.fleet().sched.Backends[0].Prefill() == 0
 	})
 	time.Sleep(50 * time.Millisecond)
-	if a, p := s.sched.Backends[0].Active(), s.sched.Backends[0].Prefill(); a != 0 || p != 0 {
+	if a, p := s.fleet().sched.Backends[0].Active(), s.fleet().sched.Backends[0].Prefill(); a != 0 || p != 0 {
 		t.Fatalf("active %d prefill %d after every request ended, want 0 0", a, p)
 	}
 	if got := strings.Count(logs.String(), "panic serving a connection"); got != 2 {

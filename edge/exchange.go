@@ -35,6 +35,7 @@ type call struct {
 	req     sched.Request
 	dec     sched.Decision
 	res     sched.Reservation
+	fl      *fleet // the fleet the last attempt routed on
 	route   int
 	routed  bool // the request carries a chain to learn
 	start   time.Time
@@ -97,6 +98,7 @@ func (s *Server) putCall(c *call) {
 	c.tenant, c.qd, c.sniffing = nil, quota.Decision{}, false
 	c.dec = sched.Decision{}
 	c.res = sched.Reservation{}
+	c.fl = nil
 	s.calls.Put(c)
 }
 
@@ -203,7 +205,7 @@ func (s *Server) pick(c *call, lastBusy bool) (*upstream, *reply) {
 		}
 	}
 	c.attempt++
-	return s.ups[c.dec.Backend.Index], nil
+	return c.fl.ups[c.dec.Backend.Index], nil
 }
 
 // authenticate finds the tenant of the request's API key (--api-keys);
@@ -290,7 +292,8 @@ func shed(tk *admit.Ticket) reply {
 // siblings racing on several loops, the first claim wins and the others
 // are routed again towards it.
 func (s *Server) route(c *call) bool {
-	if !s.sched.Route(&c.req, &c.dec, &c.res) {
+	c.fl = s.fleet()
+	if !c.fl.sched.Route(&c.req, &c.dec, &c.res) {
 		return false
 	}
 	if c.session == 0 || c.attempt > 0 {
@@ -303,7 +306,7 @@ func (s *Server) route(c *call) bool {
 	if w := s.sessions.Claim(c.session, c.dec.Backend.Index, c.req.Now); w != c.dec.Backend.Index {
 		c.res.ReleaseActive()
 		c.req.Bound = w + 1
-		return s.sched.Route(&c.req, &c.dec, &c.res)
+		return c.fl.sched.Route(&c.req, &c.dec, &c.res)
 	}
 	return true
 }
@@ -357,7 +360,7 @@ func (s *Server) answered(c *call, u *upstream, status int) (retry bool) {
 func (s *Server) hasAlternative(c *call, u *upstream) bool {
 	r := c.req
 	r.Exclude.Add(u.b.Index)
-	return !s.sched.Eligible(&r).Empty()
+	return !s.fleet().sched.Eligible(&r).Empty()
 }
 
 // firstByte marks the answer's first body byte: the backend has prefilled.

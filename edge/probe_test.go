@@ -305,7 +305,7 @@ func TestRequestIDOnEveryAnswer(t *testing.T) {
 				c.Backends = []string{dead.url("")}
 				c.HealthInterval = 20 * time.Millisecond
 			})
-			waitFor(t, "the backend ejected", func() bool { return !ds.sched.Backends[0].Healthy() })
+			waitFor(t, "the backend ejected", func() bool { return !ds.fleet().sched.Backends[0].Healthy() })
 
 			body := conversation(1, 0, false)
 			for _, tc := range []idCase{

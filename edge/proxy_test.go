@@ -79,7 +79,7 @@ func waitIdle(t *testing.T, s *Server) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		busy := ""
-		for _, b := range s.sched.Backends {
+		for _, b := range s.fleet().sched.Backends {
 			if b.Active() != 0 || b.Prefill() != 0 {
 				busy += fmt.Sprintf(" %s active=%d prefill=%d", b.Name, b.Active(), b.Prefill())
 			}
@@ -298,7 +298,7 @@ func TestAbandonedStreamsReleaseLoad(t *testing.T) {
 		case <-deadline:
 			done = true
 		case <-time.After(50 * time.Millisecond):
-			done = s.sched.Backends[0].Active() == 0
+			done = s.fleet().sched.Backends[0].Active() == 0
 		}
 	}
 	waitIdle(t, s)
@@ -323,7 +323,7 @@ func TestDeadBackendCausesNoFailure(t *testing.T) {
 			t.Fatalf("request %d: %d %s", i, resp.StatusCode, out)
 		}
 	}
-	if s.sched.Backends[1].Healthy() {
+	if s.fleet().sched.Backends[1].Healthy() {
 		t.Fatal("dead backend not ejected")
 	}
 	waitIdle(t, s)
@@ -339,7 +339,7 @@ func TestAllBackendsDown(t *testing.T) {
 		t.Fatalf("status %d: %s", resp.StatusCode, out)
 	}
 	deadline := time.Now().Add(3 * time.Second)
-	for s.sched.Backends[0].Healthy() && time.Now().Before(deadline) {
+	for s.fleet().sched.Backends[0].Healthy() && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	resp, out = post(t, s, "/v1/chat/completions", conversation(1, 0, false))
@@ -567,7 +567,7 @@ func TestPrefillReleasedAfterPrefill(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			be := s.sched.Backends[0]
+			be := s.fleet().sched.Backends[0]
 			if got, want := be.Prefill() == 0, atHeaders; got != want {
 				t.Fatalf("prefill released at headers: %v, want %v (prefill %d)", got, want, be.Prefill())
 			}

@@ -24,6 +24,8 @@ type Backend struct {
 	// by clustering; it weighs in selection but is never reserved here.
 	remote  atomic.Uint64
 	healthy atomic.Bool
+	// retired: removed from the configuration; never eligible again.
+	retired atomic.Bool
 	// engine is what the engine's own metrics last reported (engine.go).
 	engine atomic.Pointer[EngineSignals]
 	// routed* count what the scheduler sent here (engine.go: Routed).
@@ -63,8 +65,24 @@ func (b *Backend) RemoteLoad() (active, prefill uint32) {
 // Healthy reports whether b may receive new requests.
 func (b *Backend) Healthy() bool { return b.healthy.Load() }
 
-// SetHealthy changes b's eligibility and reports whether it changed.
-func (b *Backend) SetHealthy(v bool) bool { return b.healthy.Swap(v) != v }
+// SetHealthy changes b's eligibility and reports whether it changed; a
+// retired backend stays out.
+func (b *Backend) SetHealthy(v bool) bool {
+	if v && b.retired.Load() {
+		return false
+	}
+	return b.healthy.Swap(v) != v
+}
+
+// Retire takes b out for good: its backend was removed from the
+// configuration. Requests already on it finish; none is routed to it.
+func (b *Backend) Retire() {
+	b.retired.Store(true)
+	b.healthy.Store(false)
+}
+
+// Retired reports whether Retire was called.
+func (b *Backend) Retired() bool { return b.retired.Load() }
 
 func loadOf(st, weight uint64) uint64 { return (st>>32)*weight + uint64(uint32(st)) }
 
@@ -157,7 +175,8 @@ type Scheduler struct {
 	// replicas) do not shift the turns of an idle fleet's first turns.
 	ties [16]atomic.Uint64
 	// ttft is the predicted-latency policy's settings and shared state.
-	ttft ttftState
+	// ttft is shared with the schedulers Rebuild makes from this one.
+	ttft *ttftState
 }
 
 // New builds a scheduler; policy is one of Policies().
@@ -176,9 +195,47 @@ func New(backends []*Backend, table *chain.Table, activeWeight int, policy strin
 		return nil, err
 	}
 	s := &Scheduler{Backends: backends, Table: table, ActiveWeight: uint64(activeWeight), Policy: p,
-		KVFull: DefaultKVFull, LongPrefixBlocks: DefaultLongPrefixBlocks}
+		KVFull: DefaultKVFull, LongPrefixBlocks: DefaultLongPrefixBlocks, ttft: &ttftState{}}
 	s.initTTFT()
 	return s, nil
+}
+
+// Rebuild returns a scheduler over backends that keeps what s learned:
+// the table, the predicted-latency state and settings, and every Backend
+// object it is given again (its load, health and learned rates). A
+// backend's Index is its slot in the table, so a backend kept must stay at
+// its index, and a removed one's slot holds it Retired (or a new backend
+// that reuses the slot after its locations were reset). policy "" keeps
+// s's policy; activeWeight < 0 keeps s's weight. s stays usable for what
+// is already routed on it.
+func (s *Scheduler) Rebuild(backends []*Backend, policy string, activeWeight int) (*Scheduler, error) {
+	if len(backends) == 0 || len(backends) > chain.MaxBackends {
+		return nil, fmt.Errorf("backends must be between 1 and %d, got %d", chain.MaxBackends, len(backends))
+	}
+	for i, b := range backends {
+		if b.Index != i {
+			return nil, fmt.Errorf("backend %s has index %d in slot %d", b.Name, b.Index, i)
+		}
+	}
+	n := &Scheduler{Backends: backends, Table: s.Table, ActiveWeight: s.ActiveWeight, Policy: s.Policy,
+		KVFull: s.KVFull, LongPrefixBlocks: s.LongPrefixBlocks, engineMaxAge: s.engineMaxAge,
+		ExtraLoad: s.ExtraLoad, ttft: s.ttft}
+	if policy != "" {
+		p, err := PolicyByName(policy)
+		if err != nil {
+			return nil, err
+		}
+		n.Policy = p
+	}
+	if activeWeight >= 0 {
+		n.ActiveWeight = uint64(activeWeight)
+	}
+	for _, b := range backends {
+		if b.model.base.Load() == 0 { // new: never seen by initTTFT
+			n.initModel(b)
+		}
+	}
+	return n, nil
 }
 
 // Route picks and reserves a backend for r. On success res must be

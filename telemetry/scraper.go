@@ -48,8 +48,10 @@ type Config struct {
 	// Client does the scrapes; nil: one with the interval as its timeout.
 	Client *http.Client
 	Logger *slog.Logger // nil discards
-	// OnRestart is called (from the scraping goroutine) when backend i's
-	// engine restarted: its cache is gone.
+	// OnRestart is called (from the scraping goroutine) when the engine
+	// of the backend whose Index is i restarted: its cache is gone.
+	// Callbacks and the table name backends by Index, so a scraper may
+	// cover any subset of the scheduler's backends.
 	OnRestart func(i int)
 	// OnSignals, when set, is called (from the scraping goroutine) after
 	// each scrape of backend i with its latest signals; fresh is false
@@ -61,7 +63,7 @@ type Config struct {
 	Table       *chain.Table
 	BlockSize   int
 	Calibrator  *chain.Calibrator // nil: a new one with the default ratio
-	CacheTokens []int64           // per backend; 0: unknown
+	CacheTokens []int64           // per backend given to New, in order; 0: unknown
 	// Now is the clock; nil: time.Now.
 	Now func() time.Time
 }
@@ -186,12 +188,13 @@ func (s *Scraper) ScrapeOnce(ctx context.Context, i int) error {
 		rd = Reading{}
 	}
 	restarted := s.record(i, now, rd, status, err)
+	b := s.backends[i]
 	if restarted && s.cfg.OnRestart != nil {
-		s.cfg.OnRestart(i)
+		s.cfg.OnRestart(b.Index)
 	}
 	if s.cfg.OnSignals != nil {
-		sig, _ := s.backends[i].EngineLatest()
-		s.cfg.OnSignals(i, sig, err == nil)
+		sig, _ := b.EngineLatest()
+		s.cfg.OnSignals(b.Index, sig, err == nil)
 	}
 	s.applyCapacity(i, rd)
 	return err
@@ -326,7 +329,7 @@ func (s *Scraper) applyCapacity(i int, rd Reading) {
 	st.capBlocks = blocks
 	st.mu.Unlock()
 	if changed {
-		s.cfg.Table.SetBackendCapacity(i, blocks)
+		s.cfg.Table.SetBackendCapacity(s.backends[i].Index, blocks)
 	}
 }
 
