@@ -34,10 +34,10 @@ type Node struct {
 	table *chain.Table
 	// v is the backends in force; a reload of the server's backends
 	// replaces it (refresh).
-	v     atomic.Pointer[view]
-	srv   *edge.Server
-	id    uint64
-	fp    uint32
+	v   atomic.Pointer[view]
+	srv *edge.Server
+	id  uint64
+	fp  uint32
 
 	nc      *nats.Conn
 	sub     *nats.Subscription
