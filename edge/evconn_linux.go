@@ -218,7 +218,7 @@ func (c *cliConn) process() {
 func (c *cliConn) refuse(err *h1.Error) {
 	s := c.l.s
 	if c.c == nil {
-		c.c = s.begin(routeOther, nil, nil, c.ip)
+		c.c = s.begin(routeOther, nil, nil, c.ip, &c.l.clock)
 	}
 	s.m.badRequest(err.Code)
 	r := refused(err)
@@ -240,7 +240,7 @@ func (c *cliConn) start() {
 	if h.RequestIDs != 1 {
 		rid = nil // none, or ambiguous: one is generated
 	}
-	c.c = s.begin(c.route, rid, path, c.ip)
+	c.c = s.begin(c.route, rid, path, c.ip, &c.l.clock)
 	if !h.CheckHost(b) {
 		c.refuse(h1.ErrHost)
 		return
@@ -1038,7 +1038,7 @@ func (c *cliConn) timeout() {
 		// --header-timeout or --client-read-timeout: the request did not
 		// arrive in time.
 		if c.c == nil {
-			c.c = c.l.s.begin(routeOther, nil, nil, c.ip)
+			c.c = c.l.s.begin(routeOther, nil, nil, c.ip, &c.l.clock)
 		}
 		c.reply(&replyReadTime)
 	case cliRelay, cliReply:

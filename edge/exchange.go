@@ -29,13 +29,16 @@ import (
 // and what the access log and metrics report at its end. Pooled, so the
 // hot path allocates nothing.
 type call struct {
-	s       *Server
-	h       *chain.Hasher
-	info    canon.Info
-	req     sched.Request
-	dec     sched.Decision
-	res     sched.Reservation
-	fl      *fleet // the fleet the last attempt routed on
+	s    *Server
+	h    *chain.Hasher
+	info canon.Info
+	req  sched.Request
+	dec  sched.Decision
+	res  sched.Reservation
+	fl   *fleet // the fleet the last attempt routed on
+	// clock is the transport's clock (an event loop's wake-up time);
+	// nil: read the system's.
+	clock   *time.Time
 	route   int
 	routed  bool // the request carries a chain to learn
 	start   time.Time
@@ -86,6 +89,26 @@ func (s *Server) getCall() *call {
 	return c
 }
 
+// now is the time of the event being handled.
+func (c *call) now() time.Time {
+	if c.clock != nil {
+		return *c.clock
+	}
+	return time.Now()
+}
+
+// stamp gives the request its instant for routing: table time, and the
+// event's time so that routing reads no clock itself. A table with a
+// clock of its own (tests) keeps its time.
+func (s *Server) stamp(c *call) {
+	c.req.T = c.start
+	if s.cfg.Now != nil {
+		c.req.Now = s.table.Now()
+		return
+	}
+	c.req.Now = s.table.At(c.start)
+}
+
 func (s *Server) putCall(c *call) {
 	c.h.Reset()
 	c.status, c.ttfb, c.ttft, c.attempt, c.inBytes, c.out, c.outcome = 0, 0, 0, 0, 0, 0, outCompleted
@@ -98,14 +121,15 @@ func (s *Server) putCall(c *call) {
 	c.tenant, c.qd, c.sniffing = nil, quota.Decision{}, false
 	c.dec = sched.Decision{}
 	c.res = sched.Reservation{}
-	c.fl = nil
+	c.fl, c.clock = nil, nil
 	s.calls.Put(c)
 }
 
 // begin starts an exchange for a request with this id (nil: generate).
-func (s *Server) begin(route int, rid, path, client []byte) *call {
+func (s *Server) begin(route int, rid, path, client []byte, clock *time.Time) *call {
 	c := s.getCall()
-	c.start = time.Now()
+	c.clock = clock
+	c.start = c.now()
 	c.route = route
 	c.path = append(c.path, path...)
 	c.client = append(c.client, client...)
@@ -152,7 +176,7 @@ func (s *Server) plan(c *call, api canon.API, body []byte) error {
 	c.req.Chain = c.h.Sum()
 	c.req.Followup = c.info.Followup
 	c.req.Session = c.info.Session
-	c.req.Now = s.table.Now()
+	s.stamp(c)
 	allowed, err := s.allowedFor(c.info.Model, &c.allowed)
 	c.req.Allowed = allowed
 	return err
@@ -161,7 +185,7 @@ func (s *Server) plan(c *call, api canon.API, body []byte) error {
 // planPassthrough narrows a passthrough request to the backends serving
 // the model its body names, if any.
 func (s *Server) planPassthrough(c *call, body []byte) error {
-	c.req.Now = s.table.Now()
+	s.stamp(c)
 	if len(body) == 0 {
 		return nil
 	}
@@ -334,7 +358,7 @@ func (s *Server) failed(c *call, u *upstream, res int) (retry bool, r *reply) {
 // nothing has reached the client and another backend could take it).
 // It learns the chain on success.
 func (s *Server) answered(c *call, u *upstream, status int) (retry bool) {
-	c.ttfb = time.Since(c.start)
+	c.ttfb = c.now().Sub(c.start)
 	u.m.firstByte.Update(c.ttfb.Seconds())
 	u.succeeded()
 	c.status = status
@@ -368,11 +392,11 @@ func (s *Server) hasAlternative(c *call, u *upstream) bool {
 // first byte comes after its decoding too).
 func (c *call) firstByte(streamed bool) {
 	if c.ttft == 0 {
-		c.ttft = time.Since(c.start)
+		c.ttft = c.now().Sub(c.start)
 	}
 	c.res.ReleasePrefill()
 	if streamed && c.status == 200 {
-		c.res.FirstByte()
+		c.res.FirstByteAt(c.now())
 	}
 }
 
@@ -398,9 +422,10 @@ func (s *Server) done(c *call) {
 	if c.tenant != nil && c.qd.OK {
 		s.quota.Settle(c.tenant, &c.qd, c.usage())
 	}
-	c.res.ReleaseActive()
+	end := c.now()
+	c.res.ReleaseActiveAt(end)
 	s.adm.Done(&c.tk)
-	s.m.duration[c.route].UpdateDuration(c.start)
+	s.m.duration[c.route].Update(end.Sub(c.start).Seconds())
 	if k := c.status / 100; k >= 1 && k <= 5 {
 		s.m.responses[c.route][k].Inc()
 	}
@@ -469,7 +494,7 @@ func (s *Server) accessLog(c *call) {
 		slog.Int64("response_bytes", c.out),
 		slog.Float64("upstream_headers_ms", ms(c.ttfb)),
 		slog.Float64("ttft_ms", ms(c.ttft)),
-		slog.Float64("duration_ms", ms(time.Since(c.start))),
+		slog.Float64("duration_ms", ms(c.now().Sub(c.start))),
 	)
 }
 

@@ -112,6 +112,10 @@ type Request struct {
 	Followup bool
 	Session  uint64
 	Now      int64 // table time
+	// T is the request's instant, when the caller has it (an event
+	// loop's clock): routing and its reservation read no clock of their
+	// own then. Zero: they read it.
+	T time.Time
 	// Allowed limits the choice (backends serving the request's model);
 	// nil allows all.
 	Allowed *chain.Set
@@ -146,6 +150,8 @@ type Decision struct {
 	Bound bool
 	// prefer is Request.Bound for reserveMin's ties.
 	prefer int
+	// unix is the request's wall clock for engine signals (engineNow).
+	unix int64
 }
 
 // Policy selects a backend and reserves the request's load on it.
@@ -242,11 +248,14 @@ func (s *Scheduler) Rebuild(backends []*Backend, policy string, activeWeight int
 // released by the caller (ReleasePrefill at headers, ReleaseActive at end).
 func (s *Scheduler) Route(r *Request, d *Decision, res *Reservation) bool {
 	*d = Decision{}
+	if !r.T.IsZero() && s.engineMaxAge > 0 {
+		d.unix = r.T.UnixMilli()
+	}
 	// A pinned request goes to its bound backend whatever the policy.
 	if !(r.Pin && s.pickBound(r, d)) && !s.Policy.Pick(s, r, d) {
 		return false
 	}
-	res.arm(d.Backend, uint64(d.Novel), d.before, d.Predicted)
+	res.arm(d.Backend, uint64(d.Novel), d.before, d.Predicted, monoAt(r.T))
 	s.noteResident(d.Backend, r)
 	d.Backend.countRouted(len(r.Chain), d.Cached)
 	return true
@@ -272,7 +281,7 @@ func (s *Scheduler) Eligible(r *Request) chain.Set {
 // its first turns spread evenly) and no index is favoured.
 func (s *Scheduler) reserveMin(elig *chain.Set, n int, match *[chain.MaxBackends]int32, addNovel bool, d *Decision) bool {
 	w := s.ActiveWeight
-	now := s.engineNow()
+	now := s.engineNow(d)
 	cost := func(i int) (uint64, uint64) {
 		b := s.Backends[i]
 		st := b.state.Load()
@@ -367,10 +376,10 @@ type Reservation struct {
 	pred   int64
 }
 
-func (r *Reservation) arm(b *Backend, novel, before uint64, pred time.Duration) {
+func (r *Reservation) arm(b *Backend, novel, before uint64, pred time.Duration, at int64) {
 	r.b = b
 	r.novel = novel
-	r.at = monoNow()
+	r.at = at
 	r.before = before
 	r.pred = int64(pred)
 	r.done.Store(0)
@@ -388,13 +397,17 @@ func (r *Reservation) ReleasePrefill() {
 
 // ReleaseActive releases the active-request unit, and the prefill load if
 // headers never came.
-func (r *Reservation) ReleaseActive() {
+func (r *Reservation) ReleaseActive() { r.ReleaseActiveAt(time.Time{}) }
+
+// ReleaseActiveAt is ReleaseActive at instant t (zero: now), which the
+// backend's service time is learned from.
+func (r *Reservation) ReleaseActiveAt(t time.Time) {
 	r.ReleasePrefill()
 	if r.b != nil {
 		if old := r.done.Or(2); old&2 == 0 {
 			r.b.state.Add(^uint64(activeUnit - 1))
 			if old&4 != 0 {
-				r.b.model.observeService(monoNow() - r.at)
+				r.b.model.observeService(monoAt(t) - r.at)
 			}
 		}
 	}
@@ -410,6 +423,6 @@ func (s *Scheduler) ReserveOn(b *Backend, novel int, res *Reservation) bool {
 		return false
 	}
 	before := b.state.Add(activeUnit+uint64(novel)) - activeUnit - uint64(novel)
-	res.arm(b, uint64(novel), before, 0)
+	res.arm(b, uint64(novel), before, 0, monoNow())
 	return true
 }

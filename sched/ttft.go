@@ -65,6 +65,14 @@ var monoEpoch = time.Now()
 // monoNow is monotonic nanoseconds since the process started.
 func monoNow() int64 { return int64(time.Since(monoEpoch)) }
 
+// monoAt is t on monoNow's scale; zero t is now.
+func monoAt(t time.Time) int64 {
+	if t.IsZero() {
+		return monoNow()
+	}
+	return int64(t.Sub(monoEpoch))
+}
+
 // ttftState is the scheduler's part of the ttft policy.
 type ttftState struct {
 	eps       float64
@@ -226,11 +234,14 @@ func (m *predictor) cap() int32 {
 // the backend has prefilled. The first call per reservation teaches the
 // backend's model; later calls do nothing, so the edge may call it on
 // every body read.
-func (r *Reservation) FirstByte() {
+func (r *Reservation) FirstByte() { r.FirstByteAt(time.Time{}) }
+
+// FirstByteAt is FirstByte at instant t (zero: now).
+func (r *Reservation) FirstByteAt(t time.Time) {
 	if r.b == nil || r.done.Load()&4 != 0 || r.done.Or(4)&4 != 0 {
 		return
 	}
-	r.b.model.observe(r, monoNow()-r.at)
+	r.b.model.observe(r, monoAt(t)-r.at)
 }
 
 // observe learns from one answer that took ttft ns to its first byte.
