@@ -327,5 +327,6 @@ func (a backendAddr) key() string {
 	return a.url + "|" + a.authority + "#" + strings.Join(a.models, ",")
 }
 
-// name is the backend's metrics label: host:port.
-func (a backendAddr) name() string { return a.host }
+// name is the backend's metrics label: host:port, and the path prefix
+// when the backend has one (two engines behind one gateway stay apart).
+func (a backendAddr) name() string { return a.host + a.prefix }
