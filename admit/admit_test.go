@@ -594,7 +594,9 @@ func TestPriorityParsing(t *testing.T) {
 		{"high", "", High}, {"HIGH", "5", High}, {"Low", "-3", Low}, {"normal", "-1", Normal},
 		{"", "-1", High}, {"", "0", Normal}, {"", "7", Low}, {"urgent", "-2", High},
 		{"", "1.5", Normal}, {"", "\"high\"", Normal}, {"", "", Normal}, {"", "-", Normal},
-		{"", "007", Normal}, {"", "-9999999", High},
+		{"", "007", Normal}, {"", "-9999999", High}, {"", "-0", Normal}, {"", "1e2", Normal},
+		{"", "-123456789012345678901234567890", High}, {"", "123456789012345678901234567890", Low},
+		{"", "2-", Normal}, {"low", "", Low},
 	} {
 		if got := ClassOf([]byte(c.header), []byte(c.body)); got != c.want {
 			t.Errorf("ClassOf(%q, %q) = %v, want %v", c.header, c.body, got, c.want)
