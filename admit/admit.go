@@ -546,11 +546,16 @@ func (a *Admitter) binds(t *Ticket) bool {
 	return false
 }
 
+// holderWaitOf is t's holder wait, at most half the queue timeout: a
+// request whose holders stay full then still has the rest of its wait to
+// be granted any backend, instead of being shed with other backends
+// freeing slots meanwhile.
 func (a *Admitter) holderWaitOf(t *Ticket) int64 {
+	w := a.holderWait
 	if t.HolderWait > 0 {
-		return int64(t.HolderWait)
+		w = int64(t.HolderWait)
 	}
-	return a.holderWait
+	return min(w, a.timeout/2)
 }
 
 func intersects(x, y *chain.Set) bool {

@@ -487,6 +487,53 @@ func TestHolderWait(t *testing.T) {
 	}
 }
 
+// A holder wait as long as the queue timeout would shed the request at
+// its deadline while another backend freed a slot meanwhile: the holder
+// wait ends at half the timeout.
+func TestHolderWaitEndsBeforeTimeout(t *testing.T) {
+	r := newRig(t, Config{Backends: fleet(2), MaxInflight: 1, QueueSize: 4, QueueTimeout: 50 * time.Millisecond, HolderWait: 250 * time.Millisecond})
+	h0, h1 := r.ticket(Normal, "", 0), r.ticket(Normal, "", 1)
+	r.hold(t, h0, 0)
+	r.hold(t, h1, 1)
+	f := r.ticket(Normal, "", 0, 1)
+	f.Preferred = setOf(0)
+	if r.a.Admit(f) != Queued {
+		t.Fatal("not queued")
+	}
+	// Backend 1 frees while f still waits for its holder, 0.
+	r.clk.advance(10 * time.Millisecond)
+	r.a.Done(h1)
+	if f.State() != Waiting || r.a.Inflight(1) != 0 {
+		t.Fatalf("state %d, inflight on 1: %d", f.State(), r.a.Inflight(1))
+	}
+	r.clk.advance(15*time.Millisecond - 1)
+	r.a.Sweep()
+	if f.State() != Waiting {
+		t.Fatal("gave up on the holder before half the timeout")
+	}
+	r.clk.advance(1)
+	r.a.Sweep()
+	if got := r.w.take(); len(got) != 1 || f.State() != Granted || f.Backend() != 1 {
+		t.Fatalf("at half the timeout: state %d backend %d", f.State(), f.Backend())
+	}
+	// A ticket's own longer holder wait is bounded the same way; f now
+	// holds 1, h0 holds 0.
+	g := r.ticket(Normal, "", 0, 1)
+	g.Preferred, g.HolderWait = setOf(0), time.Minute
+	if r.a.Admit(g) != Queued {
+		t.Fatal("not queued")
+	}
+	r.clk.advance(25 * time.Millisecond)
+	r.a.Sweep()
+	if g.State() != Waiting {
+		t.Fatalf("state %d", g.State())
+	}
+	r.a.Done(f)
+	if g.State() != Granted || g.Backend() != 1 {
+		t.Fatalf("after its holder wait, a slot on 1: state %d backend %d", g.State(), g.Backend())
+	}
+}
+
 func TestHolderWaitFullQueueGoesElsewhere(t *testing.T) {
 	r := newRig(t, Config{Backends: fleet(2), MaxInflight: 1, QueueSize: 0, HolderWait: time.Second})
 	r.hold(t, r.ticket(Normal, "", 0), 0)
