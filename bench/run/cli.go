@@ -48,7 +48,6 @@ type Spec struct {
 // ScenarioPolicy is the policy a scenario runs unless --policies names one.
 const ScenarioPolicy = "kvca-cost"
 
-
 // env names the KVCA_BENCH_<NAME> variable of a flag, apart from kvca
 // serve's KVCA_<NAME>.
 func env(name string) []string {
