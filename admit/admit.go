@@ -852,26 +852,41 @@ func (a *Admitter) newFlow(key uint64) *flow {
 // it is taken from. Strict priority across classes, except that a class
 // passed over StarvationLimit times in a row while it waited is served
 // next (the lowest such class first); within a class, by fair queuing
-// across tenants (classQueue).
+// across tenants (classQueue.find). A waiter holding out for the holders
+// of its prefix never lets a lower class take a slot it could use: it
+// takes the slot, its holder wait ended.
 func (a *Admitter) pick(b int) *Ticket {
 	if !a.healthy(b) {
 		return nil
 	}
 	for c := Class(NumClasses - 1); c > High; c-- {
 		if a.passed[c] >= a.k && a.q[c].n > 0 {
-			if t := a.q[c].pick(b); t != nil {
-				a.served(c)
-				return t
+			if t, _ := a.q[c].find(b); t != nil {
+				return a.book(c, t, b)
 			}
 		}
 	}
+	var held *Ticket
+	heldClass := High
 	for c := High; c < NumClasses; c++ {
-		if t := a.q[c].pick(b); t != nil {
-			a.served(c)
-			return t
+		t, h := a.q[c].find(b)
+		if t != nil {
+			if held != nil {
+				return a.book(heldClass, held, b)
+			}
+			return a.book(c, t, b)
+		}
+		if held == nil && h != nil {
+			held, heldClass = h, c
 		}
 	}
 	return nil
+}
+
+func (a *Admitter) book(c Class, t *Ticket, b int) *Ticket {
+	t = a.q[c].take(t, b, a.now()-t.enq >= a.timeout/2)
+	a.served(c)
+	return t
 }
 
 func (a *Admitter) served(g Class) {

@@ -534,6 +534,111 @@ func TestHolderWaitEndsBeforeTimeout(t *testing.T) {
 	}
 }
 
+// A follow-up waiting for the holder of its prefix lets its own tenant's
+// later requests of its class take a slot on another backend, and nobody
+// else: a lower class or another tenant would overtake it, so it takes
+// that slot itself, its holder wait over.
+func TestHolderWaitOvertakenOnlyByItsOwnTenant(t *testing.T) {
+	for _, c := range []struct {
+		name          string
+		other         Class
+		tenant        string
+		holderGranted bool // the bound waiter takes backend 1, not the other
+	}{
+		{"lower class", Low, "b", true},
+		{"other tenant", Normal, "b", true},
+		{"own tenant", Normal, "a", false},
+		{"higher class", High, "b", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			r := newRig(t, Config{Backends: fleet(2), MaxInflight: 1, QueueSize: 8, HolderWait: time.Second})
+			h1 := r.ticket(Normal, "", 1)
+			r.hold(t, r.ticket(Normal, "", 0), 0)
+			r.hold(t, h1, 1)
+			f := r.ticket(Normal, "a", 0, 1)
+			f.Preferred = setOf(0)
+			o := r.ticket(c.other, c.tenant, 0, 1)
+			if r.a.Admit(f) != Queued || r.a.Admit(o) != Queued {
+				t.Fatal("not queued")
+			}
+			r.a.Done(h1)
+			if got := r.w.take(); len(got) != 1 {
+				t.Fatalf("%d wakes", len(got))
+			}
+			winner, loser := o, f
+			if c.holderGranted {
+				winner, loser = f, o
+			}
+			if winner.State() != Granted || winner.Backend() != 1 || loser.State() != Waiting {
+				t.Fatalf("winner state %d backend %d, loser state %d", winner.State(), winner.Backend(), loser.State())
+			}
+		})
+	}
+}
+
+// Alone in the queue, a follow-up keeps waiting for its holder while
+// another backend frees: nobody would take its place.
+func TestHolderWaitAloneKeepsWaiting(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, Config{Backends: fleet(2), MaxInflight: 1, QueueSize: 8, HolderWait: time.Second})
+	h1 := r.ticket(High, "", 1)
+	r.hold(t, r.ticket(Normal, "", 0), 0)
+	r.hold(t, h1, 1)
+	f := r.ticket(High, "a", 0, 1)
+	f.Preferred = setOf(0)
+	if r.a.Admit(f) != Queued {
+		t.Fatal("not queued")
+	}
+	r.a.Done(h1)
+	if f.State() != Waiting || r.a.Inflight(1) != 0 || len(r.w.take()) != 0 {
+		t.Fatalf("state %d, inflight on 1: %d", f.State(), r.a.Inflight(1))
+	}
+}
+
+// A tenant's requests are served in arrival order until its oldest has
+// waited half the queue timeout; from then on its newest goes first, in
+// the oldest's turn, and the oldest are shed at their timeout.
+func TestStaleTenantServesNewestFirst(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, Config{Backends: fleet(1), MaxInflight: 1, QueueSize: 8, QueueTimeout: 100 * time.Millisecond})
+	cur := r.ticket(Normal, "", 0)
+	r.hold(t, cur, 0)
+	var ts []*Ticket
+	for i := 0; i < 4; i++ {
+		tk := r.ticket(Normal, "a", 0)
+		if r.a.Admit(tk) != Queued {
+			t.Fatal("not queued")
+		}
+		ts = append(ts, tk)
+		r.clk.advance(10 * time.Millisecond)
+	}
+	// t=40ms: the oldest has waited 40ms, under half the timeout.
+	next := func(want *Ticket) {
+		t.Helper()
+		r.a.Done(cur)
+		if got := r.w.take(); len(got) != 1 || got[0] != want || want.State() != Granted {
+			t.Fatalf("granted %v, want ticket %p", got, want)
+		}
+		cur = want
+	}
+	next(ts[0])
+	r.clk.advance(20 * time.Millisecond) // t=60ms: ts[1] waited 50ms
+	next(ts[3])
+	next(ts[2])
+	// Another tenant still gets its turn between: fairness is kept.
+	b := r.ticket(Normal, "b", 0)
+	if r.a.Admit(b) != Queued {
+		t.Fatal("not queued")
+	}
+	next(b)
+	r.clk.advance(50 * time.Millisecond) // t=110ms: ts[1] has timed out
+	r.a.Sweep()
+	if got := r.w.take(); len(got) != 1 || got[0] != ts[1] || ts[1].State() != Dropped || ts[1].Reason() != ReasonTimeout {
+		t.Fatalf("woken %v, state %d", got, ts[1].State())
+	}
+}
+
 func TestHolderWaitFullQueueGoesElsewhere(t *testing.T) {
 	r := newRig(t, Config{Backends: fleet(2), MaxInflight: 1, QueueSize: 0, HolderWait: time.Second})
 	r.hold(t, r.ticket(Normal, "", 0), 0)

@@ -116,7 +116,11 @@ type ScenarioRun struct {
 	// second in the steady window (the last three quarters of the span of
 	// conversation starts, once every conversation length is under way).
 	Offered, Goodput float64
-	Requests         int
+	// MeanE2E is the mean end-to-end latency of the requests completed in
+	// the window: in an unloaded run, the service time as the client
+	// sees it (relays included).
+	MeanE2E  time.Duration
+	Requests int
 	// Groups are the TTFT and outcomes of the requests arriving in the
 	// window: "all", then per class and per tenant group as the scenario
 	// has them.
@@ -254,6 +258,7 @@ func summarize(name string, load float64, w *workload.Workload, res *Result, lo,
 	sr := ScenarioRun{Name: name, Load: load, Requests: len(w.Requests), Errors: map[string]int{}, res: res}
 	start := res.start
 	arrived, completed := 0, 0
+	var e2e time.Duration
 	groups := map[string][]int{}
 	var order []string
 	add := func(g string, i int) {
@@ -271,6 +276,7 @@ func summarize(name string, load float64, w *workload.Workload, res *Result, lo,
 		if o.err == nil && !o.sent.IsZero() {
 			if end := o.sent.Add(o.e2e).Sub(start); end >= lo && end < hi {
 				completed++
+				e2e += o.e2e
 			}
 		}
 		if r.At < lo || r.At >= hi {
@@ -293,6 +299,9 @@ func summarize(name string, load float64, w *workload.Workload, res *Result, lo,
 	}
 	secs := (hi - lo).Seconds()
 	sr.Offered, sr.Goodput = float64(arrived)/secs, float64(completed)/secs
+	if completed > 0 {
+		sr.MeanE2E = e2e / time.Duration(completed)
+	}
 	for _, g := range order {
 		var ttft []time.Duration
 		gr := Group{Name: g, Sent: len(groups[g])}
@@ -417,6 +426,11 @@ func (rep *ScenarioReport) WriteText(w io.Writer) {
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "measured over arrivals (TTFT) and completions (goodput) in the last three quarters of the span of conversation starts")
+	if ref := rep.Runs[0]; ref.Name == "unloaded" && ref.MeanE2E > 0 && len(rep.Runs) > 1 {
+		measured := float64(c.Engines*c.MaxSeqs) / ref.MeanE2E.Seconds()
+		fmt.Fprintf(w, "unloaded mean end-to-end %s: at that service time the capacity is %.1f req/s, and the %s run's goodput %.1f%% of it\n",
+			fmtDur(ref.MeanE2E), measured, rep.Runs[1].Name, 100*rep.Runs[1].Goodput/measured)
+	}
 	for _, r := range rep.Runs {
 		keys := make([]string, 0, len(r.Errors))
 		total := 0
