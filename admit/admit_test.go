@@ -639,6 +639,29 @@ func TestStaleTenantServesNewestFirst(t *testing.T) {
 	}
 }
 
+// In a tenant's turn, a slot goes to the tenant's request whose prefix
+// the freed backend holds, before its older ones that could go anywhere.
+func TestTurnGoesToTheHolderOfThePrefix(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, Config{Backends: fleet(2), MaxInflight: 1, QueueSize: 8})
+	h0, h1 := r.ticket(Normal, "", 0), r.ticket(Normal, "", 1)
+	r.hold(t, h0, 0)
+	r.hold(t, h1, 1)
+	x, y := r.ticket(Normal, "a", 0, 1), r.ticket(Normal, "a", 0, 1)
+	y.Preferred = setOf(1) // no holder wait: y may go anywhere
+	if r.a.Admit(x) != Queued || r.a.Admit(y) != Queued {
+		t.Fatal("not queued")
+	}
+	r.a.Done(h1)
+	if y.State() != Granted || y.Backend() != 1 || x.State() != Waiting {
+		t.Fatalf("y state %d backend %d, x state %d", y.State(), y.Backend(), x.State())
+	}
+	r.a.Done(h0)
+	if x.State() != Granted || x.Backend() != 0 {
+		t.Fatalf("x state %d backend %d", x.State(), x.Backend())
+	}
+}
+
 func TestHolderWaitFullQueueGoesElsewhere(t *testing.T) {
 	r := newRig(t, Config{Backends: fleet(2), MaxInflight: 1, QueueSize: 0, HolderWait: time.Second})
 	r.hold(t, r.ticket(Normal, "", 0), 0)

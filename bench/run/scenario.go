@@ -116,6 +116,8 @@ type ScenarioRun struct {
 	// second in the steady window (the last three quarters of the span of
 	// conversation starts, once every conversation length is under way).
 	Offered, Goodput float64
+	// HitRate is the engines' prefix-cache hit rate over the run.
+	HitRate float64
 	// MeanE2E is the mean end-to-end latency of the requests completed in
 	// the window: in an unloaded run, the service time as the client
 	// sees it (relays included).
@@ -255,7 +257,7 @@ func RunScenario(ctx context.Context, spec Spec, sc Scenario, factory ProxyFacto
 
 // summarize measures a run in the steady window [lo, hi) of arrival times.
 func summarize(name string, load float64, w *workload.Workload, res *Result, lo, hi time.Duration) ScenarioRun {
-	sr := ScenarioRun{Name: name, Load: load, Requests: len(w.Requests), Errors: map[string]int{}, res: res}
+	sr := ScenarioRun{Name: name, Load: load, Requests: len(w.Requests), Errors: map[string]int{}, HitRate: res.HitRate, res: res}
 	start := res.start
 	arrived, completed := 0, 0
 	var e2e time.Duration
@@ -295,6 +297,16 @@ func summarize(name string, load float64, w *workload.Workload, res *Result, lo,
 				g = "flooder"
 			}
 			add(g, i)
+		}
+		// Where the answer says what the engine found cached: whether
+		// it found the shared prefix, or recomputed it (a conversation
+		// sent away from the engine holding it, or a cold first turn).
+		if o := &res.outcomes[i]; o.err == nil && o.cached >= 0 && r.PrefixTokens > 0 {
+			if o.cached >= r.PrefixTokens/2 {
+				add("prefix cached", i)
+			} else {
+				add("prefix recomputed", i)
+			}
 		}
 	}
 	secs := (hi - lo).Seconds()
@@ -411,21 +423,23 @@ func (rep *ScenarioReport) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "capacity = %d engines × %d seqs / mean service %s (prefill %s + decode) = %.1f req/s; prefill lanes saturate at %.1f req/s\n",
 		c.Engines, c.MaxSeqs, fmtDur(c.MeanService), fmtDur(c.MeanPrefill), c.PerSecond, c.PrefillBound)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "run\tgroup\tload\toffered/s\tgoodput/s\tof capacity\tsent\tok\tTTFT p50\tp99\t")
+	fmt.Fprintln(tw, "run\tgroup\tload\toffered/s\tgoodput/s\tof capacity\thit rate\tsent\tok\tTTFT p50\tp99\t")
 	for _, r := range rep.Runs {
 		for i, g := range r.Groups {
-			load, off, good, of := "", "", "", ""
+			load, off, good, of, hit := "", "", "", "", ""
 			if i == 0 {
 				load = fmt.Sprintf("%.2f×", r.Load)
 				off = fmt.Sprintf("%.1f", r.Offered)
 				good = fmt.Sprintf("%.1f", r.Goodput)
 				of = fmt.Sprintf("%.1f%%", 100*r.Goodput/c.PerSecond)
+				hit = fmt.Sprintf("%.1f%%", 100*r.HitRate)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t\n", r.Name, g.Name, load, off, good, of, g.Sent, g.OK, fmtDur(g.TTFTp50), fmtDur(g.TTFTp99))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t\n", r.Name, g.Name, load, off, good, of, hit, g.Sent, g.OK, fmtDur(g.TTFTp50), fmtDur(g.TTFTp99))
 		}
 	}
 	tw.Flush()
-	fmt.Fprintln(w, "measured over arrivals (TTFT) and completions (goodput) in the last three quarters of the span of conversation starts")
+	fmt.Fprintln(w, "measured over arrivals (TTFT) and completions (goodput) in the last three quarters of the span of conversation starts;")
+	fmt.Fprintln(w, "prefix cached / recomputed: the answered requests whose engine found at least half their shared system prompt cached, and the others")
 	if ref := rep.Runs[0]; ref.Name == "unloaded" && ref.MeanE2E > 0 && len(rep.Runs) > 1 {
 		measured := float64(c.Engines*c.MaxSeqs) / ref.MeanE2E.Seconds()
 		fmt.Fprintf(w, "unloaded mean end-to-end %s: at that service time the capacity is %.1f req/s, and the %s run's goodput %.1f%% of it\n",
