@@ -639,26 +639,35 @@ func TestStaleTenantServesNewestFirst(t *testing.T) {
 	}
 }
 
-// In a tenant's turn, a slot goes to the tenant's request whose prefix
-// the freed backend holds, before its older ones that could go anywhere.
-func TestTurnGoesToTheHolderOfThePrefix(t *testing.T) {
+// Once a tenant is stale, a backend's slot goes first to its newest
+// request waiting for that backend as the holder of its prefix, then to
+// its newest that can go anywhere.
+func TestStaleTenantServesHolderWaitersFirst(t *testing.T) {
 	t.Parallel()
-	r := newRig(t, Config{Backends: fleet(2), MaxInflight: 1, QueueSize: 8})
+	r := newRig(t, Config{Backends: fleet(2), MaxInflight: 1, QueueSize: 8, QueueTimeout: 100 * time.Millisecond, HolderWait: time.Second})
 	h0, h1 := r.ticket(Normal, "", 0), r.ticket(Normal, "", 1)
 	r.hold(t, h0, 0)
 	r.hold(t, h1, 1)
-	x, y := r.ticket(Normal, "a", 0, 1), r.ticket(Normal, "a", 0, 1)
-	y.Preferred = setOf(1) // no holder wait: y may go anywhere
-	if r.a.Admit(x) != Queued || r.a.Admit(y) != Queued {
+	x, y, z := r.ticket(Normal, "a", 0, 1), r.ticket(Normal, "a", 0, 1), r.ticket(Normal, "a", 0, 1)
+	y.Preferred = setOf(1)
+	if r.a.Admit(x) != Queued {
+		t.Fatal("not queued")
+	}
+	r.clk.advance(50 * time.Millisecond) // x is stale
+	if r.a.Admit(y) != Queued {
+		t.Fatal("not queued")
+	}
+	r.clk.advance(5 * time.Millisecond)
+	if r.a.Admit(z) != Queued {
 		t.Fatal("not queued")
 	}
 	r.a.Done(h1)
-	if y.State() != Granted || y.Backend() != 1 || x.State() != Waiting {
-		t.Fatalf("y state %d backend %d, x state %d", y.State(), y.Backend(), x.State())
+	if y.State() != Granted || y.Backend() != 1 || x.State() != Waiting || z.State() != Waiting {
+		t.Fatalf("y state %d backend %d", y.State(), y.Backend())
 	}
 	r.a.Done(h0)
-	if x.State() != Granted || x.Backend() != 0 {
-		t.Fatalf("x state %d backend %d", x.State(), x.Backend())
+	if z.State() != Granted || z.Backend() != 0 || x.State() != Waiting {
+		t.Fatalf("z state %d backend %d, x state %d", z.State(), z.Backend(), x.State())
 	}
 }
 

@@ -126,39 +126,32 @@ func before(x, y *Ticket) bool {
 }
 
 // take books the grant of b at the turn of t (find's choice) and returns
-// the waiter served in that turn, one of t's tenant's: the first of them
-// (from t on) that b holds the prefix of, else t. When t is stale (it has
-// waited half the queue timeout) they are looked at newest first: a
-// tenant whose oldest request has waited that long sends more than it is
-// served, so its older requests would reach the client late or time out
-// anyway, and serving the newest keeps the wait of what is admitted short
-// while the oldest are shed at their timeout. The tags between move down
-// one place, so the tenant's turns stay those of its waiters before, one
-// fewer.
+// the waiter served in that turn, one of t's tenant's: t, unless t is
+// stale (it has waited half the queue timeout). A tenant whose oldest
+// request has waited that long sends more than it is served, so its older
+// requests would reach the client late or time out anyway: its newest
+// waiter still waiting for b as the holder of its prefix (within its
+// holder wait) is served instead, else its newest that can use b, and the
+// oldest are shed at their timeout. The tags between move down one place,
+// so the tenant's turns stay those of its waiters before, one fewer.
 func (q *classQueue) take(t *Ticket, b int, stale bool) *Ticket {
 	q.vt = max(q.vt, t.vstart)
+	if !stale {
+		return t
+	}
 	var w, any *Ticket
-	if stale {
-		for x := t.flow.tail; ; x = x.fprev {
-			if x.usable(b) {
-				if x.Preferred.Has(b) {
-					w = x
-					break
-				}
-				if any == nil {
-					any = x
-				}
-			}
-			if x == t {
+	for x := t.flow.tail; ; x = x.fprev {
+		if x.usable(b) {
+			if x.bound {
+				w = x // bound and usable: b holds its prefix
 				break
+			}
+			if any == nil {
+				any = x
 			}
 		}
-	} else {
-		for x := t; x != nil; x = x.fnext {
-			if x.usable(b) && x.Preferred.Has(b) {
-				w = x
-				break
-			}
+		if x == t {
+			break
 		}
 	}
 	if w == nil {

@@ -298,15 +298,10 @@ func summarize(name string, load float64, w *workload.Workload, res *Result, lo,
 			}
 			add(g, i)
 		}
-		// Where the answer says what the engine found cached: whether
-		// it found the shared prefix, or recomputed it (a conversation
-		// sent away from the engine holding it, or a cold first turn).
-		if o := &res.outcomes[i]; o.err == nil && o.cached >= 0 && r.PrefixTokens > 0 {
-			if o.cached >= r.PrefixTokens/2 {
-				add("prefix cached", i)
-			} else {
-				add("prefix recomputed", i)
-			}
+		if r.Turn == 0 {
+			add("first turns", i)
+		} else {
+			add("follow-ups", i)
 		}
 	}
 	secs := (hi - lo).Seconds()
@@ -438,8 +433,7 @@ func (rep *ScenarioReport) WriteText(w io.Writer) {
 		}
 	}
 	tw.Flush()
-	fmt.Fprintln(w, "measured over arrivals (TTFT) and completions (goodput) in the last three quarters of the span of conversation starts;")
-	fmt.Fprintln(w, "prefix cached / recomputed: the answered requests whose engine found at least half their shared system prompt cached, and the others")
+	fmt.Fprintln(w, "measured over arrivals (TTFT) and completions (goodput) in the last three quarters of the span of conversation starts")
 	if ref := rep.Runs[0]; ref.Name == "unloaded" && ref.MeanE2E > 0 && len(rep.Runs) > 1 {
 		measured := float64(c.Engines*c.MaxSeqs) / ref.MeanE2E.Seconds()
 		fmt.Fprintf(w, "unloaded mean end-to-end %s: at that service time the capacity is %.1f req/s, and the %s run's goodput %.1f%% of it\n",

@@ -99,6 +99,7 @@ func TestSummarize(t *testing.T) {
 		{Name: "all", Sent: 4, OK: 3, TTFTp50: 30 * ms, TTFTp99: 40 * ms},
 		{Name: "class normal", Sent: 4, OK: 3, TTFTp50: 30 * ms, TTFTp99: 40 * ms},
 		{Name: "normal tenants", Sent: 2, OK: 2, TTFTp50: 10 * ms, TTFTp99: 30 * ms},
+		{Name: "first turns", Sent: 4, OK: 3, TTFTp50: 30 * ms, TTFTp99: 40 * ms},
 		{Name: "flooder", Sent: 2, OK: 1, TTFTp50: 40 * ms, TTFTp99: 40 * ms},
 	}
 	if len(sr.Groups) != len(want) {
