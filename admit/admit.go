@@ -575,11 +575,16 @@ func (a *Admitter) binds(t *Ticket) bool {
 	return false
 }
 
+// holderWaitOf is t's holder wait, at most half the queue timeout: a
+// request whose holders stay full then still has the rest of its wait to
+// be granted any backend, instead of being shed with other backends
+// freeing slots meanwhile.
 func (a *Admitter) holderWaitOf(t *Ticket) int64 {
+	w := a.holderWait
 	if t.HolderWait > 0 {
-		return int64(t.HolderWait)
+		w = int64(t.HolderWait)
 	}
-	return a.holderWait
+	return min(w, a.timeout/2)
 }
 
 func intersects(x, y *chain.Set) bool {
@@ -876,26 +881,41 @@ func (a *Admitter) newFlow(key uint64) *flow {
 // it is taken from. Strict priority across classes, except that a class
 // passed over StarvationLimit times in a row while it waited is served
 // next (the lowest such class first); within a class, by fair queuing
-// across tenants (classQueue).
+// across tenants (classQueue.find). A waiter holding out for the holders
+// of its prefix never lets a lower class take a slot it could use: it
+// takes the slot, its holder wait ended.
 func (a *Admitter) pick(b int) *Ticket {
 	if !a.healthy(b) {
 		return nil
 	}
 	for c := Class(NumClasses - 1); c > High; c-- {
 		if a.passed[c] >= a.k && a.q[c].n > 0 {
-			if t := a.q[c].pick(b); t != nil {
-				a.served(c)
-				return t
+			if t, _ := a.q[c].find(b); t != nil {
+				return a.book(c, t, b)
 			}
 		}
 	}
+	var held *Ticket
+	heldClass := High
 	for c := High; c < NumClasses; c++ {
-		if t := a.q[c].pick(b); t != nil {
-			a.served(c)
-			return t
+		t, h := a.q[c].find(b)
+		if t != nil {
+			if held != nil {
+				return a.book(heldClass, held, b)
+			}
+			return a.book(c, t, b)
+		}
+		if held == nil && h != nil {
+			held, heldClass = h, c
 		}
 	}
 	return nil
+}
+
+func (a *Admitter) book(c Class, t *Ticket, b int) *Ticket {
+	t = a.q[c].take(t, b, a.now()-t.enq >= a.timeout/2)
+	a.served(c)
+	return t
 }
 
 func (a *Admitter) served(g Class) {

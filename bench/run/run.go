@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -278,7 +279,8 @@ loop:
 		return nil, err
 	}
 
-	res := &Result{Policy: policy, Requests: n, Delayed: int(delayed.Load()), Wall: end.Sub(start), Load: load, Predicted: -1}
+	res := &Result{Policy: policy, Requests: n, Delayed: int(delayed.Load()), Wall: end.Sub(start), Load: load, Predicted: -1,
+		start: start, outcomes: outcomes}
 	if pr, ok := proxy.(Predictor); ok {
 		if v, ok := pr.Predicted(); ok {
 			res.Predicted = v
@@ -413,3 +415,5 @@ func continuation(ctx context.Context, r *workload.Request, outcomes []outcome, 
 	body = append(body, `",`...)
 	return append(body, bytes.TrimPrefix(bytes.TrimSpace(r.Body), []byte("{"))...), due, nil
 }
+
+func writeFile(name string, b []byte) error { return os.WriteFile(name, b, 0o644) }

@@ -38,6 +38,12 @@ func (p *testProxy) Close() error { return p.srv.Close() }
 type targetKey struct{}
 
 func newTestProxy(listen, policy string, backends []string) (*testProxy, error) {
+	return newTestProxySeeing(listen, policy, backends, nil)
+}
+
+// newTestProxySeeing is newTestProxy calling see (if not nil) with every
+// request it receives.
+func newTestProxySeeing(listen, policy string, backends []string, see func(*http.Request)) (*testProxy, error) {
 	targets := make([]*url.URL, len(backends))
 	for i, b := range backends {
 		u, err := url.Parse(b)
@@ -54,6 +60,9 @@ func newTestProxy(listen, policy string, backends []string) (*testProxy, error) 
 		},
 	}
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if see != nil {
+			see(r)
+		}
 		body, _ := io.ReadAll(r.Body)
 		i := int(next.Add(1)) % len(targets)
 		if policy == "sticky" {
