@@ -527,7 +527,7 @@ func (c *cliConn) admission() {
 		return
 	}
 	tk, b := &c.c.tk, c.buf
-	tk.Class = admit.ClassOf(c.h.Get(b, "x-kvca-priority"), nil)
+	tk.Class = admit.ClassOf(c.h.Get(b, "x-kvca-priority"), c.c.info.Priority)
 	if t := c.c.tenant; t != nil {
 		tk.Tenant = s.adm.TenantKey([]byte(t.Name)) // the API key's tenant
 	} else {

@@ -114,7 +114,7 @@ func (s *Server) putCall(c *call) {
 	c.status, c.ttfb, c.ttft, c.attempt, c.inBytes, c.out, c.outcome = 0, 0, 0, 0, 0, 0, outCompleted
 	c.routed = false
 	c.model, c.path, c.client = c.model[:0], c.path[:0], c.client[:0]
-	c.info = canon.Info{Model: c.info.Model[:0], PreviousResponseID: c.info.PreviousResponseID[:0]} // buffers kept
+	c.info = canon.Info{Model: c.info.Model[:0], PreviousResponseID: c.info.PreviousResponseID[:0], Priority: c.info.Priority[:0]} // buffers kept
 	c.session, c.idBound = 0, false
 	c.req = sched.Request{}
 	c.tk.Class, c.tk.Tenant, c.tk.HolderWait, c.tk.Wake, c.tk.Owner = 0, 0, 0, nil, nil
