@@ -313,7 +313,7 @@ type Reservation struct {
 func (r *Reservation) arm(b *Backend, novel, before uint64, pred time.Duration) {
 	r.b = b
 	r.novel = novel
-	r.at = monoNow()
+	r.at = b.model.now()
 	r.before = before
 	r.pred = int64(pred)
 	r.done.Store(0)
@@ -337,7 +337,7 @@ func (r *Reservation) ReleaseActive() {
 		if old := r.done.Or(2); old&2 == 0 {
 			r.b.state.Add(^uint64(activeUnit - 1))
 			if old&4 != 0 {
-				r.b.model.observeService(monoNow() - r.at)
+				r.b.model.observeService(r.b.model.now() - r.at)
 			}
 		}
 	}

@@ -111,6 +111,17 @@ type predictor struct {
 	resident atomic.Uint64
 
 	mRatio *metrics.Histogram
+	// clock replaces monoNow for this backend's reservations when set, so
+	// tests can give every answer an exact latency.
+	clock func() int64
+}
+
+// now is monoNow, or the test's clock.
+func (m *predictor) now() int64 {
+	if m.clock != nil {
+		return m.clock()
+	}
+	return monoNow()
 }
 
 func (s *Scheduler) initTTFT() {
@@ -198,7 +209,7 @@ func (r *Reservation) FirstByte() {
 	if r.b == nil || r.done.Load()&4 != 0 || r.done.Or(4)&4 != 0 {
 		return
 	}
-	r.b.model.observe(r, monoNow()-r.at)
+	r.b.model.observe(r, r.b.model.now()-r.at)
 }
 
 // observe learns from one answer that took ttft ns to its first byte.
