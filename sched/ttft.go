@@ -307,8 +307,8 @@ func (m *predictor) solve() {
 			blk = (m.smy - base*m.sm) / m.smm
 		}
 	default:
-		// A slope needs answers of different sizes: a spread of at least
-		// half a block (variance 1/4) before the block time moves.
+		// A slope needs answers of different sizes: a spread of more than
+		// half a block (variance over 1/4) before the block time moves.
 		den := m.sw*m.smm - m.sm*m.sm
 		if den > 0.25*m.sw*m.sw {
 			blk = (m.sw*m.smy - m.sm*m.sy) / den

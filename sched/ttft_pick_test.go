@@ -250,8 +250,9 @@ func TestTTFTZeroPrediction(t *testing.T) {
 // one request and its blocks.
 func TestTTFTConcurrentRoutesReserve(t *testing.T) {
 	t.Parallel()
-	s := newSched(t, 2, "ttft")
-	const goroutines, each = 4, 1000
+	// One backend: every route races for the same load word.
+	s := newSched(t, 1, "ttft")
+	const goroutines, each = 8, 2000
 	var wg sync.WaitGroup
 	held := make([][]*Reservation, goroutines)
 	start := make(chan struct{})
@@ -291,4 +292,29 @@ func TestTTFTConcurrentRoutesReserve(t *testing.T) {
 			t.Fatalf("backend %d keeps %x", b.Index, b.state.Load())
 		}
 	}
+}
+
+// TestTTFTUniqueBestKeepsTheTurns: a request with one best backend does
+// not advance the turns, so the next full tie starts where it would have.
+// Seventeen backends: their tie shares its counter with ties of one.
+func TestTTFTUniqueBestKeepsTheTurns(t *testing.T) {
+	t.Parallel()
+	s := newFixed(t, 17, "ttft")
+	prime(t, s, 0)
+	s.ttft.eps = -1
+	now := s.Table.Now()
+	for _, b := range s.Backends[1:] {
+		setResident(b, 1, now)
+	}
+	d, res := route(t, s, &Request{})
+	if d.Backend.Index != 0 {
+		t.Fatalf("the least resident is 0, got %d", d.Backend.Index)
+	}
+	res.ReleaseActive()
+	setResident(s.Backends[0], 1, now)
+	d, res = route(t, s, &Request{})
+	if d.Backend.Index != 1 {
+		t.Fatalf("the first turn of the tie went to %d, want 1", d.Backend.Index)
+	}
+	res.ReleaseActive()
 }
