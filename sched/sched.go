@@ -255,7 +255,7 @@ func (s *Scheduler) Route(r *Request, d *Decision, res *Reservation) bool {
 	if !(r.Pin && s.pickBound(r, d)) && !s.Policy.Pick(s, r, d) {
 		return false
 	}
-	res.arm(d.Backend, uint64(d.Novel), d.before, d.Predicted, monoAt(r.T))
+	res.arm(d.Backend, uint64(d.Novel), d.before, d.Predicted, r.T)
 	s.noteResident(d.Backend, r)
 	d.Backend.countRouted(len(r.Chain), d.Cached)
 	return true
@@ -376,10 +376,10 @@ type Reservation struct {
 	pred   int64
 }
 
-func (r *Reservation) arm(b *Backend, novel, before uint64, pred time.Duration, at int64) {
+func (r *Reservation) arm(b *Backend, novel, before uint64, pred time.Duration, t time.Time) {
 	r.b = b
 	r.novel = novel
-	r.at = at
+	r.at = b.model.at(t)
 	r.before = before
 	r.pred = int64(pred)
 	r.done.Store(0)
@@ -407,7 +407,7 @@ func (r *Reservation) ReleaseActiveAt(t time.Time) {
 		if old := r.done.Or(2); old&2 == 0 {
 			r.b.state.Add(^uint64(activeUnit - 1))
 			if old&4 != 0 {
-				r.b.model.observeService(monoAt(t) - r.at)
+				r.b.model.observeService(r.b.model.at(t) - r.at)
 			}
 		}
 	}
@@ -423,6 +423,6 @@ func (s *Scheduler) ReserveOn(b *Backend, novel int, res *Reservation) bool {
 		return false
 	}
 	before := b.state.Add(activeUnit+uint64(novel)) - activeUnit - uint64(novel)
-	res.arm(b, uint64(novel), before, 0, monoNow())
+	res.arm(b, uint64(novel), before, 0, time.Time{})
 	return true
 }

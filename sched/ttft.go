@@ -122,6 +122,18 @@ type predictor struct {
 
 	mRatio *metrics.Histogram
 	series string // the label set of b's series
+	// clock replaces the request's instant for this backend's
+	// reservations when set, so tests can give every answer an exact
+	// latency.
+	clock func() int64
+}
+
+// at is t on monoNow's scale (zero t: now), or the test's clock.
+func (m *predictor) at(t time.Time) int64 {
+	if m.clock != nil {
+		return m.clock()
+	}
+	return monoAt(t)
 }
 
 func (s *Scheduler) initTTFT() {
@@ -241,7 +253,7 @@ func (r *Reservation) FirstByteAt(t time.Time) {
 	if r.b == nil || r.done.Load()&4 != 0 || r.done.Or(4)&4 != 0 {
 		return
 	}
-	r.b.model.observe(r, monoAt(t)-r.at)
+	r.b.model.observe(r, r.b.model.at(t)-r.at)
 }
 
 // observe learns from one answer that took ttft ns to its first byte.
@@ -339,8 +351,8 @@ func (m *predictor) solve() {
 			blk = (m.smy - base*m.sm) / m.smm
 		}
 	default:
-		// A slope needs answers of different sizes: a spread of at least
-		// half a block (variance 1/4) before the block time moves.
+		// A slope needs answers of different sizes: a spread of more than
+		// half a block (variance over 1/4) before the block time moves.
 		den := m.sw*m.smm - m.sm*m.sm
 		if den > 0.25*m.sw*m.sw {
 			blk = (m.sw*m.smy - m.sm*m.sy) / den
