@@ -42,7 +42,7 @@ if [[ ! -x "$sim" ]]; then
 	if ! (cd "$src" && go build -o "$sim" ./cmd/llm-d-inference-sim); then
 		# A module proxy without github.com/llm-d/llm-d-router: build its
 		# required version from source instead.
-		ver=$(cd "$src" && go list -m -f '{{.Version}}' github.com/llm-d/llm-d-router)
+		ver=$(cd "$src" && go mod edit -print | awk '$1 == "github.com/llm-d/llm-d-router" { print $2 }')
 		echo "vllmsim: building against llm-d-router $ver from source" >&2
 		if [[ ! -d "$dir/router/.git" ]]; then
 			git clone --quiet "$router_repo" "$dir/router"
