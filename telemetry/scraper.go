@@ -299,14 +299,20 @@ func (s *Scraper) record(i int, now time.Time, rd Reading, status string, err er
 }
 
 // restartedBetween reports whether the engine restarted between two
-// readings: its start time moved forward, or a counter went backwards.
+// readings: its start time moved forward, or a counter went backwards or
+// vanished. A live process never drops a counter it exported, but one
+// that creates its labelled counters on first use (llm-d's vLLM
+// simulator, which exports no process_start_time_seconds either) exports
+// none of them again until its first request after a restart.
 func restartedBetween(prev, cur Reading) bool {
 	if prev.HasStartTime && cur.HasStartTime && cur.StartTime > prev.StartTime+0.001 {
 		return true
 	}
 	back := func(hp, hc bool, p, c float64) bool { return hp && hc && c < p }
+	gone := func(hp, exported bool) bool { return hp && !exported }
 	return back(prev.HasPrefix, cur.HasPrefix, prev.PrefixQueries, cur.PrefixQueries) ||
-		back(prev.HasPrompt, cur.HasPrompt, prev.PromptTokens, cur.PromptTokens)
+		back(prev.HasPrompt, cur.HasPrompt, prev.PromptTokens, cur.PromptTokens) ||
+		gone(prev.HasPrefix, cur.prefixExported) || gone(prev.HasPrompt, cur.promptExported)
 }
 
 // applyCapacity sets backend i's capacity in the table from the engine's

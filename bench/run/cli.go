@@ -88,6 +88,8 @@ func Flags() []cli.Flag {
 		&cli.GenericFlag{Name: "prefill-overhead", Value: cliflag.Duration(5 * time.Millisecond), Usage: "engine prefill cost per request (before time-scale)", EnvVars: env("prefill-overhead")},
 		&cli.GenericFlag{Name: "prefill-per-token", Value: cliflag.Duration(50 * time.Microsecond), Usage: "engine prefill cost per uncached token (before time-scale)", EnvVars: env("prefill-per-token")},
 		&cli.GenericFlag{Name: "decode-per-token", Value: cliflag.Duration(10 * time.Millisecond), Usage: "engine decode time per output token (before time-scale)", EnvVars: env("decode-per-token")},
+		&cli.StringFlag{Name: "engine-command", Usage: "run each engine as this `COMMAND` instead of a mock (split at spaces; " + PortPlaceholder + " becomes its port on 127.0.0.1, " + NamePlaceholder + " its name): any OpenAI-compatible server exporting vLLM's or SGLang's /metrics, e.g. an independent vLLM simulator; hit rate and load are read from its /metrics, its durations are its own (not scaled by --time-scale), --block-tokens should match its block size; the precise policy needs mocks", EnvVars: env("engine-command")},
+		&cli.StringFlag{Name: "engine-ready-path", Value: "/health", Usage: "with --engine-command: path polled until the engine answers 200", EnvVars: env("engine-ready-path")},
 
 		&cli.StringFlag{Name: "policies", Value: strings.Join(DefaultPolicies, ","), Usage: "comma-separated routing policies to compare", EnvVars: env("policies")},
 		&cli.IntFlag{Name: "max-in-flight", Value: 2048, Usage: "bound on concurrent requests (later arrivals wait)", EnvVars: env("max-in-flight")},
@@ -159,9 +161,11 @@ func SpecFromCLI(c *cli.Context) (Spec, error) {
 			PrefillOverhead: c.Duration("prefill-overhead"), PrefillPerToken: c.Duration("prefill-per-token"),
 			DecodePerToken: c.Duration("decode-per-token"), TimeScale: s.TimeScale,
 		},
-		Policies:    policies,
-		MaxInFlight: c.Int("max-in-flight"),
-		Timeout:     c.Duration("timeout"),
+		Policies:        policies,
+		MaxInFlight:     c.Int("max-in-flight"),
+		Timeout:         c.Duration("timeout"),
+		EngineCommand:   strings.Fields(c.String("engine-command")),
+		EngineReadyPath: c.String("engine-ready-path"),
 	}
 	if !c.Bool("quiet") {
 		s.Run.Progress = os.Stderr

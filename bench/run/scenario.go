@@ -235,7 +235,7 @@ func RunScenario(ctx context.Context, spec Spec, sc Scenario, factory ProxyFacto
 		if spec.Run.Progress != nil {
 			fmt.Fprintf(spec.Run.Progress, "bench: %s run, %d requests at %.2f× capacity\n", p.name, len(p.w.Requests), p.load)
 		}
-		res, err := runPolicy(ctx, p.w, opt, policy, factory)
+		res, err := runPolicy(ctx, p.w, opt, policy, factory, &Report{})
 		if err != nil {
 			return fmt.Errorf("%s run: %w", p.name, err)
 		}
