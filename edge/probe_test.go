@@ -423,7 +423,8 @@ func TestRequestIDRule(t *testing.T) {
 
 // TestRequestIDNotInjected: a client X-Request-Id holding a bare CR is
 // refused and never echoed: the answer's head has one X-Request-Id (a
-// generated one) and nothing the client wrote.
+// generated one, which may contain "abc" by chance) and nothing the client
+// wrote.
 func TestRequestIDNotInjected(t *testing.T) {
 	t.Parallel()
 	for _, m := range edgeModes {
@@ -444,7 +445,7 @@ func TestRequestIDNotInjected(t *testing.T) {
 				if r.status != 400 {
 					t.Fatalf("%q: status %d", req, r.status)
 				}
-				if strings.Contains(r.head, "Set-Cookie") || strings.Contains(r.head, "abc") || strings.Count(r.head, "\r") != strings.Count(r.head, "\r\n") {
+				if strings.Contains(r.head, "Set-Cookie") || strings.Contains(r.head, "X-Request-Id: abc") || strings.Count(r.head, "\r") != strings.Count(r.head, "\r\n") {
 					t.Fatalf("%q: the client's bytes reached the answer's head: %q", req, r.head)
 				}
 				ids := r.fields("X-Request-Id")
