@@ -423,7 +423,7 @@ func TestRequestIDRule(t *testing.T) {
 
 // TestRequestIDNotInjected: a client X-Request-Id holding a bare CR is
 // refused and never echoed: the answer's head has one X-Request-Id (a
-// generated one, which may contain "abc" by chance) and nothing the client
+// generated one, checked below) and nothing else the client
 // wrote.
 func TestRequestIDNotInjected(t *testing.T) {
 	t.Parallel()
@@ -445,7 +445,7 @@ func TestRequestIDNotInjected(t *testing.T) {
 				if r.status != 400 {
 					t.Fatalf("%q: status %d", req, r.status)
 				}
-				if strings.Contains(r.head, "Set-Cookie") || strings.Contains(r.head, "X-Request-Id: abc") || strings.Count(r.head, "\r") != strings.Count(r.head, "\r\n") {
+				if strings.Contains(r.head, "Set-Cookie") || strings.Count(r.head, "\r") != strings.Count(r.head, "\r\n") {
 					t.Fatalf("%q: the client's bytes reached the answer's head: %q", req, r.head)
 				}
 				ids := r.fields("X-Request-Id")
