@@ -81,3 +81,80 @@ func TestCalibratorObserveAllocatesNothing(t *testing.T) {
 		t.Fatalf("ratio %v %v", r, ok)
 	}
 }
+
+// TestCalibratorBounds: the calibration threshold and the ratio bounds are
+// inclusive, for both ways in (a model already known takes ObserveBytes'
+// own checks).
+func TestCalibratorBounds(t *testing.T) {
+	t.Parallel()
+	const n = CalibrateMinTokens
+	for _, tc := range []struct {
+		name string
+		// known: the model was seen first, with 4 bytes for 1 token.
+		known, bytes   bool
+		cbr, tokens    int
+		want           float64
+		wantCalibrated bool
+	}{
+		{"exactly the minimum tokens", false, false, 3 * n, n, 3, true},
+		{"one token short", false, false, 3 * (n - 1), n - 1, DefaultBytesPerToken, false},
+		{"lowest ratio kept", false, false, n / 4, n, 0.25, true},
+		{"below the lowest ignored", false, false, n/4 - 1, n, DefaultBytesPerToken, false},
+		{"highest ratio kept", false, false, 64 * n, n, 64, true},
+		{"above the highest ignored", false, false, 64*n + 1, n, DefaultBytesPerToken, false},
+		{"bytes: a new model", false, true, 3 * n, n, 3, true},
+		{"bytes: exactly the minimum tokens", true, true, 3 * (n - 1), n - 1, float64(4+3*(n-1)) / n, true},
+		{"bytes: one token short", true, true, 3 * (n - 2), n - 2, DefaultBytesPerToken, false},
+		{"bytes: lowest ratio kept", true, true, n / 4, n, float64(4+n/4) / (n + 1), true},
+		{"bytes: below the lowest ignored", true, true, n/4 - 1, n, DefaultBytesPerToken, false},
+		{"bytes: highest ratio kept", true, true, 64 * n, n, float64(4+64*n) / (n + 1), true},
+		{"bytes: above the highest ignored", true, true, 64*n + 1, n, DefaultBytesPerToken, false},
+		{"bytes: no bytes ignored", true, true, 0, n, DefaultBytesPerToken, false},
+		{"bytes: no tokens ignored", true, true, 3 * n, 0, DefaultBytesPerToken, false},
+		{"bytes: negative tokens ignored", true, true, 3 * n, -n, DefaultBytesPerToken, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := NewCalibrator(0)
+			if tc.known {
+				c.Observe("m", 4, 1)
+			}
+			if tc.bytes {
+				c.ObserveBytes([]byte("m"), tc.cbr, tc.tokens)
+			} else {
+				c.Observe("m", tc.cbr, tc.tokens)
+			}
+			if r, ok := c.BytesPerToken("m"); r != tc.want || ok != tc.wantCalibrated {
+				t.Fatalf("ratio %v calibrated %v, want %v %v", r, ok, tc.want, tc.wantCalibrated)
+			}
+		})
+	}
+}
+
+func TestCalibratorBlocks(t *testing.T) {
+	t.Parallel()
+	c := NewCalibrator(0)
+	c.Observe("m", 3*CalibrateMinTokens, CalibrateMinTokens)
+	for _, tc := range []struct {
+		name      string
+		model     string
+		tokens    int64
+		blockSize int
+		want      int
+	}{
+		{"calibrated", "m", 1 << 20, 256, 3 * (1 << 20) / 256},
+		{"fleet ratio for an unseen model", "x", 1 << 20, 256, 3 * (1 << 20) / 256},
+		{"rounded down", "m", 100, 256, 1}, // 300 bytes
+		{"no tokens", "m", 0, 256, 0},
+		{"negative tokens", "m", -1 << 20, 256, 0},
+		{"no block size", "m", 1 << 20, 0, 0},
+		{"negative block size", "m", 1 << 20, -256, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if got := c.Blocks(tc.model, tc.tokens, tc.blockSize); got != tc.want {
+				t.Fatalf("Blocks(%q, %d, %d) = %d, want %d", tc.model, tc.tokens, tc.blockSize, got, tc.want)
+			}
+		})
+	}
+}
