@@ -10,13 +10,14 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kvca/kvca/internal/testkit"
 )
 
 // Resource bounds: memory grows with bytes received, not with what a head
@@ -56,6 +57,11 @@ func countConns(t *testing.T, s *Server, f func(*cliConn) bool) int {
 func TestMaxBlocksHoldsDeclaredBodies(t *testing.T) {
 	if testing.Short() {
 		t.Skip("opens 2,000 descriptors")
+	}
+	// Alone in a process of its own, so that no other test's server is
+	// freed, or left behind, between the two readings of the heap.
+	if !testkit.Isolate(t) {
+		return
 	}
 	b := newRawBackend(t, nil)
 	s, _ := startRawProxy(t, edgeModes[0], nil, func(c *Config) { c.Backends = []string{b.url("")} })
@@ -151,15 +157,13 @@ func TestMaxClientConns(t *testing.T) {
 	}
 }
 
-const emfileChildEnv = "KVCA_TEST_EMFILE_CHILD"
-
 // TestAcceptBacksOffOutOfDescriptors runs kvca in a child process with a
 // low descriptor limit, fills every descriptor with client connections,
 // and checks that the child then stays nearly idle (accepting backs off)
 // and counts the accept errors; once descriptors are free it serves
 // again.
 func TestAcceptBacksOffOutOfDescriptors(t *testing.T) {
-	if os.Getenv(emfileChildEnv) == "1" {
+	if testkit.IsChild(t) {
 		emfileChild(t)
 		return
 	}
@@ -167,8 +171,7 @@ func TestAcceptBacksOffOutOfDescriptors(t *testing.T) {
 		t.Skip("runs a child process")
 	}
 	t.Parallel()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestAcceptBacksOffOutOfDescriptors$", "-test.count=1", "-test.timeout=60s")
-	cmd.Env = append(os.Environ(), emfileChildEnv+"=1")
+	cmd := testkit.ChildCommand(t)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	in, err := cmd.StdinPipe()
