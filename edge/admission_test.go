@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kvca/kvca/internal/testkit"
 )
 
 func postWith(t *testing.T, s *Server, body string, hdr map[string]string) (*http.Response, string) {
@@ -46,11 +48,11 @@ func TestAdmissionQueuesByPriority(t *testing.T) {
 		}()
 	}
 	send(0, "normal")
-	waitFor(t, "the first request at the backend", func() bool { return b.hits.Load() == 1 })
+	testkit.WaitUntil(t, "the first request at the backend", func() bool { return b.hits.Load() == 1 })
 	send(1, "low")
-	waitFor(t, "one request queued", func() bool { return s.adm.Queued() == 1 })
+	testkit.WaitUntil(t, "one request queued", func() bool { return s.adm.Queued() == 1 })
 	send(2, "high")
-	waitFor(t, "two requests queued", func() bool { return s.adm.Queued() == 2 })
+	testkit.WaitUntil(t, "two requests queued", func() bool { return s.adm.Queued() == 2 })
 	if b.hits.Load() != 1 {
 		t.Fatalf("the backend got %d requests while its one slot was taken", b.hits.Load())
 	}
@@ -97,7 +99,7 @@ func TestAdmissionSheds(t *testing.T) {
 				defer close(first)
 				postWith(t, s, conversation(0, 0, false), nil)
 			}()
-			waitFor(t, "the first request at the backend", func() bool { return b.hits.Load() == 1 })
+			testkit.WaitUntil(t, "the first request at the backend", func() bool { return b.hits.Load() == 1 })
 			resp, out := postWith(t, s, conversation(1, 0, false), nil)
 			if resp == nil {
 				return
@@ -131,16 +133,16 @@ func TestAdmissionClientLeavesWhileQueued(t *testing.T) {
 		defer close(first)
 		postWith(t, s, conversation(0, 0, false), nil)
 	}()
-	waitFor(t, "the first request at the backend", func() bool { return b.hits.Load() == 1 })
+	testkit.WaitUntil(t, "the first request at the backend", func() bool { return b.hits.Load() == 1 })
 	conn, err := net.Dial("tcp", s.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
 	body := conversation(1, 0, false)
 	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
-	waitFor(t, "the request queued", func() bool { return s.adm.Queued() == 1 })
+	testkit.WaitUntil(t, "the request queued", func() bool { return s.adm.Queued() == 1 })
 	conn.Close()
-	waitFor(t, "the queue empty", func() bool { return s.adm.Queued() == 0 })
+	testkit.WaitUntil(t, "the queue empty", func() bool { return s.adm.Queued() == 0 })
 	<-first
 	waitIdle(t, s)
 	if b.hits.Load() != 1 || s.adm.Inflight(0) != 0 {

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kvca/kvca/internal/testkit"
 )
 
 // startLoopProxy is startProxy, checking the event loops run.
@@ -140,9 +142,9 @@ func TestLoopClientLeavesBeforeAnswer(t *testing.T) {
 	}
 	body := conversation(1, 0, true)
 	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
-	waitFor(t, "request at the backend", func() bool { return s.sched.Backends[0].Active() == 1 })
+	testkit.WaitUntil(t, "request at the backend", func() bool { return s.sched.Backends[0].Active() == 1 })
 	conn.Close()
-	waitFor(t, "load released", func() bool {
+	testkit.WaitUntil(t, "load released", func() bool {
 		return s.sched.Backends[0].Active() == 0 && s.sched.Backends[0].Prefill() == 0
 	})
 	if got := s.m.disconnects.Get(); got != 1 {
@@ -178,7 +180,7 @@ func TestLoopPanicGuard(t *testing.T) {
 			t.Fatalf("panic at %s: connection left open", at)
 		}
 		conn.Close()
-		waitFor(t, "load released", func() bool {
+		testkit.WaitUntil(t, "load released", func() bool {
 			return s.sched.Backends[0].Active() == 0 && s.sched.Backends[0].Prefill() == 0
 		})
 		if resp, _ := post(t, s, "/v1/chat/completions", conversation(i+10, 0, false)); resp.StatusCode != 200 {
@@ -191,7 +193,7 @@ func TestLoopPanicGuard(t *testing.T) {
 	// Released once: a second release would leave the counts below zero.
 	// (The loop releases just after the answer's last write, so the
 	// client can get there first.)
-	waitFor(t, "load released", func() bool {
+	testkit.WaitUntil(t, "load released", func() bool {
 		return s.sched.Backends[0].Active() == 0 && s.sched.Backends[0].Prefill() == 0
 	})
 	time.Sleep(50 * time.Millisecond)
@@ -279,9 +281,9 @@ func TestLoopPlansLargeBodiesOffLoop(t *testing.T) {
 	hits, open := b.hits.Load(), l.open.Load()
 	conn2 := send(big("beta"))
 	conn2.Close()
-	waitFor(t, "the loop to see the client leave", func() bool { return l.open.Load() == open })
+	testkit.WaitUntil(t, "the loop to see the client leave", func() bool { return l.open.Load() == open })
 	release <- struct{}{}
-	waitFor(t, "the disconnect counted", func() bool { return s.m.disconnects.Get() == 1 })
+	testkit.WaitUntil(t, "the disconnect counted", func() bool { return s.m.disconnects.Get() == 1 })
 	waitIdle(t, s)
 	if got := b.hits.Load(); got != hits {
 		t.Fatalf("the backend got %d requests after the client left, want none", got-hits)

@@ -87,7 +87,7 @@ func TestMaxBlocksHoldsDeclaredBodies(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "every head read", func() bool {
+	testkit.WaitUntil(t, "every head read", func() bool {
 		return countConns(t, s, func(c *cliConn) bool { return c.state == cliBody }) == n
 	})
 	runtime.GC()
@@ -135,7 +135,7 @@ func TestMaxClientConns(t *testing.T) {
 					nc.Close()
 				default:
 					_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
-					c := &rawConn{t: t, c: nc, br: bufio.NewReader(nc)}
+					c := &rawConn{testkit.Wrap(t, nc), t}
 					fmt.Fprintf(nc, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
 					c.closed()
 					nc.Close()
@@ -147,8 +147,8 @@ func TestMaxClientConns(t *testing.T) {
 			if got := metric(t, s, "kvca_client_connections"); got != 3 {
 				t.Fatalf("kvca_client_connections %v, want 3", got)
 			}
-			held[0].c.Close()
-			waitFor(t, "the connection counted out", func() bool { return metric(t, s, "kvca_client_connections") == 2 })
+			held[0].Close()
+			testkit.WaitUntil(t, "the connection counted out", func() bool { return metric(t, s, "kvca_client_connections") == 2 })
 			d.dial(t).open()
 			for _, c := range held[1:] {
 				c.open()
@@ -245,15 +245,7 @@ func TestAcceptBacksOffOutOfDescriptors(t *testing.T) {
 		c.Close()
 	}
 	// Descriptors free again: a new connection is served.
-	c := &rawConn{t: t}
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	_ = nc.SetDeadline(time.Now().Add(15 * time.Second))
-	c.c, c.br = nc, bufio.NewReader(nc)
-	c.open()
+	dialer{addr: addr}.dial(t).open()
 	fmt.Fprintln(in, "EXIT")
 	in.Close()
 	exited = true
@@ -299,7 +291,7 @@ func emfileChild(t *testing.T) {
 				s.m.set.WritePrometheus(&b)
 				return metricIn(b.String(), "kvca_accept_errors_total")
 			}
-			waitFor(t, "an accept error", func() bool { return errs() > 0 })
+			testkit.WaitUntil(t, "an accept error", func() bool { return errs() > 0 })
 			c0 := cpuTime(t, stat)
 			time.Sleep(time.Second) // the measured interval
 			c1 := cpuTime(t, stat)

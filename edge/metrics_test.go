@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/kvca/kvca/internal/testkit"
 )
 
 func scrape(t *testing.T, s *Server) string {
@@ -27,7 +29,7 @@ func scrape(t *testing.T, s *Server) string {
 func TestMetricsAnOperatorNeeds(t *testing.T) {
 	b := newTestBackend(t, "a")
 	s := startProxy(t, func(c *Config) { c.Version = "v9.9.9" }, b)
-	waitFor(t, "models discovered", func() bool { idx := s.models.Load(); return idx != nil && idx.known })
+	testkit.WaitUntil(t, "models discovered", func() bool { idx := s.models.Load(); return idx != nil && idx.known })
 	if resp, out := post(t, s, "/v1/chat/completions", conversation(1, 0, true)); resp.StatusCode != 200 {
 		t.Fatalf("%d %s", resp.StatusCode, out)
 	}

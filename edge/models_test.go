@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/kvca/kvca/internal/testkit"
 )
 
 func TestModelAwareRouting(t *testing.T) {
@@ -13,7 +15,7 @@ func TestModelAwareRouting(t *testing.T) {
 		cfg.Backends = []string{a.url(), b.url(), c.url() + "#fixed-model,m"}
 		cfg.Policy = "kvca" // first turns take turns over the backends serving "m"
 	})
-	waitFor(t, "models discovered", func() bool {
+	testkit.WaitUntil(t, "models discovered", func() bool {
 		idx := s.models.Load()
 		return idx != nil && idx.wild.Empty()
 	})

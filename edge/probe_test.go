@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvca/kvca/internal/testkit"
 )
 
 // What a refused or answered probe does to its connection.
@@ -305,7 +307,7 @@ func TestRequestIDOnEveryAnswer(t *testing.T) {
 				c.Backends = []string{dead.url("")}
 				c.HealthInterval = 20 * time.Millisecond
 			})
-			waitFor(t, "the backend ejected", func() bool { return !ds.sched.Backends[0].Healthy() })
+			testkit.WaitUntil(t, "the backend ejected", func() bool { return !ds.sched.Backends[0].Healthy() })
 
 			body := conversation(1, 0, false)
 			for _, tc := range []idCase{

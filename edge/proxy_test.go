@@ -3,7 +3,6 @@ package edge
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kvca/kvca/internal/testkit"
 )
 
 func startProxy(t *testing.T, mod func(*Config), backends ...*testBackend) *Server {
@@ -32,15 +33,7 @@ func startProxy(t *testing.T, mod func(*Config), backends ...*testBackend) *Serv
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = s.Shutdown(ctx)
-	})
-	return s
+	return testkit.Serve(t, s)
 }
 
 var client = &http.Client{Timeout: 20 * time.Second}
@@ -74,24 +67,18 @@ func conversation(id, n int, stream bool) string {
 
 func backendOf(resp *http.Response) string { return resp.Header.Get("X-Backend") }
 
+// waitIdle waits until every backend's load (active requests, blocks in
+// prefill) is released.
 func waitIdle(t *testing.T, s *Server) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		busy := ""
+	testkit.WaitUntil(t, "every backend's load released", func() bool {
 		for _, b := range s.sched.Backends {
 			if b.Active() != 0 || b.Prefill() != 0 {
-				busy += fmt.Sprintf(" %s active=%d prefill=%d", b.Name, b.Active(), b.Prefill())
+				return false
 			}
 		}
-		if busy == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("load not released:%s", busy)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return true
+	})
 }
 
 func TestExactBytesForwarded(t *testing.T) {
@@ -338,10 +325,7 @@ func TestAllBackendsDown(t *testing.T) {
 	if resp.StatusCode != 502 && resp.StatusCode != 503 {
 		t.Fatalf("status %d: %s", resp.StatusCode, out)
 	}
-	deadline := time.Now().Add(3 * time.Second)
-	for s.sched.Backends[0].Healthy() && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.WaitUntil(t, "the dead backend ejected", func() bool { return !s.sched.Backends[0].Healthy() })
 	resp, out = post(t, s, "/v1/chat/completions", conversation(1, 0, false))
 	if resp.StatusCode != 503 || !strings.Contains(out, "no_healthy_backend") {
 		t.Fatalf("status %d: %s", resp.StatusCode, out)
@@ -375,13 +359,7 @@ func TestVacuumReclaimsIdleLocations(t *testing.T) {
 	if s.table.Stats().Blocks == 0 {
 		t.Fatal("nothing learned")
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for s.table.Stats().Blocks != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("vacuum left %d blocks", s.table.Stats().Blocks)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.WaitUntil(t, "the vacuum to reclaim every block", func() bool { return s.table.Stats().Blocks == 0 })
 	if st := s.table.Stats(); st.EvictedExpired == 0 || st.Locations != 0 {
 		t.Fatalf("stats after vacuum: %+v", st)
 	}
@@ -595,7 +573,7 @@ func TestPredictedLocation(t *testing.T) {
 			resp, _ := post(t, s, "/v1/chat/completions", conversation(1, 1, false))
 			first <- backendOf(resp)
 		}()
-		waitFor(t, "first request at a backend", func() bool { return a.hits.Load()+b.hits.Load() == 1 })
+		testkit.WaitUntil(t, "first request at a backend", func() bool { return a.hits.Load()+b.hits.Load() == 1 })
 		resp, _ := post(t, s, "/v1/chat/completions", conversation(1, 2, false))
 		home := <-first
 		if same := backendOf(resp) == home; same != (predict > 0) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvca/kvca/bench/mock"
 	"github.com/kvca/kvca/canon"
+	"github.com/kvca/kvca/internal/testkit"
 )
 
 func startEngine(t *testing.T, cfg mock.Config) *mock.Engine {
@@ -24,12 +25,7 @@ func startEngine(t *testing.T, cfg mock.Config) *mock.Engine {
 	if cfg.PrefillPerToken == 0 {
 		cfg.PrefillPerToken = time.Microsecond
 	}
-	e := mock.New(cfg)
-	if err := e.Start("127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close() })
-	return e
+	return testkit.Start(t, mock.New(cfg))
 }
 
 func mockChat(id, turn int, stream bool, maxTokens int) string {
@@ -124,13 +120,13 @@ func TestBackendDiesAndComesBack(t *testing.T) {
 			t.Fatalf("request %d while a is down: %d %s", i, resp.StatusCode, out)
 		}
 	}
-	waitFor(t, "a ejected", func() bool { return !s.sched.Backends[0].Healthy() })
+	testkit.WaitUntil(t, "a ejected", func() bool { return !s.sched.Backends[0].Healthy() })
 	gen := s.table.Generation(0)
 	a.Restart() // its cache is gone
 	if err := a.Up(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a re-admitted", func() bool { return s.sched.Backends[0].Healthy() })
+	testkit.WaitUntil(t, "a re-admitted", func() bool { return s.sched.Backends[0].Healthy() })
 	if s.table.Generation(0) <= gen {
 		t.Fatalf("generation not bumped: %d", s.table.Generation(0))
 	}
@@ -156,17 +152,6 @@ func TestBackendDiesAndComesBack(t *testing.T) {
 		t.Fatalf("%d stale locations of the restarted backend remain", held0)
 	}
 	waitIdle(t, s)
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func TestRetryOn503And429BeforeAnyByte(t *testing.T) {
@@ -229,7 +214,7 @@ func TestAllDownThenOneReturns(t *testing.T) {
 	if err := e.Down(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "backend unhealthy", func() bool { return !s.sched.Backends[0].Healthy() })
+	testkit.WaitUntil(t, "backend unhealthy", func() bool { return !s.sched.Backends[0].Healthy() })
 	start := time.Now()
 	resp, out := post(t, s, "/v1/chat/completions", mockChat(1, 0, false, 2))
 	if resp.StatusCode != 503 {
@@ -241,7 +226,7 @@ func TestAllDownThenOneReturns(t *testing.T) {
 	if err := e.Up(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "backend back", func() bool { return s.sched.Backends[0].Healthy() })
+	testkit.WaitUntil(t, "backend back", func() bool { return s.sched.Backends[0].Healthy() })
 	if resp, out := post(t, s, "/v1/chat/completions", mockChat(1, 0, false, 2)); resp.StatusCode != 200 {
 		t.Fatalf("after return: %d %s", resp.StatusCode, out)
 	}
@@ -310,7 +295,7 @@ func TestGracefulDrain(t *testing.T) {
 		done <- s.Shutdown(ctx)
 	}()
 	// New connections are refused while the streams drain.
-	waitFor(t, "listener closed", func() bool {
+	testkit.WaitUntil(t, "listener closed", func() bool {
 		c, err := net.DialTimeout("tcp", s.Addr(), 200*time.Millisecond)
 		if err != nil {
 			return true
@@ -350,7 +335,7 @@ func TestBusyBackendIsNotEjected(t *testing.T) {
 	}, b)
 	// Model discovery shares the pool: let it finish so that it does not
 	// hold the only connection when the first stream is sent.
-	waitFor(t, "models discovered", func() bool {
+	testkit.WaitUntil(t, "models discovered", func() bool {
 		idx := s.models.Load()
 		return idx != nil && idx.wild.Empty()
 	})
@@ -367,7 +352,7 @@ func TestBusyBackendIsNotEjected(t *testing.T) {
 		}
 		first <- err
 	}()
-	waitFor(t, "first stream at the backend", func() bool {
+	testkit.WaitUntil(t, "first stream at the backend", func() bool {
 		select {
 		case err := <-first:
 			t.Fatalf("first stream ended early: %v", err)
@@ -408,7 +393,7 @@ func TestDrainDelay(t *testing.T) {
 	s := startProxy(t, func(c *Config) { c.DrainDelay = 400 * time.Millisecond }, b)
 	done := make(chan error, 1)
 	go func() { done <- s.Shutdown(context.Background()) }()
-	waitFor(t, "/ready failing", func() bool {
+	testkit.WaitUntil(t, "/ready failing", func() bool {
 		resp, err := client.Get("http://" + s.Addr() + "/ready")
 		if err != nil {
 			return false

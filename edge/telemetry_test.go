@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kvca/kvca/bench/mock"
+	"github.com/kvca/kvca/internal/testkit"
 )
 
 func TestEngineTelemetryWired(t *testing.T) {
@@ -21,7 +22,7 @@ func TestEngineTelemetryWired(t *testing.T) {
 		c.BackendCacheTokens = []int64{0, 4096}
 		c.HealthInterval = time.Hour
 	})
-	waitFor(t, "both backends' telemetry", func() bool {
+	testkit.WaitUntil(t, "both backends' telemetry", func() bool {
 		st := s.State()
 		return st.Backends[0].Engine != nil && st.Backends[0].Engine.Status == "on" &&
 			st.Backends[1].Engine != nil && st.Backends[1].Engine.Status == "off"
@@ -37,7 +38,7 @@ func TestEngineTelemetryWired(t *testing.T) {
 	// A restart of the engine resets its locations: generation 2.
 	gen := s.table.Generation(0)
 	e.Restart()
-	waitFor(t, "the restart to be seen", func() bool { return s.table.Generation(0) == gen+1 })
+	testkit.WaitUntil(t, "the restart to be seen", func() bool { return s.table.Generation(0) == gen+1 })
 	if got := s.State().Backends[0].Engine.Restarts; got != 1 {
 		t.Fatalf("restarts %d", got)
 	}

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvca/kvca/internal/testkit"
 	"github.com/valyala/fasthttp"
 )
 
@@ -129,7 +130,7 @@ func TestTLSEdgeStreamingAndRotation(t *testing.T) {
 	// ...keeps going while the certificate rotates under it.
 	c2, k2 := ca.issue(t, "second")
 	writePair(t, dir, "edge", c2, k2)
-	waitFor(t, "rotated certificate served", func() bool { return peerCN(t, s.Addr(), ca) == "second" })
+	testkit.WaitUntil(t, "rotated certificate served", func() bool { return peerCN(t, s.Addr(), ca) == "second" })
 	b.gate <- struct{}{}
 	b.gate <- struct{}{}
 	events, err := readAllEvents(r)
@@ -139,7 +140,7 @@ func TestTLSEdgeStreamingAndRotation(t *testing.T) {
 	}
 	// A bad pair keeps the current one in service and is counted.
 	os.WriteFile(cf, []byte("not a certificate"), 0o600)
-	waitFor(t, "reload failure counted", func() bool { return s.tlsPub.failed.Load() > 0 })
+	testkit.WaitUntil(t, "reload failure counted", func() bool { return s.tlsPub.failed.Load() > 0 })
 	if peerCN(t, s.Addr(), ca) != "second" {
 		t.Fatal("bad pair replaced the good one")
 	}

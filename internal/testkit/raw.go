@@ -3,6 +3,7 @@ package testkit
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -28,7 +29,9 @@ const IOTimeout = 10 * time.Second
 // one handed to a Backend handler they may run on the handler's goroutine.
 type Conn struct {
 	net.Conn
-	R    *bufio.Reader
+	R *bufio.Reader
+	// N is a Backend connection's place in accept order, from 0.
+	N    int
 	t    testing.TB
 	fail func(format string, args ...any)
 }
@@ -36,11 +39,38 @@ type Conn struct {
 // Dial connects to addr and closes the connection when the test ends.
 func Dial(t testing.TB, addr string) *Conn {
 	t.Helper()
+	return DialTLS(t, addr, nil)
+}
+
+// DialTLS is Dial over TLS with cfg (nil: plain TCP); the handshake is
+// done before it returns.
+func DialTLS(t testing.TB, addr string, cfg *tls.Config) *Conn {
+	t.Helper()
 	nc, err := net.DialTimeout("tcp", addr, IOTimeout)
 	if err != nil {
 		t.Fatalf("dial %s: %v", addr, err)
 	}
 	t.Cleanup(func() { nc.Close() })
+	if cfg != nil {
+		if cfg.ServerName == "" {
+			// As tls.Dial does: the certificate must name the host dialled.
+			cfg = cfg.Clone()
+			cfg.ServerName, _, _ = net.SplitHostPort(addr)
+		}
+		tc := tls.Client(nc, cfg)
+		_ = tc.SetDeadline(time.Now().Add(IOTimeout))
+		if err := tc.Handshake(); err != nil {
+			t.Fatalf("TLS handshake with %s: %v", addr, err)
+		}
+		_ = tc.SetDeadline(time.Time{})
+		nc = tc
+	}
+	return Wrap(t, nc)
+}
+
+// Wrap is a Conn over nc, a connection the test made otherwise (one whose
+// dial may fail as part of what is tested). It does not close nc.
+func Wrap(t testing.TB, nc net.Conn) *Conn {
 	return &Conn{Conn: nc, R: bufio.NewReader(nc), t: t, fail: t.Fatalf}
 }
 
@@ -77,6 +107,24 @@ func (c *Conn) ReadHead() *Head {
 		c.fail("read head: %v", err)
 	}
 	return h
+}
+
+// NextHead is ReadHead for a server reading a connection's next request:
+// it waits with no deadline, since a kept-alive connection may idle for
+// as long as the test runs, and returns nil when the peer closes (or
+// resets) the connection before a next message begins.
+func (c *Conn) NextHead() *Head {
+	c.t.Helper()
+	if err := c.SetReadDeadline(time.Time{}); err != nil {
+		c.fail("clear read deadline: %v", err)
+	}
+	if _, err := c.R.Peek(1); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || isReset(err) {
+			return nil
+		}
+		c.fail("waiting for a next message: %v", err)
+	}
+	return c.ReadHead()
 }
 
 func (c *Conn) readHead() (*Head, error) {
@@ -140,6 +188,70 @@ func (c *Conn) ReadN(n int) []byte {
 		c.fail("read %d bytes: %v", n, err)
 	}
 	return b
+}
+
+// Response is one answer as it came: its head, its body as the client
+// sees it (de-chunked) and as it was framed on the wire.
+type Response struct {
+	*Head
+	Body []byte
+	Wire []byte
+}
+
+// ReadResponse reads one answer, framed by its Content-Length, its chunked
+// coding (trailers read and dropped) or the close of the connection; head:
+// it answers a HEAD request, so no body follows.
+func (c *Conn) ReadResponse(head bool) *Response {
+	c.t.Helper()
+	r := &Response{Head: c.ReadHead()}
+	if head || r.Status < 200 || r.Status == 204 || r.Status == 304 {
+		return r
+	}
+	if cl := r.Header.Values("Content-Length"); len(cl) > 0 {
+		n, err := strconv.Atoi(cl[0])
+		if err != nil {
+			c.fail("Content-Length %q: %v", cl[0], err)
+		}
+		r.Body = c.ReadN(n)
+		r.Wire = r.Body
+		return r
+	}
+	if len(r.Header.Values("Transfer-Encoding")) > 0 {
+		var wire bytes.Buffer
+		for {
+			l, err := c.line(&wire)
+			if err != nil {
+				c.fail("chunk size line: %v (after %q)", err, wire.String())
+			}
+			size, err := strconv.ParseInt(strings.TrimSpace(strings.SplitN(l, ";", 2)[0]), 16, 64)
+			if err != nil {
+				c.fail("chunk size %q", l)
+			}
+			if size == 0 {
+				break
+			}
+			chunk := c.ReadN(int(size) + 2)
+			wire.Write(chunk)
+			if string(chunk[size:]) != "\r\n" {
+				c.fail("chunk of %d bytes not followed by CRLF: %q", size, chunk)
+			}
+			r.Body = append(r.Body, chunk[:size]...)
+		}
+		for {
+			l, err := c.line(&wire)
+			if err != nil {
+				c.fail("trailer line: %v (after %q)", err, wire.String())
+			}
+			if l == "" {
+				break
+			}
+		}
+		r.Wire = wire.Bytes()
+		return r
+	}
+	r.Body = c.ReadToClose()
+	r.Wire = r.Body
+	return r
 }
 
 // ReadToClose reads until the peer closes the connection and returns
@@ -207,7 +319,7 @@ func StartBackend(t testing.TB, handle func(c *Conn)) *Backend {
 			b.conns[nc] = struct{}{}
 			b.accepted++
 			b.mu.Unlock()
-			c := &Conn{Conn: nc, R: bufio.NewReader(nc), t: t}
+			c := &Conn{Conn: nc, R: bufio.NewReader(nc), N: b.accepted - 1, t: t}
 			c.fail = func(format string, args ...any) {
 				if b.stopping.Load() {
 					runtime.Goexit()
@@ -239,6 +351,16 @@ func StartBackend(t testing.TB, handle func(c *Conn)) *Backend {
 		b.wg.Wait()
 	})
 	return b
+}
+
+// CloseConns closes every open connection, as a backend that drops idle
+// kept-alive connections does; the listener stays open.
+func (b *Backend) CloseConns() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for nc := range b.conns {
+		nc.Close()
+	}
 }
 
 // Addr is the backend's host:port.
