@@ -4,8 +4,11 @@ import (
 	"encoding/json"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/kvca/kvca/canon"
 	"github.com/kvca/kvca/h1"
 )
 
@@ -255,6 +258,71 @@ func TestAppendClientHead(t *testing.T) {
 			if got != "prev"+tc.want {
 				t.Fatalf("got\n%q\nwant\n%q", got, "prev"+tc.want)
 			}
+		})
+	}
+}
+
+// TestPredictedLocationDated: with --predict-ttl the backend chosen is a
+// location of the whole chain at once, dated so that it expires exactly
+// PredictTTL after routing; without it nothing is recorded until an
+// answer.
+func TestPredictedLocationDated(t *testing.T) {
+	t.Parallel()
+	for _, predict := range []time.Duration{0, 5 * time.Second} {
+		t.Run(predict.String(), func(t *testing.T) {
+			t.Parallel()
+			var elapsed atomic.Int64
+			base := time.Unix(1_000_000, 0)
+			cfg := DefaultConfig()
+			cfg.Backends = []string{"http://127.0.0.1:1", "http://127.0.0.1:2"}
+			cfg.TTL = time.Minute
+			cfg.PredictTTL = predict
+			cfg.Now = func() time.Time { return base.Add(time.Duration(elapsed.Load())) }
+			s, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Well past one TTL, so that a date computed wrong is not
+			// clamped to the table's epoch.
+			elapsed.Store(int64(10 * time.Minute))
+			c := s.getCall()
+			if err := s.plan(c, canon.Chat, []byte(conversation(1, 2, false))); err != nil {
+				t.Fatal(err)
+			}
+			u, r := s.pick(c, false)
+			if r != nil || u == nil {
+				t.Fatalf("pick: %+v", r)
+			}
+			if c.attempt != 1 {
+				t.Fatalf("attempt %d after the first pick, want 1", c.attempt)
+			}
+			now, b := c.req.Now, c.dec.Backend.Index
+			if len(c.req.Chain) < 2 {
+				t.Fatalf("chain of %d blocks", len(c.req.Chain))
+			}
+			ms := predict.Milliseconds()
+			for i, h := range c.req.Chain {
+				for _, o := range []int{0, 1} {
+					at, ok := s.table.LastAccess(h, o, now)
+					if want := predict > 0 && o == b; ok != want {
+						t.Fatalf("block %d on backend %d: located %v, want %v", i, o, ok, want)
+					}
+					if ok && at != now-time.Minute.Milliseconds()+ms {
+						t.Fatalf("block %d dated %d, want %d (now %d - TTL + predict)", i, at, now-time.Minute.Milliseconds()+ms, now)
+					}
+				}
+				if predict > 0 {
+					if _, ok := s.table.LastAccess(h, b, now+ms-1); !ok {
+						t.Fatalf("block %d gone before PredictTTL", i)
+					}
+					if _, ok := s.table.LastAccess(h, b, now+ms+1); ok {
+						t.Fatalf("block %d still located after PredictTTL", i)
+					}
+				}
+			}
+			c.res.ReleasePrefill()
+			c.res.ReleaseActive()
+			s.putCall(c)
 		})
 	}
 }

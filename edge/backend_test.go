@@ -35,6 +35,9 @@ type testBackend struct {
 	holdFirst chan struct{}
 	// delayHeaders holds back the response headers.
 	delayHeaders time.Duration
+	// hold, when set, holds back every answer until it is closed (for
+	// 10 s at most): a request the test keeps in flight.
+	hold chan struct{}
 	// status, when non-zero, is returned instead of a completion.
 	status atomic.Int32
 }
@@ -84,6 +87,12 @@ func (b *testBackend) handle(ctx *fasthttp.RequestCtx) {
 	b.mu.Unlock()
 	if b.delayHeaders > 0 {
 		time.Sleep(b.delayHeaders)
+	}
+	if b.hold != nil {
+		select {
+		case <-b.hold:
+		case <-time.After(10 * time.Second):
+		}
 	}
 	if st := b.status.Load(); st != 0 {
 		ctx.SetStatusCode(int(st))

@@ -564,21 +564,36 @@ func TestPrefillReleasedAfterPrefill(t *testing.T) {
 // TestPredictedLocation: with --predict-ttl, a request that extends one
 // still waiting for its answer follows it; without, it goes by load.
 func TestPredictedLocation(t *testing.T) {
+	t.Parallel()
 	for _, predict := range []time.Duration{0, 5 * time.Second} {
-		a, b := newTestBackend(t, "a"), newTestBackend(t, "b")
-		a.delayHeaders, b.delayHeaders = 1500*time.Millisecond, 1500*time.Millisecond
-		s := startProxy(t, func(c *Config) { c.PredictTTL = predict }, a, b)
-		first := make(chan string, 1)
-		go func() {
-			resp, _ := post(t, s, "/v1/chat/completions", conversation(1, 1, false))
-			first <- backendOf(resp)
-		}()
-		testkit.WaitUntil(t, "first request at a backend", func() bool { return a.hits.Load()+b.hits.Load() == 1 })
-		resp, _ := post(t, s, "/v1/chat/completions", conversation(1, 2, false))
-		home := <-first
-		if same := backendOf(resp) == home; same != (predict > 0) {
-			t.Fatalf("predict=%v: first on %s, second on %s", predict, home, backendOf(resp))
-		}
-		waitIdle(t, s)
+		t.Run(predict.String(), func(t *testing.T) {
+			t.Parallel()
+			a, b := newTestBackend(t, "a"), newTestBackend(t, "b")
+			// Both requests stay in flight until both have been routed:
+			// the second is routed knowing only what the first predicted.
+			hold := make(chan struct{})
+			a.hold, b.hold = hold, hold
+			s := startProxy(t, func(c *Config) { c.PredictTTL = predict }, a, b)
+			backends := make(chan string, 2)
+			send := func(turn int) { // off the test goroutine: no t.Fatal
+				resp, err := client.Post("http://"+s.Addr()+"/v1/chat/completions", "application/json", strings.NewReader(conversation(1, turn, false)))
+				if err != nil {
+					backends <- err.Error()
+					return
+				}
+				resp.Body.Close()
+				backends <- backendOf(resp)
+			}
+			go send(1)
+			testkit.WaitUntil(t, "first request at a backend", func() bool { return a.hits.Load()+b.hits.Load() == 1 })
+			go send(2)
+			testkit.WaitUntil(t, "second request at a backend", func() bool { return a.hits.Load()+b.hits.Load() == 2 })
+			close(hold)
+			first, second := <-backends, <-backends
+			if same := first == second; same != (predict > 0) {
+				t.Fatalf("predict=%v: requests on %s and %s", predict, first, second)
+			}
+			waitIdle(t, s)
+		})
 	}
 }
