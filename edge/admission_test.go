@@ -34,6 +34,7 @@ func postWith(t *testing.T, s *Server, body string, hdr map[string]string) (*htt
 // leave the queue by priority class: high before low, whatever their
 // arrival order; the backend never runs two at once.
 func TestAdmissionQueuesByPriority(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, "a")
 	b.delayHeaders = 300 * time.Millisecond
 	s := startProxy(t, func(c *Config) { c.MaxInflightPerBackend = 1 }, b)
@@ -82,6 +83,7 @@ func TestAdmissionQueuesByPriority(t *testing.T) {
 // A full queue and an expired wait answer 429 in OpenAI's shape with
 // Retry-After; the shed requests never reach the backend.
 func TestAdmissionSheds(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		mod  func(*Config)
@@ -125,6 +127,7 @@ func TestAdmissionSheds(t *testing.T) {
 // A client that leaves while queued is removed at once, holds nothing,
 // and never reaches the backend.
 func TestAdmissionClientLeavesWhileQueued(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, "a")
 	b.delayHeaders = 500 * time.Millisecond
 	s := startProxy(t, func(c *Config) { c.MaxInflightPerBackend = 1 }, b)

@@ -31,6 +31,7 @@ func startLoopProxy(t *testing.T, mod func(*Config), backends ...*testBackend) *
 // Pipelined requests are answered in order on one connection, each routed
 // and relayed by the loop.
 func TestLoopPipelined(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, "a")
 	s := startLoopProxy(t, nil, b)
 	conn, err := net.Dial("tcp", s.Addr())
@@ -82,6 +83,7 @@ func TestLoopPipelined(t *testing.T) {
 // Every shape of request is served by the loop: a chunked upload (sent
 // byte by byte), Expect, HTTP/1.0, GETs, kvca's own answers, refusals.
 func TestLoopServesEveryShape(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, "a")
 	s := startLoopProxy(t, nil, b)
 	body := conversation(1, 0, false)
@@ -133,6 +135,7 @@ func TestLoopServesEveryShape(t *testing.T) {
 // A client that sends its request and leaves before the answer releases
 // the backend's load at once, and the backend connection is closed.
 func TestLoopClientLeavesBeforeAnswer(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, "a")
 	b.delayHeaders = 3 * time.Second
 	s := startLoopProxy(t, nil, b)
@@ -156,6 +159,7 @@ func TestLoopClientLeavesBeforeAnswer(t *testing.T) {
 // that connection is closed without an answer, its load released once,
 // the panic logged, and the loop goes on serving.
 func TestLoopPanicGuard(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, "a")
 	logs := &lockedBuffer{}
 	s := startLoopProxy(t, func(c *Config) {
@@ -228,6 +232,7 @@ func (l *lockedBuffer) String() string {
 // is counted as gone, its request never reaching a backend, and a panic
 // there closes only its connection.
 func TestLoopPlansLargeBodiesOffLoop(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, "a")
 	entered := make(chan struct{}, 4)
 	release := make(chan struct{})

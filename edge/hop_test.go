@@ -15,6 +15,7 @@ import (
 // TestHopHeadersStripped: hop-by-hop headers, in any case, go neither to
 // the backend nor back to the client; end-to-end ones pass both ways.
 func TestHopHeadersStripped(t *testing.T) {
+	t.Parallel()
 	hop := []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Upgrade"}
 	for _, withHop := range []bool{true, false} {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -83,6 +84,7 @@ func TestHopHeadersStripped(t *testing.T) {
 // still honoured on the client's own connection: kvca closes it after the
 // response.
 func TestClientConnectionCloseHonoured(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, "a")
 	s := startProxy(t, nil, b)
 	conn, err := net.Dial("tcp", s.Addr())

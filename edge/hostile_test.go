@@ -20,6 +20,7 @@ import (
 // TestHostileBodies: each hostile body gets a clear 4xx or is routed, and a
 // normal request sent meanwhile is not held up.
 func TestHostileBodies(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, "a")
 	s := startProxy(t, func(c *Config) { c.MaxBodyBytes = 4 << 20 }, b)
 	msg := func(content string) string {
@@ -67,6 +68,7 @@ func TestHostileBodies(t *testing.T) {
 }
 
 func TestSlowlorisIsCut(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, "a")
 	// The head and the body have bounds of their own.
 	s := startProxy(t, func(c *Config) { c.HeaderTimeout, c.ClientReadTimeout = 300*time.Millisecond, 600*time.Millisecond }, b)
@@ -101,6 +103,7 @@ func TestSlowlorisIsCut(t *testing.T) {
 // TestCredentialsPassThroughAndStayPrivate: Authorization reaches the
 // backend untouched and appears in no log, metric or admin answer.
 func TestCredentialsPassThroughAndStayPrivate(t *testing.T) {
+	t.Parallel()
 	const secret = "sk-live-0123456789abcdef"
 	var logs bytes.Buffer
 	var mu sync.Mutex
@@ -173,6 +176,7 @@ func TestMaxBlocksHoldsMemory(t *testing.T) {
 	// server and nothing of the tests before it (a stopped server stays
 	// reachable for seconds through its admin listener's worker pool, and
 	// each holds tens of MiB).
+	t.Parallel()
 	if !testkit.Isolate(t) {
 		return
 	}

@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -60,6 +61,7 @@ func TestMaxBlocksHoldsDeclaredBodies(t *testing.T) {
 	}
 	// Alone in a process of its own, so that no other test's server is
 	// freed, or left behind, between the two readings of the heap.
+	t.Parallel()
 	if !testkit.Isolate(t) {
 		return
 	}
@@ -193,13 +195,23 @@ func TestAcceptBacksOffOutOfDescriptors(t *testing.T) {
 		}
 	}()
 	lines := make(chan string, 16)
+	var outMu sync.Mutex
+	var out strings.Builder // everything the child printed, for a failure
 	go func() {
 		sc := bufio.NewScanner(outPipe)
 		for sc.Scan() {
+			outMu.Lock()
+			out.WriteString(sc.Text() + "\n")
+			outMu.Unlock()
 			lines <- sc.Text()
 		}
 		close(lines)
 	}()
+	childOut := func() string {
+		outMu.Lock()
+		defer outMu.Unlock()
+		return out.String() + stderr.String()
+	}
 	// expect returns the fields of the child's next line starting with
 	// word.
 	expect := func(word string) []string {
@@ -209,7 +221,7 @@ func TestAcceptBacksOffOutOfDescriptors(t *testing.T) {
 			select {
 			case l, ok := <-lines:
 				if !ok {
-					t.Fatalf("child ended before %s; stderr:\n%s", word, stderr.String())
+					t.Fatalf("child ended before %s:\n%s", word, childOut())
 				}
 				if f := strings.Fields(l); len(f) > 0 && f[0] == word {
 					return f
@@ -249,8 +261,10 @@ func TestAcceptBacksOffOutOfDescriptors(t *testing.T) {
 	fmt.Fprintln(in, "EXIT")
 	in.Close()
 	exited = true
+	for range lines { // drain, so that Wait returns
+	}
 	if err := cmd.Wait(); err != nil {
-		t.Fatalf("child: %v\n%s", err, stderr.String())
+		t.Fatalf("child: %v\n%s", err, childOut())
 	}
 }
 

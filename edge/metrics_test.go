@@ -27,6 +27,7 @@ func scrape(t *testing.T, s *Server) string {
 // recorded by route and a discovered model, answers are counted by status
 // class, and the Go runtime, the process and the build are there.
 func TestMetricsAnOperatorNeeds(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, "a")
 	s := startProxy(t, func(c *Config) { c.Version = "v9.9.9" }, b)
 	testkit.WaitUntil(t, "models discovered", func() bool { idx := s.models.Load(); return idx != nil && idx.known })

@@ -9,6 +9,7 @@ import (
 )
 
 func TestModelAwareRouting(t *testing.T) {
+	t.Parallel()
 	a, b, c := newTestBackend(t, "a"), newTestBackend(t, "b"), newTestBackend(t, "c")
 	s := startProxy(t, func(cfg *Config) {
 		// c's models are fixed by the flag; a and b are discovered.
@@ -54,6 +55,7 @@ func TestModelAwareRouting(t *testing.T) {
 }
 
 func TestResponsesRouted(t *testing.T) {
+	t.Parallel()
 	bs := []*testBackend{newTestBackend(t, "a"), newTestBackend(t, "b"), newTestBackend(t, "c")}
 	// No health probes: on an overloaded test machine one timing out would
 	// eject a backend and move its conversations, which is right but not

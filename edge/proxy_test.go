@@ -82,6 +82,7 @@ func waitIdle(t *testing.T, s *Server) {
 }
 
 func TestExactBytesForwarded(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, "a")
 	s := startProxy(t, nil, b)
 	body := "{ \"messages\" : [ {\"role\":\"user\",\"content\":\"caf\\u00e9 \\/ spaced   out\"} ],\n\"model\":\"m\" , \"model\":\"m\"}"
@@ -103,6 +104,7 @@ func TestExactBytesForwarded(t *testing.T) {
 }
 
 func TestConversationsStickAndFirstTurnsSpread(t *testing.T) {
+	t.Parallel()
 	for _, policy := range []string{"kvca", "cost", "kvca-cost"} {
 		t.Run(policy, func(t *testing.T) {
 			bs := []*testBackend{newTestBackend(t, "a"), newTestBackend(t, "b"), newTestBackend(t, "c"), newTestBackend(t, "d")}
@@ -142,6 +144,7 @@ func TestConversationsStickAndFirstTurnsSpread(t *testing.T) {
 }
 
 func TestStreamingIsIncremental(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, "a")
 	b.gate = make(chan struct{})
 	b.events = 3
@@ -189,6 +192,7 @@ func readEvent(r *bufio.Reader) (string, error) {
 }
 
 func TestBadBodies(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, "a")
 	s := startProxy(t, nil, b)
 	cases := map[string]string{
@@ -233,6 +237,7 @@ func TestBadBodies(t *testing.T) {
 }
 
 func TestTooLarge(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, "a")
 	s := startProxy(t, func(c *Config) { c.MaxBodyBytes = 1000 }, b)
 	resp, out := post(t, s, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"`+strings.Repeat("x", 5000)+`"}]}`)
@@ -245,6 +250,7 @@ func TestTooLarge(t *testing.T) {
 }
 
 func TestAbandonedStreamsReleaseLoad(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, "a")
 	b.gate = make(chan struct{})
 	// Enough events that writes to a gone client must fail: the first
@@ -295,6 +301,7 @@ func TestAbandonedStreamsReleaseLoad(t *testing.T) {
 }
 
 func TestDeadBackendCausesNoFailure(t *testing.T) {
+	t.Parallel()
 	live1, live2 := newTestBackend(t, "a"), newTestBackend(t, "b")
 	dead := newTestBackend(t, "dead")
 	deadURL := dead.url()
@@ -317,6 +324,7 @@ func TestDeadBackendCausesNoFailure(t *testing.T) {
 }
 
 func TestAllBackendsDown(t *testing.T) {
+	t.Parallel()
 	dead := newTestBackend(t, "dead")
 	url := dead.url()
 	dead.close()
@@ -337,6 +345,7 @@ func TestAllBackendsDown(t *testing.T) {
 }
 
 func TestHeaderTimeoutGives504(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, "slow")
 	b.delayHeaders = 500 * time.Millisecond
 	s := startProxy(t, func(c *Config) { c.UpstreamHeaderTimeout = 100 * time.Millisecond }, b)
@@ -351,6 +360,7 @@ func TestHeaderTimeoutGives504(t *testing.T) {
 }
 
 func TestVacuumReclaimsIdleLocations(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, "a")
 	s := startProxy(t, func(c *Config) { c.TTL = 150 * time.Millisecond }, b)
 	for i := 0; i < 5; i++ {
@@ -366,6 +376,7 @@ func TestVacuumReclaimsIdleLocations(t *testing.T) {
 }
 
 func TestErrorsNotLearned(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, "a")
 	b.status.Store(500)
 	s := startProxy(t, nil, b)
@@ -380,6 +391,7 @@ func TestErrorsNotLearned(t *testing.T) {
 }
 
 func TestModelsAndPassthroughAndAdmin(t *testing.T) {
+	t.Parallel()
 	a, b := newTestBackend(t, "a"), newTestBackend(t, "b")
 	s := startProxy(t, nil, a, b)
 	r, err := client.Get("http://" + s.Addr() + "/v1/models")
@@ -448,6 +460,7 @@ func TestModelsAndPassthroughAndAdmin(t *testing.T) {
 }
 
 func TestRequestID(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, "a")
 	s := startProxy(t, nil, b)
 	req, _ := http.NewRequest("POST", "http://"+s.Addr()+"/v1/chat/completions", strings.NewReader(conversation(1, 0, false)))
@@ -521,6 +534,7 @@ func scriptedStream(t *testing.T) (url string, head chan struct{}, gate chan str
 // before it prefills; the novel-block load stays reserved until the first
 // body byte (by default) or goes at the headers (--prefill-release headers).
 func TestPrefillReleasedAfterPrefill(t *testing.T) {
+	t.Parallel()
 	for _, atHeaders := range []bool{false, true} {
 		t.Run(fmt.Sprintf("at_headers=%v", atHeaders), func(t *testing.T) {
 			url, head, gate := scriptedStream(t)

@@ -52,6 +52,7 @@ func readAllEvents(body io.Reader) (events []string, err error) {
 }
 
 func TestBackendKilledMidStream(t *testing.T) {
+	t.Parallel()
 	bad := startEngine(t, mock.Config{Name: "bad", Faults: mock.Faults{KillAfterChunks: 2}})
 	good := startEngine(t, mock.Config{Name: "good"})
 	s := startProxy(t, func(c *Config) {
@@ -100,6 +101,7 @@ func TestBackendKilledMidStream(t *testing.T) {
 }
 
 func TestBackendDiesAndComesBack(t *testing.T) {
+	t.Parallel()
 	a := startEngine(t, mock.Config{Name: "a"})
 	b := startEngine(t, mock.Config{Name: "b"})
 	s := startProxy(t, func(c *Config) {
@@ -155,6 +157,7 @@ func TestBackendDiesAndComesBack(t *testing.T) {
 }
 
 func TestRetryOn503And429BeforeAnyByte(t *testing.T) {
+	t.Parallel()
 	for _, status := range []int32{503, 429} {
 		a, b := newTestBackend(t, "a"), newTestBackend(t, "b")
 		a.status.Store(status)
@@ -189,6 +192,7 @@ func TestRetryOn503And429BeforeAnyByte(t *testing.T) {
 }
 
 func TestStreamIdleTimeout(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, "stall")
 	b.gate = make(chan struct{}) // never released: the stream stalls after one event
 	b.events = 3
@@ -206,6 +210,7 @@ func TestStreamIdleTimeout(t *testing.T) {
 }
 
 func TestAllDownThenOneReturns(t *testing.T) {
+	t.Parallel()
 	e := startEngine(t, mock.Config{Name: "only"})
 	s := startProxy(t, func(c *Config) {
 		c.Backends = []string{e.URL()}
@@ -247,6 +252,7 @@ func readyStatus(t *testing.T, s *Server) int {
 }
 
 func TestGracefulDrain(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, "a")
 	b.gate = make(chan struct{})
 	b.events = 3
@@ -325,6 +331,7 @@ func TestGracefulDrain(t *testing.T) {
 // request is answered 503 upstream_busy (or served elsewhere), and the
 // backend is not ejected however often it happens.
 func TestBusyBackendIsNotEjected(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, "a")
 	b.gate = make(chan struct{})
 	b.events = 2
@@ -389,6 +396,7 @@ func TestBusyBackendIsNotEjected(t *testing.T) {
 // --drain-delay: at shutdown /ready fails at once while requests are
 // still served; the listener closes only after the delay.
 func TestDrainDelay(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, "a")
 	s := startProxy(t, func(c *Config) { c.DrainDelay = 400 * time.Millisecond }, b)
 	done := make(chan error, 1)
@@ -424,6 +432,7 @@ func TestDrainDelay(t *testing.T) {
 // the other backend, which answers. Without the exclusion the holder
 // would be picked again and the client would get a 502.
 func TestRetryExcludesTheFailedBackend(t *testing.T) {
+	t.Parallel()
 	a, b := newTestBackend(t, "a"), newTestBackend(t, "b")
 	s := startProxy(t, func(c *Config) {
 		c.Policy, c.Retries, c.FailThreshold, c.HealthInterval = "kvca", 1, 10, 0
@@ -461,6 +470,7 @@ func TestRetryExcludesTheFailedBackend(t *testing.T) {
 // with the SSE error event (never a clean-looking end), returns an error
 // saying so, and releases the stream's load.
 func TestShutdownDeadlineCutsStreams(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, "a")
 	b.events = 3
 	b.gate = make(chan struct{}) // the stream stalls after its first event

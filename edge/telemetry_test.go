@@ -13,6 +13,7 @@ import (
 )
 
 func TestEngineTelemetryWired(t *testing.T) {
+	t.Parallel()
 	e := startEngine(t, mock.Config{Name: "e0", CacheTokens: 1 << 16})
 	plain := newTestBackend(t, "plain") // answers /metrics with no exposition: off
 	s := startProxy(t, func(c *Config) {

@@ -101,6 +101,7 @@ func peerCN(t *testing.T, addr string, ca *testCA) string {
 }
 
 func TestTLSEdgeStreamingAndRotation(t *testing.T) {
+	t.Parallel()
 	ca := newTestCA(t)
 	dir := t.TempDir()
 	c1, k1 := ca.issue(t, "first")
@@ -181,6 +182,7 @@ func tlsBackend(t *testing.T, name string, certPEM, keyPEM []byte, clientCAs *x5
 }
 
 func TestHTTPSBackends(t *testing.T) {
+	t.Parallel()
 	ca := newTestCA(t)
 	dir := t.TempDir()
 	cp, kp := ca.issue(t, "backend")
@@ -243,6 +245,7 @@ func TestHTTPSBackends(t *testing.T) {
 }
 
 func TestAdminTokenAndTLS(t *testing.T) {
+	t.Parallel()
 	ca := newTestCA(t)
 	c1, k1 := ca.issue(t, "admin")
 	cf, kf := writePair(t, t.TempDir(), "admin", c1, k1)

@@ -34,6 +34,9 @@ type Conn struct {
 	N    int
 	t    testing.TB
 	fail func(format string, args ...any)
+	// cut: the Backend's CloseConns closed it, so what fails on it next
+	// is the test's doing.
+	cut atomic.Bool
 }
 
 // Dial connects to addr and closes the connection when the test ends.
@@ -290,7 +293,7 @@ func isReset(err error) bool {
 type Backend struct {
 	ln    net.Listener
 	mu    sync.Mutex
-	conns map[net.Conn]struct{}
+	conns map[net.Conn]*Conn
 	wg    sync.WaitGroup
 	// accepted counts connections accepted so far.
 	accepted int
@@ -306,7 +309,7 @@ func StartBackend(t testing.TB, handle func(c *Conn)) *Backend {
 	if err != nil {
 		t.Fatalf("listen 127.0.0.1:0: %v", err)
 	}
-	b := &Backend{ln: ln, conns: map[net.Conn]struct{}{}}
+	b := &Backend{ln: ln, conns: map[net.Conn]*Conn{}}
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
@@ -316,12 +319,12 @@ func StartBackend(t testing.TB, handle func(c *Conn)) *Backend {
 				return
 			}
 			b.mu.Lock()
-			b.conns[nc] = struct{}{}
+			c := &Conn{Conn: nc, R: bufio.NewReader(nc), N: b.accepted, t: t}
+			b.conns[nc] = c
 			b.accepted++
 			b.mu.Unlock()
-			c := &Conn{Conn: nc, R: bufio.NewReader(nc), N: b.accepted - 1, t: t}
 			c.fail = func(format string, args ...any) {
-				if b.stopping.Load() {
+				if b.stopping.Load() || c.cut.Load() {
 					runtime.Goexit()
 				}
 				t.Errorf("backend %s: "+format, append([]any{ln.Addr()}, args...)...)
@@ -354,11 +357,13 @@ func StartBackend(t testing.TB, handle func(c *Conn)) *Backend {
 }
 
 // CloseConns closes every open connection, as a backend that drops idle
-// kept-alive connections does; the listener stays open.
+// kept-alive connections does; the listener stays open. A handler's Conn
+// methods failing on a connection so closed end its goroutine quietly.
 func (b *Backend) CloseConns() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for nc := range b.conns {
+	for nc, c := range b.conns {
+		c.cut.Store(true)
 		nc.Close()
 	}
 }
