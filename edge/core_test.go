@@ -1,0 +1,355 @@
+package edge
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/kvca/kvca/canon"
+	"github.com/kvca/kvca/chain"
+	"github.com/kvca/kvca/h1"
+)
+
+// The exchange's decisions in process, one at a time: which backend an
+// attempt goes to, when another is tried, what is learned, how each
+// failure is answered. No network: the upstreams are never dialled.
+
+// offlineCore is a server of n backends that is never started, with no
+// predicted locations (so that the table holds only what answers taught).
+func offlineCore(t *testing.T, n int, mod func(*Config)) *Server {
+	t.Helper()
+	cfg := DefaultConfig()
+	for i := 0; i < n; i++ {
+		cfg.Backends = append(cfg.Backends, fmt.Sprintf("http://127.0.0.1:%d", i+1))
+	}
+	cfg.PredictTTL = 0
+	cfg.Retries = 1
+	if mod != nil {
+		mod(&cfg)
+	}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// planned is a call planned for body (the Chat API) and picked once.
+func planned(t *testing.T, s *Server, body string) (*call, *upstream) {
+	t.Helper()
+	c := s.begin(routeChat, nil, []byte("/v1/chat/completions"), []byte("127.0.0.1"))
+	if err := s.plan(c, canon.Chat, []byte(body)); err != nil {
+		t.Fatal(err)
+	}
+	u, r := s.pick(c, false)
+	if r != nil {
+		t.Fatalf("pick: %+v", *r)
+	}
+	return c, u
+}
+
+func learnedOn(s *Server, c *call, b int) bool {
+	_, ok := s.table.LastAccess(c.req.Chain[len(c.req.Chain)-1], b, c.req.Now)
+	return ok
+}
+
+// TestAnswered: for each status of an upstream head, whether kvca refuses
+// it to try another backend, whether the chain is learned on the backend,
+// and whether it counts as the backend's error.
+func TestAnswered(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		status, backends, retries int
+		retry, learn, isErr       bool
+	}{
+		{200, 2, 1, false, true, false},
+		{204, 2, 1, false, true, false},
+		{299, 2, 1, false, true, false},
+		{300, 2, 1, false, false, false},
+		{199, 2, 1, false, false, false},
+		{404, 2, 1, false, false, false},
+		{499, 2, 1, false, false, false},
+		{500, 2, 1, false, false, true},
+		{502, 2, 1, false, false, true},
+		{503, 2, 1, true, false, true},
+		{429, 2, 1, true, false, true},
+		{503, 2, 0, false, false, true}, // no retry left
+		{429, 1, 1, false, false, true}, // no other backend
+	} {
+		t.Run(fmt.Sprintf("%d/%d backends/%d retries", tc.status, tc.backends, tc.retries), func(t *testing.T) {
+			t.Parallel()
+			s := offlineCore(t, tc.backends, func(c *Config) { c.Retries = tc.retries })
+			c, u := planned(t, s, conversation(1, 1, false))
+			before := u.m.errors[errStatus].Get()
+			if got := s.answered(c, u, tc.status); got != tc.retry {
+				t.Fatalf("retry %v, want %v", got, tc.retry)
+			}
+			if c.status != tc.status {
+				t.Fatalf("call status %d, want %d", c.status, tc.status)
+			}
+			if got := learnedOn(s, c, u.b.Index); got != tc.learn {
+				t.Fatalf("learned %v, want %v", got, tc.learn)
+			}
+			if got := u.m.errors[errStatus].Get() - before; got != map[bool]uint64{true: 1}[tc.isErr] {
+				t.Fatalf("%d status errors counted, want error=%v", got, tc.isErr)
+			}
+		})
+	}
+}
+
+// TestAnsweredBindsAMovedSession: a named session whose request succeeded
+// on a later attempt is bound to the backend that answered; on a first
+// attempt the answer binds nothing (routing claimed it already).
+func TestAnsweredBindsAMovedSession(t *testing.T) {
+	t.Parallel()
+	for _, attempts := range []int{1, 2} {
+		t.Run(fmt.Sprint(attempts), func(t *testing.T) {
+			t.Parallel()
+			s := offlineCore(t, 2, nil)
+			c, u := planned(t, s, conversation(1, 0, false))
+			c.session = s.canon.HashSessionKey([]byte("sess"))
+			c.attempt = attempts
+			s.answered(c, u, 200)
+			be, ok := s.sessions.Lookup(c.session, c.req.Now)
+			if attempts == 1 && ok {
+				t.Fatalf("bound to %d after a first attempt", be)
+			}
+			if attempts == 2 && (!ok || be != u.b.Index) {
+				t.Fatalf("bound to %d (%v), want %d", be, ok, u.b.Index)
+			}
+		})
+	}
+}
+
+// TestFailed: how each failed attempt is booked and answered.
+func TestFailed(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		res      int
+		attempts int
+		retry    bool
+		want     *reply
+		excluded bool
+	}{
+		{"timeout", timedOut, 1, false, &replyTimeout, false},
+		{"refused, retry left", connFailed, 1, true, nil, true},
+		{"busy, retry left", connBusy, 1, true, nil, true},
+		{"refused, none left", connFailed, 2, false, &replyBadGateway, true},
+		{"busy, none left", connBusy, 2, false, &replyBusy, true},
+		{"stale status, none left", retryStatus, 2, false, &replyBadGateway, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := offlineCore(t, 3, nil)
+			c, u := planned(t, s, conversation(1, 0, false))
+			if a := u.b.Active(); a != 1 {
+				t.Fatalf("active %d after the pick, want 1", a)
+			}
+			c.attempt = tc.attempts
+			retry, r := s.failed(c, u, tc.res)
+			if retry != tc.retry || r != tc.want {
+				t.Fatalf("failed: retry %v reply %v, want %v %v", retry, r, tc.retry, tc.want)
+			}
+			if a := u.b.Active(); a != 0 {
+				t.Fatalf("active %d after the failure, want 0", a)
+			}
+			if got := c.req.Exclude.Has(u.b.Index); got != tc.excluded {
+				t.Fatalf("backend excluded %v, want %v", got, tc.excluded)
+			}
+			for i := range s.sched.Backends {
+				if i != u.b.Index && c.req.Exclude.Has(i) {
+					t.Fatalf("backend %d excluded too", i)
+				}
+			}
+		})
+	}
+}
+
+// TestPickWhenNoneIsLeft: with every backend excluded, the answer depends
+// on what came before: none tried (no healthy backend), the last one busy,
+// or the last one unreachable; each pick that succeeds counts an attempt.
+func TestPickWhenNoneIsLeft(t *testing.T) {
+	t.Parallel()
+	s := offlineCore(t, 2, nil)
+	c := s.begin(routeChat, nil, nil, nil)
+	if err := s.plan(c, canon.Chat, []byte(conversation(1, 0, false))); err != nil {
+		t.Fatal(err)
+	}
+	c.req.Exclude.Add(0)
+	c.req.Exclude.Add(1)
+	for _, tc := range []struct {
+		attempts int
+		lastBusy bool
+		want     *reply
+	}{
+		{0, false, &replyNoBackend}, {0, true, &replyNoBackend},
+		{1, true, &replyBusy}, {1, false, &replyBadGateway}, {2, false, &replyBadGateway},
+	} {
+		c.attempt = tc.attempts
+		if u, r := s.pick(c, tc.lastBusy); u != nil || r != tc.want {
+			t.Errorf("attempt %d, last busy %v: %v %v, want %v", tc.attempts, tc.lastBusy, u, r, tc.want)
+		}
+		if c.attempt != tc.attempts {
+			t.Errorf("attempts %d after a failed pick, want %d", c.attempt, tc.attempts)
+		}
+	}
+	c.attempt = 0
+	for want := 1; want <= 2; want++ {
+		c.req.Exclude = chain.Set{}
+		if u, r := s.pick(c, false); u == nil || r != nil {
+			t.Fatalf("pick %d: %v", want, r)
+		}
+		if c.attempt != want {
+			t.Fatalf("attempts %d after pick %d", c.attempt, want)
+		}
+		c.res.ReleaseActive()
+	}
+}
+
+// TestRouteClaimsASession: a named session's first pick claims the
+// backend it lands on; a retry elsewhere does not move the claim; a
+// session claimed meanwhile by a sibling pulls the request to the
+// sibling's backend; a session already bound is bound to where it goes.
+func TestRouteClaimsASession(t *testing.T) {
+	t.Parallel()
+	t.Run("first pick claims, retry keeps", func(t *testing.T) {
+		t.Parallel()
+		s := offlineCore(t, 3, nil)
+		c := s.begin(routeChat, nil, nil, nil)
+		if err := s.plan(c, canon.Chat, []byte(conversation(1, 0, false))); err != nil {
+			t.Fatal(err)
+		}
+		c.session = s.canon.HashSessionKey([]byte("s1"))
+		u, _ := s.pick(c, false)
+		if be, ok := s.sessions.Lookup(c.session, c.req.Now); !ok || be != u.b.Index {
+			t.Fatalf("session on %d (%v) after the first pick on %d", be, ok, u.b.Index)
+		}
+		s.failed(c, u, connFailed)
+		u2, _ := s.pick(c, false)
+		if u2 == nil || u2 == u {
+			t.Fatalf("retry went to %v", u2)
+		}
+		if be, _ := s.sessions.Lookup(c.session, c.req.Now); be != u.b.Index {
+			t.Fatalf("session moved to %d by a retry's pick", be)
+		}
+	})
+	t.Run("a sibling's claim wins", func(t *testing.T) {
+		t.Parallel()
+		for claimed := 0; claimed < 3; claimed++ {
+			s := offlineCore(t, 3, nil)
+			c := s.begin(routeChat, nil, nil, nil)
+			if err := s.plan(c, canon.Chat, []byte(conversation(2, 0, false))); err != nil {
+				t.Fatal(err)
+			}
+			c.session = s.canon.HashSessionKey([]byte("s2"))
+			s.sessions.Claim(c.session, claimed, c.req.Now)
+			u, _ := s.pick(c, false)
+			if u.b.Index != claimed {
+				t.Fatalf("routed to %d, the session is claimed for %d", u.b.Index, claimed)
+			}
+			for i, b := range s.sched.Backends {
+				if want := map[bool]int64{true: 1}[i == claimed]; b.Active() != want {
+					t.Fatalf("backend %d active %d, want %d", i, b.Active(), want)
+				}
+			}
+		}
+	})
+	t.Run("bound goes where it is routed", func(t *testing.T) {
+		t.Parallel()
+		s := offlineCore(t, 2, nil)
+		c := s.begin(routeChat, nil, nil, nil)
+		if err := s.plan(c, canon.Chat, []byte(conversation(3, 0, false))); err != nil {
+			t.Fatal(err)
+		}
+		c.session = s.canon.HashSessionKey([]byte("s3"))
+		c.req.Bound = 2 // bound to backend 1, which the bootstrap may overrule
+		u, _ := s.pick(c, false)
+		if be, ok := s.sessions.Lookup(c.session, c.req.Now); !ok || be != u.b.Index {
+			t.Fatalf("session on %d (%v), routed to %d", be, ok, u.b.Index)
+		}
+	})
+}
+
+// TestBindConversation: which key names a request's conversation
+// (prompt_cache_key, then a session header, then user), what it is bound
+// to, and a Responses continuation pinned to its producer.
+func TestBindConversation(t *testing.T) {
+	t.Parallel()
+	msgs := `"messages":[{"role":"user","content":"hello there, tell me a story about a cat please"}]`
+	for _, tc := range []struct {
+		name, api, body, header string
+		key                     string // the session key that wins ("" for none)
+	}{
+		{"none", "chat", `{"model":"m",` + msgs + `}`, "", ""},
+		{"user", "chat", `{"model":"m","user":"alice",` + msgs + `}`, "", "user:alice"},
+		{"header over user", "chat", `{"model":"m","user":"alice",` + msgs + `}`, "X-Session-Id: h1\r\n", "h1"},
+		{"second header", "chat", `{"model":"m",` + msgs + `}`, "Session_id: h2\r\n", "h2"},
+		{"cache key over header", "chat", `{"model":"m","prompt_cache_key":"pck",` + msgs + `}`, "X-Session-Id: h1\r\n", "pck"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := offlineCore(t, 2, func(c *Config) { c.Policy = "session-hash" })
+			c := s.begin(routeChat, nil, nil, nil)
+			if err := s.plan(c, canon.Chat, []byte(tc.body)); err != nil {
+				t.Fatal(err)
+			}
+			head := []byte("POST /v1/chat/completions HTTP/1.1\r\nHost: h\r\n" + tc.header + "\r\n")
+			var h h1.Request
+			h.Reset()
+			if st, err := h1.ParseRequest(head, &h); st != h1.OK {
+				t.Fatalf("parse: %v", err)
+			}
+			s.bindConversation(c, head, &h)
+			var want uint64
+			switch {
+			case tc.key == "":
+			case tc.key == "user:alice":
+				want = c.info.UserKey
+			case tc.key == "pck":
+				want = c.info.CacheKey
+			default:
+				want = s.canon.HashSessionKey([]byte(tc.key))
+			}
+			if want == 0 && tc.key != "" {
+				t.Fatalf("no key for %s in the plan", tc.key)
+			}
+			if c.session != want || c.req.Bound != 0 {
+				t.Fatalf("session %x bound %d, want %x unbound", c.session, c.req.Bound, want)
+			}
+			if want == 0 {
+				return
+			}
+			// Known: bound to its backend.
+			s.sessions.Bind(want, 1, c.req.Now)
+			c.session, c.req.Bound = 0, 0
+			s.bindConversation(c, head, &h)
+			if c.session != want || c.req.Bound != 2 || c.req.Pin {
+				t.Fatalf("session %x bound %d pin %v, want %x bound 2 unpinned", c.session, c.req.Bound, c.req.Pin, want)
+			}
+		})
+	}
+	t.Run("responses continuation", func(t *testing.T) {
+		t.Parallel()
+		s := offlineCore(t, 2, nil)
+		body := []byte(`{"model":"m","previous_response_id":"resp_1","input":"and then?","user":"bob"}`)
+		c := s.begin(routeResponses, nil, nil, nil)
+		if err := s.plan(c, canon.Responses, body); err != nil {
+			t.Fatal(err)
+		}
+		head := []byte("POST /v1/responses HTTP/1.1\r\nHost: h\r\n\r\n")
+		var h h1.Request
+		h.Reset()
+		h1.ParseRequest(head, &h)
+		// Unknown id: an ordinary request, its user its session.
+		s.bindConversation(c, head, &h)
+		if c.req.Pin || c.req.Bound != 0 || c.session != c.info.UserKey {
+			t.Fatalf("unknown id: pin %v bound %d session %x", c.req.Pin, c.req.Bound, c.session)
+		}
+		s.threads.Bind(s.canon.HashSessionKey([]byte("resp_1")), 1, c.req.Now)
+		c.session = 0
+		s.bindConversation(c, head, &h)
+		if !c.req.Pin || c.req.Bound != 2 || c.session != 0 {
+			t.Fatalf("known id: pin %v bound %d session %x, want pinned to backend 1", c.req.Pin, c.req.Bound, c.session)
+		}
+	})
+}
