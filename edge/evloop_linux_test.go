@@ -187,20 +187,21 @@ func TestLoopPanicGuard(t *testing.T) {
 		testkit.WaitUntil(t, "load released", func() bool {
 			return s.sched.Backends[0].Active() == 0 && s.sched.Backends[0].Prefill() == 0
 		})
-		if resp, _ := post(t, s, "/v1/chat/completions", conversation(i+10, 0, false)); resp.StatusCode != 200 {
-			t.Fatalf("after the panic at %s: status %d, want 200", at, resp.StatusCode)
+		c := testkit.Dial(t, s.Addr())
+		body = conversation(i+10, 0, false)
+		c.Send(fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", len(body), body))
+		if r := c.ReadResponse(false); r.Status != 200 {
+			t.Fatalf("after the panic at %s: status %d, want 200", at, r.Status)
 		}
+		c.Close()
 	}
 	if hits := b.hits.Load(); hits != 3 {
 		t.Fatalf("backend saw %d requests, want 3 (the panic at request never reaches it)", hits)
 	}
 	// Released once: a second release would leave the counts below zero.
-	// (The loop releases just after the answer's last write, so the
-	// client can get there first.)
-	testkit.WaitUntil(t, "load released", func() bool {
-		return s.sched.Backends[0].Active() == 0 && s.sched.Backends[0].Prefill() == 0
-	})
-	time.Sleep(50 * time.Millisecond)
+	// Every client connection closed and forgotten by the loop, whatever
+	// it releases on a connection's answer or end has been released.
+	testkit.WaitUntil(t, "every client connection gone", func() bool { return metric(t, s, "kvca_client_connections") == 0 })
 	if a, p := s.sched.Backends[0].Active(), s.sched.Backends[0].Prefill(); a != 0 || p != 0 {
 		t.Fatalf("active %d prefill %d after every request ended, want 0 0", a, p)
 	}

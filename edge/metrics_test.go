@@ -2,16 +2,16 @@ package edge
 
 import (
 	"io"
-	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/kvca/kvca/internal/testkit"
 )
 
+// scrape is the proxy's /metrics, from its admin listener.
 func scrape(t *testing.T, s *Server) string {
 	t.Helper()
-	resp, err := http.Get("http://" + s.AdminAddr() + "/metrics")
+	resp, err := client.Get("http://" + s.AdminAddr() + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -347,7 +347,8 @@ func TestAllBackendsDown(t *testing.T) {
 func TestHeaderTimeoutGives504(t *testing.T) {
 	t.Parallel()
 	b := newTestBackend(t, "slow")
-	b.delayHeaders = 500 * time.Millisecond
+	b.hold = make(chan struct{}) // no answer before the test ends
+	t.Cleanup(func() { close(b.hold) })
 	s := startProxy(t, func(c *Config) { c.UpstreamHeaderTimeout = 100 * time.Millisecond }, b)
 	resp, out := post(t, s, "/v1/chat/completions", conversation(1, 0, false))
 	if resp.StatusCode != 504 {

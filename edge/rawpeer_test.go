@@ -323,32 +323,14 @@ func logged(t *testing.T, logs *lockedBuffer, id string) accessLine {
 // listener (0 when absent).
 func metric(t *testing.T, s *Server, series string) float64 {
 	t.Helper()
-	r, err := client.Get("http://" + s.AdminAddr() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Body.Close()
-	b, err := io.ReadAll(r.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return metricIn(string(b), series)
+	return metricIn(scrape(t, s), series)
 }
 
 // metricSum adds every series whose name and labels begin with prefix.
 func metricSum(t *testing.T, s *Server, prefix string) float64 {
 	t.Helper()
-	r, err := client.Get("http://" + s.AdminAddr() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Body.Close()
-	b, err := io.ReadAll(r.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
 	sum := 0.0
-	for _, l := range strings.Split(string(b), "\n") {
+	for _, l := range strings.Split(scrape(t, s), "\n") {
 		if strings.HasPrefix(l, prefix) {
 			i := strings.LastIndexByte(l, ' ')
 			v, err := strconv.ParseFloat(l[i+1:], 64)

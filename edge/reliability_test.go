@@ -159,35 +159,38 @@ func TestBackendDiesAndComesBack(t *testing.T) {
 func TestRetryOn503And429BeforeAnyByte(t *testing.T) {
 	t.Parallel()
 	for _, status := range []int32{503, 429} {
-		a, b := newTestBackend(t, "a"), newTestBackend(t, "b")
-		a.status.Store(status)
-		b.status.Store(status)
-		s := startProxy(t, func(c *Config) { c.Retries = 1; c.HealthInterval = time.Hour }, a, b)
-		// Both refuse: the last answer is passed through unchanged.
-		resp, out := post(t, s, "/v1/chat/completions", conversation(1, 0, false))
-		if resp.StatusCode != int(status) || !strings.Contains(out, "backend says no") {
-			t.Fatalf("%d: got %d %s", status, resp.StatusCode, out)
-		}
-		// One refuses: the client never sees it.
-		b.status.Store(0)
-		for i := 0; i < 6; i++ {
-			resp, out := post(t, s, "/v1/chat/completions", conversation(i, 0, false))
-			if resp.StatusCode != 200 || backendOf(resp) != "b" {
-				t.Fatalf("%d: got %d from %q: %s", status, resp.StatusCode, backendOf(resp), out)
+		t.Run(fmt.Sprint(status), func(t *testing.T) {
+			t.Parallel()
+			a, b := newTestBackend(t, "a"), newTestBackend(t, "b")
+			a.status.Store(status)
+			b.status.Store(status)
+			s := startProxy(t, func(c *Config) { c.Retries = 1; c.HealthInterval = time.Hour }, a, b)
+			// Both refuse: the last answer is passed through unchanged.
+			resp, out := post(t, s, "/v1/chat/completions", conversation(1, 0, false))
+			if resp.StatusCode != int(status) || !strings.Contains(out, "backend says no") {
+				t.Fatalf("%d: got %d %s", status, resp.StatusCode, out)
 			}
-		}
-		if s.table.Stats().Blocks == 0 {
-			t.Fatal("successful retries not learned")
-		}
-		waitIdle(t, s)
-		// With retries off the refusal reaches the client.
-		s2 := startProxy(t, func(c *Config) { c.Retries = 0; c.Backends = []string{a.url()} })
-		if resp, _ := post(t, s2, "/v1/chat/completions", conversation(1, 0, false)); resp.StatusCode != int(status) {
-			t.Fatalf("retries=0: %d", resp.StatusCode)
-		}
-		if s2.table.Stats().Blocks != 0 {
-			t.Fatal("an error answer was learned")
-		}
+			// One refuses: the client never sees it.
+			b.status.Store(0)
+			for i := 0; i < 6; i++ {
+				resp, out := post(t, s, "/v1/chat/completions", conversation(i, 0, false))
+				if resp.StatusCode != 200 || backendOf(resp) != "b" {
+					t.Fatalf("%d: got %d from %q: %s", status, resp.StatusCode, backendOf(resp), out)
+				}
+			}
+			if s.table.Stats().Blocks == 0 {
+				t.Fatal("successful retries not learned")
+			}
+			waitIdle(t, s)
+			// With retries off the refusal reaches the client.
+			s2 := startProxy(t, func(c *Config) { c.Retries = 0; c.Backends = []string{a.url()} })
+			if resp, _ := post(t, s2, "/v1/chat/completions", conversation(1, 0, false)); resp.StatusCode != int(status) {
+				t.Fatalf("retries=0: %d", resp.StatusCode)
+			}
+			if s2.table.Stats().Blocks != 0 {
+				t.Fatal("an error answer was learned")
+			}
+		})
 	}
 }
 

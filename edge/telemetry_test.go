@@ -2,7 +2,6 @@ package edge
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -43,17 +42,9 @@ func TestEngineTelemetryWired(t *testing.T) {
 	if got := s.State().Backends[0].Engine.Restarts; got != 1 {
 		t.Fatalf("restarts %d", got)
 	}
-	resp, err := http.Get("http://" + s.AdminAddr() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	body := scrape(t, s)
 	for _, want := range []string{"kvca_engine_metrics_up{", "kvca_engine_restarts_total{", `kvca_table_evictions_total{reason="backend_capacity"}`} {
-		if !strings.Contains(string(body), want) {
+		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
