@@ -44,25 +44,47 @@ type testBackend struct {
 
 func newTestBackend(t *testing.T, name string) *testBackend {
 	t.Helper()
+	return newTestBackendOn(t, name, nil)
+}
+
+// newTestBackendOn is newTestBackend on a listener that wrap makes of a
+// loopback one (a TLS listener, say).
+func newTestBackendOn(t *testing.T, name string, wrap func(net.Listener) net.Listener) *testBackend {
+	t.Helper()
+	b := &testBackend{t: t, name: name, events: 3}
+	b.srv = &fasthttp.Server{Handler: b.handle}
+	b.ln = serveHTTP(t, wrap, b.srv)
+	return b
+}
+
+// serveHTTP serves srv on a loopback listener (wrapped by wrap, if set)
+// until the test ends, and returns the listener.
+func serveHTTP(tb testing.TB, wrap func(net.Listener) net.Listener, srv *fasthttp.Server) net.Listener {
+	tb.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	b := &testBackend{t: t, name: name, ln: ln, events: 3}
-	b.srv = &fasthttp.Server{Handler: b.handle, CloseOnShutdown: true}
-	go b.srv.Serve(ln)
-	t.Cleanup(b.close)
-	return b
+	if wrap != nil {
+		ln = wrap(ln)
+	}
+	srv.CloseOnShutdown = true
+	go func() { _ = srv.Serve(ln) }()
+	tb.Cleanup(func() { stopHTTP(srv, ln) })
+	return ln
+}
+
+func stopHTTP(srv *fasthttp.Server, ln net.Listener) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = srv.ShutdownWithContext(ctx)
+	_ = ln.Close() // Shutdown is a no-op if Serve has not started yet
 }
 
 func (b *testBackend) url() string { return "http://" + b.ln.Addr().String() }
 
-func (b *testBackend) close() {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	_ = b.srv.ShutdownWithContext(ctx)
-	_ = b.ln.Close() // Shutdown is a no-op if Serve has not started yet
-}
+// close stops the backend before the test ends: a backend gone.
+func (b *testBackend) close() { stopHTTP(b.srv, b.ln) }
 
 func (b *testBackend) received() [][]byte {
 	b.mu.Lock()

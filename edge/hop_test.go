@@ -18,10 +18,6 @@ func TestHopHeadersStripped(t *testing.T) {
 	t.Parallel()
 	hop := []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Upgrade"}
 	for _, withHop := range []bool{true, false} {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
 		got := make(chan string, 1)
 		srv := &fasthttp.Server{DisableHeaderNamesNormalizing: true, Handler: func(ctx *fasthttp.RequestCtx) {
 			switch string(ctx.Path()) {
@@ -42,8 +38,7 @@ func TestHopHeadersStripped(t *testing.T) {
 			ctx.SetContentType("application/json")
 			ctx.SetBodyString(`{"id":"c1","object":"chat.completion","choices":[]}`)
 		}}
-		go srv.Serve(ln)
-		t.Cleanup(func() { _ = srv.Shutdown() })
+		ln := serveHTTP(t, nil, srv)
 		s := startProxy(t, func(c *Config) { c.Backends = []string{"http://" + ln.Addr().String()} })
 
 		conn, err := net.Dial("tcp", s.Addr())

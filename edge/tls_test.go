@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/kvca/kvca/internal/testkit"
-	"github.com/valyala/fasthttp"
 )
 
 // testCA issues throwaway certificates; nothing is committed.
@@ -160,13 +159,8 @@ func TestTLSEdgeStreamingAndRotation(t *testing.T) {
 
 // tlsBackend serves testBackend's handler over TLS with the given pair.
 func tlsBackend(t *testing.T, name string, certPEM, keyPEM []byte, clientCAs *x509.CertPool) *testBackend {
-	b := newTestBackend(t, name)
-	b.close()
+	t.Helper()
 	pair, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,10 +169,7 @@ func tlsBackend(t *testing.T, name string, certPEM, keyPEM []byte, clientCAs *x5
 		tc.ClientCAs = clientCAs
 		tc.ClientAuth = tls.RequireAndVerifyClientCert
 	}
-	b.ln = tls.NewListener(ln, tc)
-	b.srv = &fasthttp.Server{Handler: b.handle, CloseOnShutdown: true}
-	go b.srv.Serve(b.ln)
-	return b
+	return newTestBackendOn(t, name, func(ln net.Listener) net.Listener { return tls.NewListener(ln, tc) })
 }
 
 func TestHTTPSBackends(t *testing.T) {
