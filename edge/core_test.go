@@ -2,8 +2,10 @@ package edge
 
 import (
 	"fmt"
+	"path/filepath"
 	"testing"
 
+	"github.com/kvca/kvca/apikeys"
 	"github.com/kvca/kvca/canon"
 	"github.com/kvca/kvca/chain"
 	"github.com/kvca/kvca/h1"
@@ -352,4 +354,53 @@ func TestBindConversation(t *testing.T) {
 			t.Fatalf("known id: pin %v bound %d session %x, want pinned to backend 1", c.req.Pin, c.req.Bound, c.session)
 		}
 	})
+}
+
+// TestAuthenticate: the tenant of a known key; 401 naming a missing key
+// when no field carries one, even at the most fields a head may have; 401
+// naming an invalid one otherwise, in the route's error shape.
+func TestAuthenticate(t *testing.T) {
+	t.Parallel()
+	keys := filepath.Join(t.TempDir(), "keys")
+	writeKeys(t, keys, apikeys.Line([]byte("sk-alpha-0123456789"), "alpha", 0, 0))
+	s := offlineCore(t, 1, func(c *Config) { c.APIKeys = keys })
+	many := ""
+	for i := 0; i < h1.MaxFields-1; i++ {
+		many += fmt.Sprintf("X-F%d: v\r\n", i)
+	}
+	for _, tc := range []struct {
+		name, fields string
+		route        int
+		tenant       string
+		body         string
+	}{
+		{"known", "Authorization: Bearer sk-alpha-0123456789\r\n", routeChat, "alpha", ""},
+		{"known x-api-key", "X-Api-Key: sk-alpha-0123456789\r\n", routeMessages, "alpha", ""},
+		{"missing", "X-Other: 1\r\n", routeChat, "", apikeys.UnauthorizedBody(false, true)},
+		{"missing, every field taken", many, routeChat, "", apikeys.UnauthorizedBody(false, true)},
+		{"invalid", "Authorization: Bearer sk-nobody-000000000\r\n", routeChat, "", apikeys.UnauthorizedBody(false, false)},
+		{"invalid, Messages", "X-Api-Key: sk-nobody-000000000\r\n", routeMessages, "", apikeys.UnauthorizedBody(true, false)},
+		{"missing, Messages", "", routeMessages, "", apikeys.UnauthorizedBody(true, true)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			head := []byte("POST /v1/chat/completions HTTP/1.1\r\nHost: h\r\n" + tc.fields + "\r\n")
+			var h h1.Request
+			h.Reset()
+			if st, err := h1.ParseRequest(head, &h); st != h1.OK {
+				t.Fatalf("parse: %v", err)
+			}
+			c := s.begin(tc.route, nil, nil, nil)
+			defer s.putCall(c)
+			r, ok := s.authenticate(c, head, &h)
+			if ok != (tc.tenant != "") || c.tenantName() != tc.tenant {
+				t.Fatalf("ok %v tenant %q, want %q", ok, c.tenantName(), tc.tenant)
+			}
+			if ok && r != (reply{}) {
+				t.Fatalf("a reply %+v with the tenant", r)
+			}
+			if !ok && (r.status != 401 || r.body != tc.body) {
+				t.Fatalf("reply %d %q, want 401 %q", r.status, r.body, tc.body)
+			}
+		})
+	}
 }
