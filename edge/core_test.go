@@ -1,14 +1,18 @@
 package edge
 
 import (
+	"bytes"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvca/kvca/apikeys"
 	"github.com/kvca/kvca/canon"
 	"github.com/kvca/kvca/chain"
 	"github.com/kvca/kvca/h1"
+	"github.com/kvca/kvca/sniff"
 )
 
 // The exchange's decisions in process, one at a time: which backend an
@@ -400,6 +404,157 @@ func TestAuthenticate(t *testing.T) {
 			}
 			if !ok && (r.status != 401 || r.body != tc.body) {
 				t.Fatalf("reply %d %q, want 401 %q", r.status, r.body, tc.body)
+			}
+		})
+	}
+}
+
+// TestFirstByteTeachesOnlyStreamedSuccesses: the TTFT model learns from a
+// streamed 200's first byte only (a whole answer's first byte comes after
+// its decoding; an error's says nothing of prefill), once per answer.
+func TestFirstByteTeachesOnlyStreamedSuccesses(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		streamed bool
+		status   int
+		learns   bool
+	}{
+		{true, 200, true}, {false, 200, false}, {true, 201, false}, {true, 503, false},
+	} {
+		t.Run(fmt.Sprintf("streamed=%v/%d", tc.streamed, tc.status), func(t *testing.T) {
+			t.Parallel()
+			s := offlineCore(t, 1, nil)
+			c, _ := planned(t, s, conversation(1, 0, tc.streamed))
+			c.status = tc.status
+			c.firstByte(tc.streamed)
+			c.firstByte(tc.streamed)
+			if p := s.sched.Backends[0].Prefill(); p != 0 {
+				t.Fatalf("prefill %d after the first byte, want 0", p)
+			}
+			if c.ttft <= 0 {
+				t.Fatalf("ttft %v", c.ttft)
+			}
+			want := uint64(0)
+			if tc.learns {
+				want = 1
+			}
+			if got := s.sched.TTFTSnapshot().Backends[0].Observations; got != want {
+				t.Fatalf("%d observations, want %d", got, want)
+			}
+		})
+	}
+}
+
+// TestDoneCountsTheAnswer: the exchange's end counts its status class and,
+// for a 2xx whose body began, its time to first token; nothing else.
+func TestDoneCountsTheAnswer(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		status   int
+		ttft     time.Duration
+		class    string // "" when no class is counted
+		ttftSeen bool
+	}{
+		{200, time.Millisecond, "2xx", true},
+		{299, time.Millisecond, "2xx", true},
+		{204, 0, "2xx", false}, // no body: no first token
+		{300, time.Millisecond, "3xx", false},
+		{199, time.Millisecond, "1xx", false},
+		{404, time.Millisecond, "4xx", false},
+		{599, time.Millisecond, "5xx", false},
+		{0, 0, "", false}, // no answer at all (the client left first)
+	} {
+		t.Run(fmt.Sprint(tc.status), func(t *testing.T) {
+			t.Parallel()
+			s := offlineCore(t, 1, nil)
+			c, _ := planned(t, s, conversation(1, 0, false))
+			c.status, c.ttft = tc.status, tc.ttft
+			c.res.ReleasePrefill()
+			s.done(c)
+			var b bytes.Buffer
+			s.m.set.WritePrometheus(&b)
+			text := b.String()
+			for _, class := range []string{"1xx", "2xx", "3xx", "4xx", "5xx"} {
+				want := 0.0
+				if class == tc.class {
+					want = 1
+				}
+				if got := metricIn(text, `kvca_responses_total{route="chat",class="`+class+`"}`); got != want {
+					t.Errorf("%s answers %v, want %v", class, got, want)
+				}
+			}
+			want := 0.0
+			if tc.ttftSeen {
+				want = 1
+			}
+			got := 0.0 // the model label is "other": no backend named its models
+			for _, l := range strings.Split(text, "\n") {
+				if strings.HasPrefix(l, `kvca_time_to_first_token_seconds_count{route="chat",`) {
+					got += metricIn(l, l[:strings.LastIndexByte(l, ' ')])
+				}
+			}
+			if got != want {
+				t.Errorf("time to first token counted %v times, want %v", got, want)
+			}
+			if a := s.sched.Backends[0].Active(); a != 0 {
+				t.Errorf("active %d after done", a)
+			}
+		})
+	}
+}
+
+func TestMs(t *testing.T) {
+	t.Parallel()
+	for d, want := range map[time.Duration]float64{0: 0, 1500 * time.Microsecond: 1.5, 2 * time.Second: 2000, 250 * time.Nanosecond: 0.00025} {
+		if got := ms(d); got != want {
+			t.Errorf("ms(%v) = %v, want %v", d, got, want)
+		}
+	}
+}
+
+// TestLearnID: a Responses answer's id is bound to its backend as soon as
+// the sniffer has read it, not before (the id may come in a later read).
+func TestLearnID(t *testing.T) {
+	t.Parallel()
+	s := offlineCore(t, 2, nil)
+	c, u := planned(t, s, conversation(1, 0, false))
+	c.sn.Reset(sniff.JSON)
+	c.sn.Feed([]byte(`{"object":"response","created_at":1,`))
+	s.learnID(c)
+	if c.idBound {
+		t.Fatal("bound before the id was read")
+	}
+	c.sn.Feed([]byte(`"id":"resp_42","output":[]}`))
+	s.learnID(c)
+	if !c.idBound {
+		t.Fatal("not bound once the id was read")
+	}
+	if be, ok := s.threads.Lookup(s.canon.HashSessionKey([]byte("resp_42")), c.req.Now); !ok || be != u.b.Index {
+		t.Fatalf("resp_42 on %d (%v), want %d", be, ok, u.b.Index)
+	}
+}
+
+// TestDoneCalibrates: a routed 2xx answer whose usage was read teaches the
+// bytes-per-token ratio of its model; other answers do not.
+func TestDoneCalibrates(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		status int
+		learns bool
+	}{{200, true}, {299, true}, {300, false}, {400, false}, {199, false}} {
+		t.Run(fmt.Sprint(tc.status), func(t *testing.T) {
+			t.Parallel()
+			s := offlineCore(t, 1, nil)
+			s.calibrate = true
+			c, _ := planned(t, s, conversation(1, 3, false))
+			c.sniffing = true
+			c.sn.Reset(sniff.JSON)
+			c.sn.Feed(fmt.Appendf(nil, `{"usage":{"prompt_tokens":%d,"completion_tokens":3}}`, c.info.CBRLen/4))
+			c.status = tc.status
+			c.res.ReleasePrefill()
+			s.done(c)
+			if _, ok := s.cal.Ratios()["m"]; ok != tc.learns {
+				t.Fatalf("calibrated %v, want %v (%v)", ok, tc.learns, s.cal.Ratios())
 			}
 		})
 	}
