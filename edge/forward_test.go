@@ -353,16 +353,21 @@ func TestPipelinedFraming(t *testing.T) {
 				"GET /v1/files?n=3 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n" +
 				"POST /v1/embeddings?n=4 HTTP/1.1\r\nHost: x\r\nContent-Length: 30\r\n\r\nGET /v1/files?n=5 HTTP/1.1\r\n\r\n" +
 				"GET /v1/files?n=6 HTTP/1.1\r\nHost: x\r\n\r\n")
-			for i, want := range []struct{ line, body string }{
-				{"POST /v1/embeddings?n=1 HTTP/1.1", "{}"},
-				{"POST /v1/embeddings?n=2 HTTP/1.1", "[1]"},
-				{"GET /v1/files?n=3 HTTP/1.1", ""},
-				{"POST /v1/embeddings?n=4 HTTP/1.1", "GET /v1/files?n=5 HTTP/1.1\r\n\r\n"},
-				{"GET /v1/files?n=6 HTTP/1.1", ""},
+			// The framing kvca writes: a Content-Length for every body, an
+			// empty one included, and none where the client sent none.
+			for i, want := range []struct{ line, body, cl string }{
+				{"POST /v1/embeddings?n=1 HTTP/1.1", "{}", "2"},
+				{"POST /v1/embeddings?n=2 HTTP/1.1", "[1]", "3"},
+				{"GET /v1/files?n=3 HTTP/1.1", "", "0"},
+				{"POST /v1/embeddings?n=4 HTTP/1.1", "GET /v1/files?n=5 HTTP/1.1\r\n\r\n", "30"},
+				{"GET /v1/files?n=6 HTTP/1.1", "", ""},
 			} {
 				up := b.next(t)
 				if up.line() != want.line || string(up.body) != want.body {
 					t.Fatalf("request %d: backend got %q with body %q, want %q with %q", i, up.line(), up.body, want.line, want.body)
+				}
+				if cl := strings.Join(up.fields("Content-Length"), ","); cl != want.cl || len(up.fields("Transfer-Encoding")) != 0 {
+					t.Fatalf("request %d: Content-Length %q, want %q, in %q", i, cl, want.cl, up.head)
 				}
 				if r := c.read(false); r.status != 200 {
 					t.Fatalf("answer %d: %d", i, r.status)
