@@ -99,35 +99,37 @@ func TestLoopServesEveryShape(t *testing.T) {
 		{"GET on a routed path", "GET /v1/chat/completions HTTP/1.1\r\nHost: x\r\n\r\n", 405},
 		{"garbage", "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n", 400},
 	} {
-		conn, err := net.Dial("tcp", s.Addr())
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-		// Byte by byte for one case: the loop must keep what it read.
-		if tc.name == "chunked upload" {
-			for i := 0; i < len(tc.req); i++ {
-				if _, err := conn.Write([]byte{tc.req[i]}); err != nil {
-					t.Fatal(err)
-				}
+		t.Run(tc.name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", s.Addr())
+			if err != nil {
+				t.Fatal(err)
 			}
-		} else if _, err := io.WriteString(conn, tc.req); err != nil {
-			t.Fatal(err)
-		}
-		br := bufio.NewReader(conn)
-		resp, err := http.ReadResponse(br, nil)
-		if err == nil && resp.StatusCode == 100 {
-			resp, err = http.ReadResponse(br, nil) // after 100 Continue
-		}
-		if err != nil {
-			t.Fatalf("%s: %v", tc.name, err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		conn.Close()
-		if resp.StatusCode != tc.status {
-			t.Errorf("%s: status %d, want %d", tc.name, resp.StatusCode, tc.status)
-		}
+			_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+			// Byte by byte for one case: the loop must keep what it read.
+			if tc.name == "chunked upload" {
+				for i := 0; i < len(tc.req); i++ {
+					if _, err := conn.Write([]byte{tc.req[i]}); err != nil {
+						t.Fatal(err)
+					}
+				}
+			} else if _, err := io.WriteString(conn, tc.req); err != nil {
+				t.Fatal(err)
+			}
+			br := bufio.NewReader(conn)
+			resp, err := http.ReadResponse(br, nil)
+			if err == nil && resp.StatusCode == 100 {
+				resp, err = http.ReadResponse(br, nil) // after 100 Continue
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", tc.name, err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			conn.Close()
+			if resp.StatusCode != tc.status {
+				t.Errorf("%s: status %d, want %d", tc.name, resp.StatusCode, tc.status)
+			}
+		})
 	}
 	waitIdle(t, s)
 }

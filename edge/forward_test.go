@@ -25,27 +25,30 @@ func TestForwardHost(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
 			for _, preserve := range []bool{false, true} {
-				b := newRawBackend(t, nil)
-				_, d := startRawProxy(t, m, nil, func(c *Config) { c.Backends = []string{b.url("")}; c.PreserveHost = preserve })
-				for _, tc := range []struct{ req, client string }{
-					{chatReq(""), "client.example"},
-					{"GET /v1/files HTTP/1.1\r\nHost: client.example:8443\r\n\r\n", "client.example:8443"},
-					{"GET /v1/files HTTP/1.0\r\n\r\n", ""},
-				} {
-					c := d.dial(t)
-					c.send(tc.req)
-					up := b.next(t)
-					if r := c.read(false); r.status != 200 {
-						t.Fatalf("status %d", r.status)
+				t.Run(fmt.Sprint("preserve=", preserve), func(t *testing.T) {
+					t.Parallel()
+					b := newRawBackend(t, nil)
+					_, d := startRawProxy(t, m, nil, func(c *Config) { c.Backends = []string{b.url("")}; c.PreserveHost = preserve })
+					for _, tc := range []struct{ req, client string }{
+						{chatReq(""), "client.example"},
+						{"GET /v1/files HTTP/1.1\r\nHost: client.example:8443\r\n\r\n", "client.example:8443"},
+						{"GET /v1/files HTTP/1.0\r\n\r\n", ""},
+					} {
+						c := d.dial(t)
+						c.send(tc.req)
+						up := b.next(t)
+						if r := c.read(false); r.status != 200 {
+							t.Fatalf("status %d", r.status)
+						}
+						want := b.authority()
+						if preserve && tc.client != "" {
+							want = tc.client
+						}
+						if h := up.fields("Host"); len(h) != 1 || h[0] != want {
+							t.Fatalf("preserve=%v %q: backend got Host %q, want %q", preserve, up.line(), h, want)
+						}
 					}
-					want := b.authority()
-					if preserve && tc.client != "" {
-						want = tc.client
-					}
-					if h := up.fields("Host"); len(h) != 1 || h[0] != want {
-						t.Fatalf("preserve=%v %q: backend got Host %q, want %q", preserve, up.line(), h, want)
-					}
-				}
+				})
 			}
 		})
 	}
@@ -59,25 +62,28 @@ func TestForwardPathPrefix(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
 			for _, path := range []string{"/engine1", "/engine1/", "/engine1/v1"} {
-				b := newRawBackend(t, nil)
-				_, d := startRawProxy(t, m, nil, func(c *Config) { c.Backends = []string{b.url(path)} })
-				for _, tc := range []struct{ req, line string }{
-					{chatReq(""), "POST /engine1/v1/chat/completions HTTP/1.1"},
-					{"GET /v1/files/f-1?purpose=batch HTTP/1.1\r\nHost: x\r\n\r\n", "GET /engine1/v1/files/f-1?purpose=batch HTTP/1.1"},
-					{"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", "POST /engine1/v1/embeddings HTTP/1.1"},
-					{"GET http://other.example/v1/files HTTP/1.1\r\nHost: x\r\n\r\n", "GET /engine1/v1/files HTTP/1.1"},
-					{"GET /v1/files HTTP/1.0\r\n\r\n", "GET /engine1/v1/files HTTP/1.1"},
-				} {
-					c := d.dial(t)
-					c.send(tc.req)
-					up := b.next(t)
-					if r := c.read(false); r.status != 200 {
-						t.Fatalf("status %d", r.status)
+				t.Run(path, func(t *testing.T) {
+					t.Parallel()
+					b := newRawBackend(t, nil)
+					_, d := startRawProxy(t, m, nil, func(c *Config) { c.Backends = []string{b.url(path)} })
+					for _, tc := range []struct{ req, line string }{
+						{chatReq(""), "POST /engine1/v1/chat/completions HTTP/1.1"},
+						{"GET /v1/files/f-1?purpose=batch HTTP/1.1\r\nHost: x\r\n\r\n", "GET /engine1/v1/files/f-1?purpose=batch HTTP/1.1"},
+						{"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", "POST /engine1/v1/embeddings HTTP/1.1"},
+						{"GET http://other.example/v1/files HTTP/1.1\r\nHost: x\r\n\r\n", "GET /engine1/v1/files HTTP/1.1"},
+						{"GET /v1/files HTTP/1.0\r\n\r\n", "GET /engine1/v1/files HTTP/1.1"},
+					} {
+						c := d.dial(t)
+						c.send(tc.req)
+						up := b.next(t)
+						if r := c.read(false); r.status != 200 {
+							t.Fatalf("status %d", r.status)
+						}
+						if up.line() != tc.line {
+							t.Fatalf("backend %s: got %q, want %q", path, up.line(), tc.line)
+						}
 					}
-					if up.line() != tc.line {
-						t.Fatalf("backend %s: got %q, want %q", path, up.line(), tc.line)
-					}
-				}
+				})
 			}
 		})
 	}
