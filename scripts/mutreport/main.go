@@ -329,8 +329,8 @@ are skipped (` + "`MUTATE_EDGE_SKIP`" + ` in the Makefile, passed as ` + "`-skip
 ` + "`GOFLAGS`" + `); what is left runs in under 10 s, and a run of the target takes
 about 16 minutes with two workers on 2 cores. sched alone takes about as
 long, so with edge in ` + "`MUTATE_PKGS`" + ` ` + "`make mutate`" + ` would run well past half an
-hour: edge is a target of its own, and its row is kept when ` + "`make mutate`" + `
-runs (and the other rows when it runs).
+hour: edge is a target of its own, and each of the two targets keeps the
+other's rows on this page.
 
 gremlins counts a mutant as covered when its position lies in a block of
 the coverage profile; the case expressions of a tagless ` + "`switch`" + ` lie in none,
