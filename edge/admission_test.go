@@ -36,7 +36,7 @@ func postWith(t *testing.T, s *Server, body string, hdr map[string]string) (*htt
 func TestAdmissionQueuesByPriority(t *testing.T) {
 	t.Parallel()
 	b := newTestBackend(t, "a")
-	b.delayHeaders = 300 * time.Millisecond
+	release := b.holdAnswers(t)
 	s := startProxy(t, func(c *Config) { c.MaxInflightPerBackend = 1 }, b)
 	var wg sync.WaitGroup
 	send := func(id int, class string) {
@@ -57,6 +57,7 @@ func TestAdmissionQueuesByPriority(t *testing.T) {
 	if b.hits.Load() != 1 {
 		t.Fatalf("the backend got %d requests while its one slot was taken", b.hits.Load())
 	}
+	release()
 	wg.Wait()
 	var order []string
 	for _, body := range b.received() {
@@ -93,8 +94,9 @@ func TestAdmissionSheds(t *testing.T) {
 		{"queue timeout", func(c *Config) { c.QueueTimeout = 100 * time.Millisecond }, "queue_timeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			b := newTestBackend(t, "a")
-			b.delayHeaders = 600 * time.Millisecond
+			release := b.holdAnswers(t) // the first request keeps the one slot
 			s := startProxy(t, func(c *Config) { c.MaxInflightPerBackend = 1; tc.mod(c) }, b)
 			first := make(chan struct{})
 			go func() {
@@ -103,6 +105,7 @@ func TestAdmissionSheds(t *testing.T) {
 			}()
 			testkit.WaitUntil(t, "the first request at the backend", func() bool { return b.hits.Load() == 1 })
 			resp, out := postWith(t, s, conversation(1, 0, false), nil)
+			release()
 			if resp == nil {
 				return
 			}
@@ -129,7 +132,7 @@ func TestAdmissionSheds(t *testing.T) {
 func TestAdmissionClientLeavesWhileQueued(t *testing.T) {
 	t.Parallel()
 	b := newTestBackend(t, "a")
-	b.delayHeaders = 500 * time.Millisecond
+	release := b.holdAnswers(t)
 	s := startProxy(t, func(c *Config) { c.MaxInflightPerBackend = 1 }, b)
 	first := make(chan struct{})
 	go func() {
@@ -146,6 +149,7 @@ func TestAdmissionClientLeavesWhileQueued(t *testing.T) {
 	testkit.WaitUntil(t, "the request queued", func() bool { return s.adm.Queued() == 1 })
 	conn.Close()
 	testkit.WaitUntil(t, "the queue empty", func() bool { return s.adm.Queued() == 0 })
+	release()
 	<-first
 	waitIdle(t, s)
 	if b.hits.Load() != 1 || s.adm.Inflight(0) != 0 {

@@ -33,8 +33,6 @@ type testBackend struct {
 	// holdFirst, when set, makes a stream send its headers at once and its
 	// first event only after the test sends on it (a prefilling engine).
 	holdFirst chan struct{}
-	// delayHeaders holds back the response headers.
-	delayHeaders time.Duration
 	// hold, when set, holds back every answer until it is closed (for
 	// 10 s at most): a request the test keeps in flight.
 	hold chan struct{}
@@ -81,6 +79,15 @@ func stopHTTP(srv *fasthttp.Server, ln net.Listener) {
 	_ = ln.Close() // Shutdown is a no-op if Serve has not started yet
 }
 
+// holdAnswers holds back every answer until release (or the test's
+// end): requests the test keeps in flight. Call it before any request.
+func (b *testBackend) holdAnswers(t *testing.T) (release func()) {
+	b.hold = make(chan struct{})
+	release = sync.OnceFunc(func() { close(b.hold) })
+	t.Cleanup(release)
+	return release
+}
+
 func (b *testBackend) url() string { return "http://" + b.ln.Addr().String() }
 
 // close stops the backend before the test ends: a backend gone.
@@ -107,9 +114,6 @@ func (b *testBackend) handle(ctx *fasthttp.RequestCtx) {
 	b.bodies = append(b.bodies, append([]byte(nil), ctx.PostBody()...))
 	b.hdrs = append(b.hdrs, ctx.Request.Header.String())
 	b.mu.Unlock()
-	if b.delayHeaders > 0 {
-		time.Sleep(b.delayHeaders)
-	}
 	if b.hold != nil {
 		select {
 		case <-b.hold:

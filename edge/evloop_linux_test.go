@@ -139,7 +139,8 @@ func TestLoopServesEveryShape(t *testing.T) {
 func TestLoopClientLeavesBeforeAnswer(t *testing.T) {
 	t.Parallel()
 	b := newTestBackend(t, "a")
-	b.delayHeaders = 3 * time.Second
+	b.hold = make(chan struct{}) // no answer before the client has gone
+	t.Cleanup(func() { close(b.hold) })
 	s := startLoopProxy(t, nil, b)
 	conn, err := net.Dial("tcp", s.Addr())
 	if err != nil {
