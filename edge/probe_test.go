@@ -434,11 +434,12 @@ func TestRequestIDNotInjected(t *testing.T) {
 			b := newRawBackend(t, nil)
 			logs := &lockedBuffer{}
 			_, d := startRawProxy(t, m, logs, func(c *Config) { c.Backends = []string{b.url("")} })
+			// The client's id is not hex: a generated one never contains it.
 			for _, req := range []string{
-				"GET /v1/files HTTP/1.1\r\nHost: x\r\nX-Request-Id: abc\rSet-Cookie: x=1\r\n\r\n",
-				"GET /v1/files HTTP/1.1\r\nHost: x\r\nX-Request-Id: abc\rSet-Cookie: x=1",
-				"GET /v1/files HTTP/1.1\r\nHost: x\r\nX-Request-Id: abc\x00Set-Cookie: x=1\r\n\r\n",
-				"GET /v1/files HTTP/1.1\r\nHost: x\r\nX-Request-Id: abc\nSet-Cookie: x=1\r\n\r\n",
+				"GET /v1/files HTTP/1.1\r\nHost: x\r\nX-Request-Id: xyz\rSet-Cookie: x=1\r\n\r\n",
+				"GET /v1/files HTTP/1.1\r\nHost: x\r\nX-Request-Id: xyz\rSet-Cookie: x=1",
+				"GET /v1/files HTTP/1.1\r\nHost: x\r\nX-Request-Id: xyz\x00Set-Cookie: x=1\r\n\r\n",
+				"GET /v1/files HTTP/1.1\r\nHost: x\r\nX-Request-Id: xyz\nSet-Cookie: x=1\r\n\r\n",
 			} {
 				c := d.dial(t)
 				c.send(req)
@@ -446,7 +447,7 @@ func TestRequestIDNotInjected(t *testing.T) {
 				if r.status != 400 {
 					t.Fatalf("%q: status %d", req, r.status)
 				}
-				if strings.Contains(r.head, "Set-Cookie") || strings.Contains(r.head, "abc") || strings.Count(r.head, "\r") != strings.Count(r.head, "\r\n") {
+				if strings.Contains(r.head, "Set-Cookie") || strings.Contains(r.head, "xyz") || strings.Count(r.head, "\r") != strings.Count(r.head, "\r\n") {
 					t.Fatalf("%q: the client's bytes reached the answer's head: %q", req, r.head)
 				}
 				ids := r.fields("X-Request-Id")
