@@ -89,6 +89,10 @@ func TestAccessLogFields(t *testing.T) {
 	if got := zeroTimes(first); got != want {
 		t.Fatalf("first line\n%+v\nwant\n%+v", got, want)
 	}
+	// A location learned is seen from the table's next millisecond on
+	// (a prefix walk is kept for the millisecond it was made in).
+	at := s.table.Now()
+	testkit.WaitUntil(t, "the table clock past the first answer", func() bool { return s.table.Now() > at })
 	c.send(req("again"))
 	b.next(t)
 	c.read(false)
