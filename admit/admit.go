@@ -216,20 +216,25 @@ func (t *Ticket) idle() {
 }
 
 // healthy reports whether b may be granted.
-func (a *Admitter) healthy(b int) bool { return a.slots[b].b.Healthy() }
+func (a *Admitter) healthy(b int) bool { return a.slots[b].healthy() }
 
 // backendSlots is one backend's limit, padded to its own cache line: every
 // loop touches these words on every request.
 type backendSlots struct {
 	inflight atomic.Int32
 	limit    atomic.Int32
-	b        *sched.Backend
+	b        atomic.Pointer[sched.Backend] // nil: a slot never configured
 	_        [48]byte
+}
+
+func (s *backendSlots) healthy() bool {
+	b := s.b.Load()
+	return b != nil && b.Healthy()
 }
 
 // free reports whether the backend is healthy and has a free slot.
 func (s *backendSlots) free() bool {
-	return s.inflight.Load() < s.limit.Load() && s.b.Healthy()
+	return s.inflight.Load() < s.limit.Load() && s.healthy()
 }
 
 func (s *backendSlots) tryAcquire() bool {
@@ -255,6 +260,7 @@ type Admitter struct {
 	size       int
 	seed       maphash.Seed
 	slots      []backendSlots
+	used       atomic.Int32 // slots ever configured
 	// waiting counts queued tickets, and one being enqueued: a release
 	// that sees it 0 need not look at the queue (see enqueue).
 	waiting  atomic.Int64
@@ -304,14 +310,14 @@ func New(cfg Config) (*Admitter, error) {
 		k:          cfg.StarvationLimit,
 		size:       cfg.QueueSize,
 		seed:       maphash.MakeSeed(),
-		slots:      make([]backendSlots, len(cfg.Backends)),
+		// Every slot exists from the start, so backends added later
+		// (SetBackends) need no resizing under traffic.
+		slots: make([]backendSlots, chain.MaxBackends),
 	}
 	for i, b := range cfg.Backends {
 		if b.Index != i {
 			return nil, errors.New("admit: backends must be in index order")
 		}
-		a.slots[i].b = b
-		a.slots[i].limit.Store(int32(cfg.MaxInflight))
 	}
 	for c := range a.q {
 		a.q[c].flows = map[uint64]*flow{}
@@ -326,7 +332,30 @@ func New(cfg Config) (*Admitter, error) {
 	if cfg.Metrics != nil {
 		a.m = newMeters(a, cfg.Metrics)
 	}
+	a.SetBackends(cfg.Backends)
 	return a, nil
+}
+
+// SetBackends installs the backends in force, in Index order (a removed
+// backend's slot holds it retired). A slot that changes backend gets the
+// configured limit again; the caller reuses a slot only once the previous
+// backend's requests have ended, so none of theirs is counted there.
+func (a *Admitter) SetBackends(bs []*sched.Backend) {
+	for i, b := range bs {
+		s := &a.slots[i]
+		if b.Retired() {
+			a.m.dropBackend(b.Name)
+		}
+		if s.b.Swap(b) == b {
+			continue
+		}
+		s.limit.Store(int32(a.cfg.MaxInflight))
+		a.m.backend(s, b.Name)
+		a.Refill(i)
+	}
+	if n := int32(len(bs)); n > a.used.Load() {
+		a.used.Store(n)
+	}
 }
 
 // Limited reports whether a limit is set; if not, the edge may skip the
@@ -546,11 +575,16 @@ func (a *Admitter) binds(t *Ticket) bool {
 	return false
 }
 
+// holderWaitOf is t's holder wait, at most half the queue timeout: a
+// request whose holders stay full then still has the rest of its wait to
+// be granted any backend, instead of being shed with other backends
+// freeing slots meanwhile.
 func (a *Admitter) holderWaitOf(t *Ticket) int64 {
+	w := a.holderWait
 	if t.HolderWait > 0 {
-		return int64(t.HolderWait)
+		w = int64(t.HolderWait)
 	}
-	return a.holderWait
+	return min(w, a.timeout/2)
 }
 
 func intersects(x, y *chain.Set) bool {
@@ -847,26 +881,41 @@ func (a *Admitter) newFlow(key uint64) *flow {
 // it is taken from. Strict priority across classes, except that a class
 // passed over StarvationLimit times in a row while it waited is served
 // next (the lowest such class first); within a class, by fair queuing
-// across tenants (classQueue).
+// across tenants (classQueue.find). A waiter holding out for the holders
+// of its prefix never lets a lower class take a slot it could use: it
+// takes the slot, its holder wait ended.
 func (a *Admitter) pick(b int) *Ticket {
 	if !a.healthy(b) {
 		return nil
 	}
 	for c := Class(NumClasses - 1); c > High; c-- {
 		if a.passed[c] >= a.k && a.q[c].n > 0 {
-			if t := a.q[c].pick(b); t != nil {
-				a.served(c)
-				return t
+			if t, _ := a.q[c].find(b); t != nil {
+				return a.book(c, t, b)
 			}
 		}
 	}
+	var held *Ticket
+	heldClass := High
 	for c := High; c < NumClasses; c++ {
-		if t := a.q[c].pick(b); t != nil {
-			a.served(c)
-			return t
+		t, h := a.q[c].find(b)
+		if t != nil {
+			if held != nil {
+				return a.book(heldClass, held, b)
+			}
+			return a.book(c, t, b)
+		}
+		if held == nil && h != nil {
+			held, heldClass = h, c
 		}
 	}
 	return nil
+}
+
+func (a *Admitter) book(c Class, t *Ticket, b int) *Ticket {
+	t = a.q[c].take(t, b, a.now()-t.enq >= a.timeout/2)
+	a.served(c)
+	return t
 }
 
 func (a *Admitter) served(g Class) {
@@ -921,7 +970,7 @@ func (a *Admitter) Candidates(r *sched.Request) chain.Set {
 	if r.Allowed != nil {
 		e = *r.Allowed
 	} else {
-		for i := range a.slots {
+		for i := range int(a.used.Load()) {
 			e.Add(i)
 		}
 	}

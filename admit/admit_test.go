@@ -487,6 +487,190 @@ func TestHolderWait(t *testing.T) {
 	}
 }
 
+// A holder wait as long as the queue timeout would shed the request at
+// its deadline while another backend freed a slot meanwhile: the holder
+// wait ends at half the timeout.
+func TestHolderWaitEndsBeforeTimeout(t *testing.T) {
+	r := newRig(t, Config{Backends: fleet(2), MaxInflight: 1, QueueSize: 4, QueueTimeout: 50 * time.Millisecond, HolderWait: 250 * time.Millisecond})
+	h0, h1 := r.ticket(Normal, "", 0), r.ticket(Normal, "", 1)
+	r.hold(t, h0, 0)
+	r.hold(t, h1, 1)
+	f := r.ticket(Normal, "", 0, 1)
+	f.Preferred = setOf(0)
+	if r.a.Admit(f) != Queued {
+		t.Fatal("not queued")
+	}
+	// Backend 1 frees while f still waits for its holder, 0.
+	r.clk.advance(10 * time.Millisecond)
+	r.a.Done(h1)
+	if f.State() != Waiting || r.a.Inflight(1) != 0 {
+		t.Fatalf("state %d, inflight on 1: %d", f.State(), r.a.Inflight(1))
+	}
+	r.clk.advance(15*time.Millisecond - 1)
+	r.a.Sweep()
+	if f.State() != Waiting {
+		t.Fatal("gave up on the holder before half the timeout")
+	}
+	r.clk.advance(1)
+	r.a.Sweep()
+	if got := r.w.take(); len(got) != 1 || f.State() != Granted || f.Backend() != 1 {
+		t.Fatalf("at half the timeout: state %d backend %d", f.State(), f.Backend())
+	}
+	// A ticket's own longer holder wait is bounded the same way; f now
+	// holds 1, h0 holds 0.
+	g := r.ticket(Normal, "", 0, 1)
+	g.Preferred, g.HolderWait = setOf(0), time.Minute
+	if r.a.Admit(g) != Queued {
+		t.Fatal("not queued")
+	}
+	r.clk.advance(25 * time.Millisecond)
+	r.a.Sweep()
+	if g.State() != Waiting {
+		t.Fatalf("state %d", g.State())
+	}
+	r.a.Done(f)
+	if g.State() != Granted || g.Backend() != 1 {
+		t.Fatalf("after its holder wait, a slot on 1: state %d backend %d", g.State(), g.Backend())
+	}
+}
+
+// A follow-up waiting for the holder of its prefix lets its own tenant's
+// later requests of its class take a slot on another backend, and nobody
+// else: a lower class or another tenant would overtake it, so it takes
+// that slot itself, its holder wait over.
+func TestHolderWaitOvertakenOnlyByItsOwnTenant(t *testing.T) {
+	for _, c := range []struct {
+		name          string
+		other         Class
+		tenant        string
+		holderGranted bool // the bound waiter takes backend 1, not the other
+	}{
+		{"lower class", Low, "b", true},
+		{"other tenant", Normal, "b", true},
+		{"own tenant", Normal, "a", false},
+		{"higher class", High, "b", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			r := newRig(t, Config{Backends: fleet(2), MaxInflight: 1, QueueSize: 8, HolderWait: time.Second})
+			h1 := r.ticket(Normal, "", 1)
+			r.hold(t, r.ticket(Normal, "", 0), 0)
+			r.hold(t, h1, 1)
+			f := r.ticket(Normal, "a", 0, 1)
+			f.Preferred = setOf(0)
+			o := r.ticket(c.other, c.tenant, 0, 1)
+			if r.a.Admit(f) != Queued || r.a.Admit(o) != Queued {
+				t.Fatal("not queued")
+			}
+			r.a.Done(h1)
+			if got := r.w.take(); len(got) != 1 {
+				t.Fatalf("%d wakes", len(got))
+			}
+			winner, loser := o, f
+			if c.holderGranted {
+				winner, loser = f, o
+			}
+			if winner.State() != Granted || winner.Backend() != 1 || loser.State() != Waiting {
+				t.Fatalf("winner state %d backend %d, loser state %d", winner.State(), winner.Backend(), loser.State())
+			}
+		})
+	}
+}
+
+// Alone in the queue, a follow-up keeps waiting for its holder while
+// another backend frees: nobody would take its place.
+func TestHolderWaitAloneKeepsWaiting(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, Config{Backends: fleet(2), MaxInflight: 1, QueueSize: 8, HolderWait: time.Second})
+	h1 := r.ticket(High, "", 1)
+	r.hold(t, r.ticket(Normal, "", 0), 0)
+	r.hold(t, h1, 1)
+	f := r.ticket(High, "a", 0, 1)
+	f.Preferred = setOf(0)
+	if r.a.Admit(f) != Queued {
+		t.Fatal("not queued")
+	}
+	r.a.Done(h1)
+	if f.State() != Waiting || r.a.Inflight(1) != 0 || len(r.w.take()) != 0 {
+		t.Fatalf("state %d, inflight on 1: %d", f.State(), r.a.Inflight(1))
+	}
+}
+
+// A tenant's requests are served in arrival order until its oldest has
+// waited half the queue timeout; from then on its newest goes first, in
+// the oldest's turn, and the oldest are shed at their timeout.
+func TestStaleTenantServesNewestFirst(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, Config{Backends: fleet(1), MaxInflight: 1, QueueSize: 8, QueueTimeout: 100 * time.Millisecond})
+	cur := r.ticket(Normal, "", 0)
+	r.hold(t, cur, 0)
+	var ts []*Ticket
+	for i := 0; i < 4; i++ {
+		tk := r.ticket(Normal, "a", 0)
+		if r.a.Admit(tk) != Queued {
+			t.Fatal("not queued")
+		}
+		ts = append(ts, tk)
+		r.clk.advance(10 * time.Millisecond)
+	}
+	// t=40ms: the oldest has waited 40ms, under half the timeout.
+	next := func(want *Ticket) {
+		t.Helper()
+		r.a.Done(cur)
+		if got := r.w.take(); len(got) != 1 || got[0] != want || want.State() != Granted {
+			t.Fatalf("granted %v, want ticket %p", got, want)
+		}
+		cur = want
+	}
+	next(ts[0])
+	r.clk.advance(20 * time.Millisecond) // t=60ms: ts[1] waited 50ms
+	next(ts[3])
+	next(ts[2])
+	// Another tenant still gets its turn between: fairness is kept.
+	b := r.ticket(Normal, "b", 0)
+	if r.a.Admit(b) != Queued {
+		t.Fatal("not queued")
+	}
+	next(b)
+	r.clk.advance(50 * time.Millisecond) // t=110ms: ts[1] has timed out
+	r.a.Sweep()
+	if got := r.w.take(); len(got) != 1 || got[0] != ts[1] || ts[1].State() != Dropped || ts[1].Reason() != ReasonTimeout {
+		t.Fatalf("woken %v, state %d", got, ts[1].State())
+	}
+}
+
+// Once a tenant is stale, a backend's slot goes first to its newest
+// request waiting for that backend as the holder of its prefix, then to
+// its newest that can go anywhere.
+func TestStaleTenantServesHolderWaitersFirst(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, Config{Backends: fleet(2), MaxInflight: 1, QueueSize: 8, QueueTimeout: 100 * time.Millisecond, HolderWait: time.Second})
+	h0, h1 := r.ticket(Normal, "", 0), r.ticket(Normal, "", 1)
+	r.hold(t, h0, 0)
+	r.hold(t, h1, 1)
+	x, y, z := r.ticket(Normal, "a", 0, 1), r.ticket(Normal, "a", 0, 1), r.ticket(Normal, "a", 0, 1)
+	y.Preferred = setOf(1)
+	if r.a.Admit(x) != Queued {
+		t.Fatal("not queued")
+	}
+	r.clk.advance(50 * time.Millisecond) // x is stale
+	if r.a.Admit(y) != Queued {
+		t.Fatal("not queued")
+	}
+	r.clk.advance(5 * time.Millisecond)
+	if r.a.Admit(z) != Queued {
+		t.Fatal("not queued")
+	}
+	r.a.Done(h1)
+	if y.State() != Granted || y.Backend() != 1 || x.State() != Waiting || z.State() != Waiting {
+		t.Fatalf("y state %d backend %d", y.State(), y.Backend())
+	}
+	r.a.Done(h0)
+	if z.State() != Granted || z.Backend() != 0 || x.State() != Waiting {
+		t.Fatalf("z state %d backend %d, x state %d", z.State(), z.Backend(), x.State())
+	}
+}
+
 func TestHolderWaitFullQueueGoesElsewhere(t *testing.T) {
 	r := newRig(t, Config{Backends: fleet(2), MaxInflight: 1, QueueSize: 0, HolderWait: time.Second})
 	r.hold(t, r.ticket(Normal, "", 0), 0)
@@ -594,7 +778,9 @@ func TestPriorityParsing(t *testing.T) {
 		{"high", "", High}, {"HIGH", "5", High}, {"Low", "-3", Low}, {"normal", "-1", Normal},
 		{"", "-1", High}, {"", "0", Normal}, {"", "7", Low}, {"urgent", "-2", High},
 		{"", "1.5", Normal}, {"", "\"high\"", Normal}, {"", "", Normal}, {"", "-", Normal},
-		{"", "007", Normal}, {"", "-9999999", High},
+		{"", "007", Normal}, {"", "-9999999", High}, {"", "-0", Normal}, {"", "1e2", Normal},
+		{"", "-123456789012345678901234567890", High}, {"", "123456789012345678901234567890", Low},
+		{"", "2-", Normal}, {"low", "", Low},
 	} {
 		if got := ClassOf([]byte(c.header), []byte(c.body)); got != c.want {
 			t.Errorf("ClassOf(%q, %q) = %v, want %v", c.header, c.body, got, c.want)

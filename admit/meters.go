@@ -14,6 +14,7 @@ type meters struct {
 	shedN     [NumClasses][numReasons]*metrics.Counter
 	cancel    [NumClasses]*metrics.Counter
 	wait      [NumClasses]*metrics.PrometheusHistogram
+	set       *metrics.Set
 }
 
 // waitBuckets span a few milliseconds to the longest sensible timeout.
@@ -32,13 +33,26 @@ func newMeters(a *Admitter, set *metrics.Set) *meters {
 		}
 		m.cancel[c] = set.NewCounter(fmt.Sprintf(`kvca_admission_cancelled_total{class=%q}`, c))
 	}
-	for i := range a.slots {
-		s := &a.slots[i]
-		name := s.b.Name
-		set.NewGauge(fmt.Sprintf(`kvca_admission_inflight{backend=%q}`, name), func() float64 { return float64(s.inflight.Load()) })
-		set.NewGauge(fmt.Sprintf(`kvca_admission_limit{backend=%q}`, name), func() float64 { return float64(s.limit.Load()) })
-	}
+	m.set = set
 	return m
+}
+
+// backend adds the series of the backend now in slot s.
+func (m *meters) backend(s *backendSlots, name string) {
+	if m == nil {
+		return
+	}
+	m.set.GetOrCreateGauge(fmt.Sprintf(`kvca_admission_inflight{backend=%q}`, name), func() float64 { return float64(s.inflight.Load()) })
+	m.set.GetOrCreateGauge(fmt.Sprintf(`kvca_admission_limit{backend=%q}`, name), func() float64 { return float64(s.limit.Load()) })
+}
+
+// dropBackend removes a removed backend's series.
+func (m *meters) dropBackend(name string) {
+	if m == nil {
+		return
+	}
+	m.set.UnregisterMetric(fmt.Sprintf(`kvca_admission_inflight{backend=%q}`, name))
+	m.set.UnregisterMetric(fmt.Sprintf(`kvca_admission_limit{backend=%q}`, name))
 }
 
 func (m *meters) admitted(t *Ticket) {

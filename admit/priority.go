@@ -45,27 +45,31 @@ func ClassOfVLLM(p int64) Class {
 }
 
 // ParseVLLM reads the `priority` body field as its JSON text (an integer
-// literal, as vLLM accepts it); false if it is not an integer.
+// literal, as vLLM accepts it; canon.Info.Priority); false if it is not an
+// integer. Only its sign matters, so an integer of any length is read.
 func ParseVLLM(raw []byte) (Class, bool) {
-	neg := len(raw) > 0 && raw[0] == '-'
 	digits := raw
+	neg := len(raw) > 0 && raw[0] == '-'
 	if neg {
 		digits = raw[1:]
 	}
-	if len(digits) == 0 || len(digits) > 18 || (len(digits) > 1 && digits[0] == '0') {
+	if len(digits) == 0 || (len(digits) > 1 && digits[0] == '0') {
 		return Normal, false
 	}
-	var p int64
+	zero := true
 	for _, c := range digits {
 		if c < '0' || c > '9' {
 			return Normal, false
 		}
-		p = p*10 + int64(c-'0')
+		zero = zero && c == '0'
 	}
-	if neg {
-		p = -p
+	switch {
+	case zero:
+		return Normal, true
+	case neg:
+		return High, true
 	}
-	return ClassOfVLLM(p), true
+	return Low, true
 }
 
 // ClassOf decides a request's class: a valid X-KVCA-Priority header wins,

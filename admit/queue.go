@@ -67,26 +67,105 @@ func (q *classQueue) tag(f *flow, t *Ticket) {
 	f.finish = t.vstart + 1
 }
 
-// pick returns the waiter with the smallest tag that can use b (each
-// tenant's first such waiter being its candidate), and advances the
-// virtual time to it. A tenant none of whose waiters can use b keeps its
-// small tags, so it is served first when a backend it can use frees.
-func (q *classQueue) pick(b int) *Ticket {
+// find returns the waiter a free slot on b goes to within the class, or
+// nil: the one with the smallest tag (of equal tags, the earlier arrival)
+// among each tenant's first waiter that can use b. A waiter that could
+// use b but waits for its holders elsewhere lets its own tenant's later
+// requests go first, and nobody else: when another tenant's waiter would
+// be served ahead of it, it is chosen instead and its holder wait ends.
+// held is the best such holder-bound waiter of the class (by tag), which
+// the caller gives b rather than let a lower class have it.
+//
+// A tenant none of whose waiters can use b keeps its small tags, so it is
+// served first when a backend it can use frees.
+func (q *classQueue) find(b int) (t, held *Ticket) {
 	var best *Ticket
+	// The best holder-bound candidates of the two best tenants by their
+	// bound waiters, so that one of another tenant than best's remains.
+	var h1, h2 *Ticket
 	for f := q.first; f != nil; f = f.next {
-		for t := f.head; t != nil; t = t.fnext {
-			if t.usable(b) {
-				if best == nil || t.vstart < best.vstart || t.vstart == best.vstart && t.order < best.order {
-					best = t
+		var bound *Ticket
+		for w := f.head; w != nil; w = w.fnext {
+			if !w.Eligible.Has(b) {
+				continue
+			}
+			if w.usable(b) {
+				if before(w, best) {
+					best = w
 				}
 				break
+			}
+			if bound == nil {
+				bound = w // the tenant's first waiter for b, bound elsewhere
+			}
+		}
+		if bound != nil {
+			if before(bound, h1) {
+				h1, h2 = bound, h1
+			} else if before(bound, h2) {
+				h2 = bound
 			}
 		}
 	}
 	if best != nil {
-		q.vt = max(q.vt, best.vstart)
+		alt := h1
+		if alt != nil && alt.flow == best.flow {
+			alt = h2
+		}
+		if alt != nil && before(alt, best) {
+			best = alt
+		}
 	}
-	return best
+	return best, h1
+}
+
+// before reports whether x comes before y (nil: never served) in fair
+// queuing order: the smaller tag, of equal tags the earlier arrival.
+func before(x, y *Ticket) bool {
+	return y == nil || x.vstart < y.vstart || x.vstart == y.vstart && x.order < y.order
+}
+
+// take books the grant of b at the turn of t (find's choice) and returns
+// the waiter served in that turn, one of t's tenant's: t, unless t is
+// stale (it has waited half the queue timeout). A tenant whose oldest
+// request has waited that long sends more than it is served, so its older
+// requests would reach the client late or time out anyway: its newest
+// waiter still waiting for b as the holder of its prefix (within its
+// holder wait) is served instead, else its newest that can use b, and the
+// oldest are shed at their timeout. The tags between move down one place,
+// so the tenant's turns stay those of its waiters before, one fewer.
+func (q *classQueue) take(t *Ticket, b int, stale bool) *Ticket {
+	q.vt = max(q.vt, t.vstart)
+	if !stale {
+		return t
+	}
+	var w, any *Ticket
+	for x := t.flow.tail; ; x = x.fprev {
+		if x.usable(b) {
+			if x.bound {
+				w = x // bound and usable: b holds its prefix
+				break
+			}
+			if any == nil {
+				any = x
+			}
+		}
+		if x == t {
+			break
+		}
+	}
+	if w == nil {
+		w = any
+	}
+	if w == nil || w == t {
+		return t
+	}
+	turn := t.vstart
+	for x := t; x != w; x = x.fnext {
+		x.vstart = x.fnext.vstart
+	}
+	w.vstart = turn
+	return w
 }
 
 // biggest is the tenant with the most waiters (of equals, the one

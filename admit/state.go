@@ -31,7 +31,7 @@ type BackendState struct {
 // Snapshot returns the current state (it allocates: for the admin API).
 func (a *Admitter) Snapshot() State {
 	st := State{MaxInflight: a.cfg.MaxInflight, QueueSize: a.cfg.QueueSize}
-	for i := range a.slots {
+	for i := range int(a.used.Load()) {
 		st.Backends = append(st.Backends, BackendState{Index: i, Inflight: a.Inflight(i), Limit: a.Limit(i)})
 	}
 	a.mu.Lock()

@@ -80,7 +80,7 @@ type shard struct {
 // index. It is safe for concurrent use.
 type Map struct {
 	kind    Kind
-	ttl     int64 // ms
+	ttl     atomic.Int64 // ms; SetTTL changes it live
 	bmask   uint64
 	sh      [shards]shard
 	peer    Peer
@@ -105,10 +105,8 @@ func New(kind Kind, cfg Config) *Map {
 	for perShard*shards < cfg.Entries {
 		perShard <<= 1
 	}
-	m := &Map{kind: kind, ttl: cfg.TTL.Milliseconds(), bmask: uint64(perShard/ways - 1)}
-	if m.ttl <= 0 {
-		m.ttl = 1
-	}
+	m := &Map{kind: kind, bmask: uint64(perShard/ways - 1)}
+	m.SetTTL(cfg.TTL)
 	for i := range m.sh {
 		m.sh[i].slots = make([]entry, perShard)
 	}
@@ -131,7 +129,10 @@ func New(kind Kind, cfg Config) *Map {
 func (m *Map) Kind() Kind { return m.kind }
 
 // TTL returns the binding lifetime.
-func (m *Map) TTL() time.Duration { return time.Duration(m.ttl) * time.Millisecond }
+func (m *Map) TTL() time.Duration { return time.Duration(m.ttl.Load()) * time.Millisecond }
+
+// SetTTL changes the binding lifetime, for every binding at once.
+func (m *Map) SetTTL(d time.Duration) { m.ttl.Store(max(d.Milliseconds(), 1)) }
 
 // Capacity is the number of slots.
 func (m *Map) Capacity() int { return shards * len(m.sh[0].slots) }
@@ -162,7 +163,7 @@ func (m *Map) Lookup(key uint64, now int64) (backend int, ok bool) {
 		if e.key != key {
 			continue
 		}
-		if now-e.at > m.ttl {
+		if now-e.at > m.ttl.Load() {
 			*e = entry{}
 			sh.mu.Unlock()
 			m.entries.Add(-1)
@@ -191,7 +192,7 @@ func (m *Map) Bind(key uint64, backend int, now int64) {
 	sh, bk := m.bucket(key)
 	sh.mu.Lock()
 	e, fresh := m.slot(bk, key, now)
-	share := fresh || e.backend != int32(backend) || now-e.pub >= m.ttl/4
+	share := fresh || e.backend != int32(backend) || now-e.pub >= m.ttl.Load()/4
 	e.key, e.backend, e.at = key, int32(backend), now
 	if share {
 		e.pub = now
@@ -213,7 +214,7 @@ func (m *Map) Claim(key uint64, backend int, now int64) int {
 	sh, bk := m.bucket(key)
 	sh.mu.Lock()
 	e, fresh := m.slot(bk, key, now)
-	if !fresh && now-e.at <= m.ttl {
+	if !fresh && now-e.at <= m.ttl.Load() {
 		b := int(e.backend)
 		e.at = now
 		sh.mu.Unlock()
@@ -256,7 +257,7 @@ func (m *Map) slot(bk []entry, key uint64, now int64) (e *entry, fresh bool) {
 		switch {
 		case s.key == key:
 			return s, false
-		case s.key == 0 || now-s.at > m.ttl:
+		case s.key == 0 || now-s.at > m.ttl.Load():
 			if free == nil {
 				free = s
 			}

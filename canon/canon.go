@@ -129,6 +129,11 @@ type Info struct {
 	// completions, responses) or metadata.user_id (messages); 0 if absent
 	// or empty.
 	UserKey uint64
+	// Priority is the JSON text of the top-level `priority` member when it
+	// is a number (vLLM's scheduling priority: lower is served earlier),
+	// empty otherwise; reused across requests like Model. admit.ClassOf
+	// reads it as the request's class when no X-KVCA-Priority header says.
+	Priority []byte
 }
 
 // Error kinds a caller can map to a metric label and an HTTP 400 message.
@@ -315,6 +320,7 @@ func (c *Canonicalizer) run(st *state, api API, body []byte, sink Sink, info *In
 	info.CBRLen = 0
 	info.PreviousResponseID = info.PreviousResponseID[:0]
 	info.CacheKey, info.UserKey = 0, 0
+	info.Priority = info.Priority[:0]
 	st.dropCacheControl = api == Messages
 	st.sink = sink
 	st.lsink, _ = sink.(LiteralSink)
@@ -365,6 +371,10 @@ func (c *Canonicalizer) run(st *state, api API, body []byte, sink Sink, info *In
 			}
 		case "prompt_cache_key":
 			info.CacheKey = c.hashString(top[i].val)
+		case "priority":
+			if top[i].val.Type() == fastjson.TypeNumber {
+				info.Priority = top[i].val.MarshalTo(info.Priority)
+			}
 		case "user":
 			if api != Messages {
 				info.UserKey = c.hashString(top[i].val)

@@ -184,7 +184,7 @@ func TestNoAllocsSteadyState(t *testing.T) {
 		t.Skip("allocation counts need a build without -race")
 	}
 	c := canon.New(nil)
-	body := []byte(`{"model":"m","messages":[{"role":"system","content":"You are helpful."},{"role":"user","content":"caf\u00e9 \"quoted\" and a long tail ` + strings.Repeat("x", 3000) + `"},{"role":"assistant","content":null,"tool_calls":[{"id":"1","type":"function","function":{"name":"f","arguments":"{}"}}]}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"a":{"type":"number","minimum":0.5}}}}}],"temperature":0.2}`)
+	body := []byte(`{"model":"m","messages":[{"role":"system","content":"You are helpful."},{"role":"user","content":"caf\u00e9 \"quoted\" and a long tail ` + strings.Repeat("x", 3000) + `"},{"role":"assistant","content":null,"tool_calls":[{"id":"1","type":"function","function":{"name":"f","arguments":"{}"}}]}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"a":{"type":"number","minimum":0.5}}}}}],"temperature":0.2,"priority":-1}`)
 	var sink discard
 	var info canon.Info
 	if err := c.Canonicalize(canon.Chat, body, &sink, &info); err != nil {
@@ -192,6 +192,46 @@ func TestNoAllocsSteadyState(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(200, func() { _ = c.Canonicalize(canon.Chat, body, &sink, &info) }); n != 0 {
 		t.Fatalf("%v allocs per request", n)
+	}
+}
+
+func TestPriorityField(t *testing.T) {
+	t.Parallel()
+	c := canon.New(nil)
+	var info canon.Info
+	for _, tc := range []struct {
+		api        canon.API
+		body, want string
+	}{
+		{canon.Chat, `{"model":"m","priority":-5,"messages":[{"role":"user","content":"hi"}]}`, "-5"},
+		{canon.Chat, `{"model":"m","messages":[{"role":"user","content":"hi"}],"priority":0}`, "0"},
+		{canon.Completions, `{"model":"m","prompt":"hi","priority":12}`, "12"},
+		{canon.Responses, `{"model":"m","input":"hi","priority":1.5}`, "1.5"},
+		// The last of duplicate members wins, as in the engine's parser.
+		{canon.Chat, `{"priority":3,"messages":[{"role":"user","content":"hi"}],"priority":-2}`, "-2"},
+		{canon.Chat, `{"priority":"high","messages":[{"role":"user","content":"hi"}]}`, ""},
+		{canon.Chat, `{"priority":null,"messages":[{"role":"user","content":"hi"}]}`, ""},
+		{canon.Chat, `{"messages":[{"role":"user","content":"hi"}]}`, ""},
+		// Only the top level counts.
+		{canon.Chat, `{"messages":[{"role":"user","content":"hi","priority":1}]}`, ""},
+	} {
+		if err := c.Canonicalize(tc.api, []byte(tc.body), &discard{}, &info); err != nil {
+			t.Fatalf("%s: %v", tc.body, err)
+		}
+		if string(info.Priority) != tc.want {
+			t.Errorf("%s: Priority %q, want %q", tc.body, info.Priority, tc.want)
+		}
+	}
+	// The field never reaches the CBR: changing it costs no cache hit.
+	var a, b buf
+	if err := c.Canonicalize(canon.Chat, []byte(`{"model":"m","priority":-1,"messages":[{"role":"user","content":"hi"}]}`), &a, &info); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Canonicalize(canon.Chat, []byte(`{"model":"m","priority":9,"messages":[{"role":"user","content":"hi"}]}`), &b, &info); err != nil {
+		t.Fatal(err)
+	}
+	if string(a.b) != string(b.b) {
+		t.Fatalf("CBRs differ:\n%q\n%q", a.b, b.b)
 	}
 }
 

@@ -95,8 +95,8 @@ type Config struct {
 type Table struct {
 	shards    []shard
 	mask      uint64
-	ttl       int64 // ms
-	slack     int64 // ms, Config.TouchSlack
+	ttl       atomic.Int64 // ms; SetTTL changes it live
+	slack     int64        // ms, Config.TouchSlack
 	perShard  int
 	maxBlocks int
 	epoch     time.Time
@@ -143,16 +143,13 @@ func NewTable(cfg Config) *Table {
 	t := &Table{
 		shards:    make([]shard, n),
 		mask:      uint64(n - 1),
-		ttl:       cfg.TTL.Milliseconds(),
 		slack:     max(cfg.TouchSlack.Milliseconds(), 0),
 		perShard:  (cfg.MaxBlocks + n - 1) / n,
 		maxBlocks: cfg.MaxBlocks,
 		epoch:     now(),
 		now:       now,
 	}
-	if t.ttl < 1 {
-		t.ttl = 1
-	}
+	t.SetTTL(cfg.TTL)
 	for i := range t.shards {
 		t.shards[i].init()
 	}
@@ -186,7 +183,11 @@ func (t *Table) At(w time.Time) int64 {
 }
 
 // TTL returns the location TTL.
-func (t *Table) TTL() time.Duration { return time.Duration(t.ttl) * time.Millisecond }
+func (t *Table) TTL() time.Duration { return time.Duration(t.ttl.Load()) * time.Millisecond }
+
+// SetTTL changes how long a location lives after its last refresh, for
+// every location at once (expiry is computed from the refresh time).
+func (t *Table) SetTTL(d time.Duration) { t.ttl.Store(max(d.Milliseconds(), 1)) }
 
 // Capacity returns the maximum number of blocks (rounded up to a whole
 // number per shard).
@@ -225,7 +226,7 @@ func (t *Table) live(l uint64, now int64) bool {
 	if locGen(l) != t.gens[locBackend(l)].Load()&0xff {
 		return false
 	}
-	return locIsPinned(l) || locTime(l)+t.ttl > now
+	return locIsPinned(l) || locTime(l)+t.ttl.Load() > now
 }
 
 // Lookup returns the backends with a live location for block h. Expired

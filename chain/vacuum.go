@@ -38,7 +38,7 @@ func (t *Table) Vacuum(ctx context.Context) {
 func (t *Table) VacuumOnce() int64 {
 	t.vacuumRuns.Add(1)
 	now := t.Now()
-	next := now + t.ttl
+	next := now + t.ttl.Load()
 	var expired uint64
 	for si := range t.shards {
 		sh := &t.shards[si]
@@ -61,7 +61,7 @@ func (t *Table) VacuumOnce() int64 {
 				continue
 			}
 			newest := sh.newest(e)
-			if d := newest + t.ttl; d > now {
+			if d := newest + t.ttl.Load(); d > now {
 				// Live by time; its deadline bounds the next wake.
 				if sh.prune(t, i, now); e.loc != 0 {
 					if d < next {

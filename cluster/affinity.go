@@ -131,7 +131,7 @@ func (a *affinityShare) flush(spare *[]binding, out *[]byte) {
 	limit := n.o.MaxMessageBytes - headerSize - 16
 	for len(b) > 0 {
 		var k int
-		*out, k = appendBindings((*out)[:0], n.header(), n.keys, b, limit)
+		*out, k = appendBindings((*out)[:0], n.header(), n.v.Load().keys, b, limit)
 		if err := n.nc.Publish(n.o.subjectBase()+affinitySubject, *out); err != nil {
 			n.m.dropped[dropPublish].Inc()
 		} else {
@@ -155,6 +155,10 @@ func appendBindings(dst []byte, h header, keys []uint64, bs []binding, max int) 
 	for _, b := range bs {
 		if n > 0 && len(dst)-start+24 > max {
 			break
+		}
+		if int(b.backend) >= len(keys) { // a slot added since the keys were read
+			n++
+			continue
 		}
 		dst = append(dst, byte(b.kind))
 		dst = binary.AppendUvarint(dst, uint64(b.backend))
@@ -210,7 +214,7 @@ func (a *affinityShare) receive(msg *nats.Msg) {
 	now := time.Now().UnixMilli()
 	err = decodeBindings(body, &a.scratch, func(kind affinity.Kind, bk uint64, at int64, key uint64) {
 		m := a.maps[kind]
-		i, ok := n.index[bk]
+		i, ok := n.v.Load().index[bk]
 		if m == nil || !ok {
 			n.m.dropped[dropUnknown].Inc()
 			return

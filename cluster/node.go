@@ -32,11 +32,12 @@ type Node struct {
 	o     Options
 	log   *slog.Logger
 	table *chain.Table
-	backs []*sched.Backend
-	keys  []uint64       // local backend index → wire key
-	index map[uint64]int // wire key → local backend index
-	id    uint64
-	fp    uint32
+	// v is the backends in force; a reload of the server's backends
+	// replaces it (refresh).
+	v   atomic.Pointer[view]
+	srv *edge.Server
+	id  uint64
+	fp  uint32
 
 	nc      *nats.Conn
 	sub     *nats.Subscription
@@ -72,6 +73,37 @@ type Node struct {
 	closeOnce sync.Once
 }
 
+// view maps the server's backends to wire keys and back.
+type view struct {
+	backs []*sched.Backend
+	keys  []uint64       // local backend index → wire key
+	index map[uint64]int // wire key → local backend index (configured ones)
+}
+
+// refresh takes the server's backends in force. A removed backend's slot
+// keeps its key (its last requests may still report what they learned)
+// but peers' messages about that backend no longer land there.
+func (n *Node) refresh() {
+	backs := n.srv.Scheduler().Backends
+	v := &view{backs: backs, keys: make([]uint64, len(backs)), index: make(map[uint64]int, len(backs))}
+	for i, b := range backs {
+		k := backendKey(edge.EndpointID(b.URL))
+		v.keys[i] = k
+		if _, dup := v.index[k]; !dup && !b.Retired() {
+			v.index[k] = i
+		}
+	}
+	n.v.Store(v)
+}
+
+// key is slot i's wire key; false for a slot this view does not know yet.
+func (v *view) key(i int) (uint64, bool) {
+	if i < 0 || i >= len(v.keys) {
+		return 0, false
+	}
+	return v.keys[i], true
+}
+
 type resetReq struct {
 	backend int
 	at      int64 // wall ms
@@ -94,34 +126,26 @@ func Join(srv *edge.Server, o Options) (*Node, error) {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	backs := srv.Scheduler().Backends
 	n := &Node{
 		o:      o,
 		log:    log,
 		table:  srv.Table(),
-		backs:  backs,
-		keys:   make([]uint64, len(backs)),
-		index:  make(map[uint64]int, len(backs)),
+		srv:    srv,
 		id:     randomID(),
 		fp:     fingerprint(srv.Key(), cfg),
 		buf:    newLearnBuf(o.MaxPendingBlocks),
 		dd:     newDedup(o.DedupEntries),
-		floors: make([]atomic.Int64, len(backs)),
-		peers:  newPeerLoads(len(backs)),
+		floors: make([]atomic.Int64, chain.MaxBackends),
+		peers:  newPeerLoads(chain.MaxBackends),
 		resets: make(chan resetReq, 256),
 		kick:   make(chan struct{}, 1),
 		urgent: make(chan struct{}, 1),
-		aggAct: make([]uint32, len(backs)),
-		aggPre: make([]uint32, len(backs)),
+		aggAct: make([]uint32, chain.MaxBackends),
+		aggPre: make([]uint32, chain.MaxBackends),
 		stop:   make(chan struct{}),
 	}
-	for i, b := range backs {
-		k := backendKey(edge.EndpointID(b.URL))
-		n.keys[i] = k
-		if _, dup := n.index[k]; !dup {
-			n.index[k] = i
-		}
-	}
+	n.refresh()
+	srv.OnBackends(n.refresh)
 	base := o.subjectBase()
 	n.subjLoc, n.subjLd, n.subjRst = base+".loc", base+".load", base+".reset"
 	n.m = newNodeMetrics(n)
@@ -143,7 +167,7 @@ func Join(srv *edge.Server, o Options) (*Node, error) {
 	n.wg.Add(2)
 	go func() { defer n.wg.Done(); n.flushLoop() }()
 	go func() { defer n.wg.Done(); n.loadLoop() }()
-	log.Info("cluster: joined", "nats", o.URL, "subject", base, "node", n.idString(), "backends", len(backs))
+	log.Info("cluster: joined", "nats", o.URL, "subject", base, "node", n.idString(), "backends", len(n.v.Load().backs))
 	return n, nil
 }
 
@@ -158,7 +182,7 @@ func (n *Node) Close() {
 			_ = n.nc.FlushTimeout(time.Second)
 		}
 		n.nc.Close()
-		for _, b := range n.backs {
+		for _, b := range n.v.Load().backs {
 			b.SetRemoteLoad(0, 0)
 		}
 	})

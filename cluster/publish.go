@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"time"
+
+	"github.com/kvca/kvca/chain"
 )
 
 // flushLoop publishes resets and learned locations. The first learned
@@ -10,7 +12,7 @@ import (
 // for FlushInterval, which bounds the location messages to
 // 1/FlushInterval per second whatever the request rate.
 func (n *Node) flushLoop() {
-	p := publisher{n: n, batch: newLocBatch(len(n.backs))}
+	p := publisher{n: n, batch: newLocBatch(chain.MaxBackends)}
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
@@ -52,7 +54,11 @@ func (p *publisher) flush() bool {
 	for {
 		select {
 		case r := <-n.resets:
-			p.out = appendReset(p.out[:0], n.header(), n.keys[r.backend], r.at)
+			key, ok := n.v.Load().key(r.backend)
+			if !ok {
+				continue // a slot added since; its view comes with the reload
+			}
+			p.out = appendReset(p.out[:0], n.header(), key, r.at)
 			p.publish(kindReset, n.subjRst)
 			continue
 		default:
@@ -67,11 +73,15 @@ func (p *publisher) flush() bool {
 	refresh := n.o.Refresh.Milliseconds()
 	maxBlocks := (n.o.MaxMessageBytes - headerSize) / 8
 	off := 0
+	v := n.v.Load()
 	for _, r := range b.recs {
 		hs := b.hashes[off : off+int(r.n)]
 		off += int(r.n)
 		at := n.table.TimeOf(r.at).UnixMilli()
-		key := n.keys[r.backend]
+		key, ok := v.key(int(r.backend))
+		if !ok {
+			continue
+		}
 		floor := n.floors[r.backend].Load()
 		if at < floor {
 			n.m.dropped[dropStale].Inc()
@@ -134,10 +144,11 @@ func (n *Node) loadLoop() {
 		case <-tick.C:
 		}
 		ents = ents[:0]
-		for i, b := range n.backs {
+		v := n.v.Load()
+		for i, b := range v.backs {
 			a, pf := b.Active(), b.Prefill()
 			if a > 0 || pf > 0 {
-				ents = append(ents, loadEntry{key: n.keys[i], active: sat32(uint64(max(a, 0))), prefill: sat32(uint64(max(pf, 0)))})
+				ents = append(ents, loadEntry{key: v.keys[i], active: sat32(uint64(max(a, 0))), prefill: sat32(uint64(max(pf, 0)))})
 			}
 		}
 		if n.nc.IsConnected() {
@@ -162,7 +173,7 @@ func (n *Node) applyRemoteLoad() {
 	n.aggMu.Lock()
 	defer n.aggMu.Unlock()
 	n.livePeers.Store(int32(n.peers.sum(time.Now(), n.aggAct, n.aggPre)))
-	for i, b := range n.backs {
+	for i, b := range n.v.Load().backs {
 		b.SetRemoteLoad(n.aggAct[i], n.aggPre[i])
 	}
 }

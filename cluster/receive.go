@@ -48,7 +48,7 @@ func (n *Node) receive(msg *nats.Msg) {
 }
 
 func (n *Node) applyLocations(key uint64, at int64, hashes []uint64) {
-	i, ok := n.index[key]
+	i, ok := n.v.Load().index[key]
 	if !ok {
 		n.m.dropped[dropUnknown].Inc()
 		return
@@ -96,7 +96,7 @@ func (n *Node) applyReset(body []byte) error {
 	if err != nil {
 		return err
 	}
-	i, ok := n.index[key]
+	i, ok := n.v.Load().index[key]
 	if !ok {
 		n.m.dropped[dropUnknown].Inc()
 		return nil
@@ -113,6 +113,6 @@ func (n *Node) applyReset(body []byte) error {
 }
 
 func (n *Node) lookup(key uint64) (int, bool) {
-	i, ok := n.index[key]
+	i, ok := n.v.Load().index[key]
 	return i, ok
 }

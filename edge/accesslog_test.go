@@ -66,7 +66,7 @@ func TestAccessLogFields(t *testing.T) {
 	})
 	logs := &lockedBuffer{}
 	s, d := startRawProxy(t, edgeModes[0], logs, func(c *Config) { c.Backends = []string{b.url("")} })
-	name := s.sched.Backends[0].Name
+	name := s.fleet().sched.Backends[0].Name
 	body := conversation(3, 2, false)
 	req := func(id string) string {
 		return fmt.Sprintf("POST /v1/chat/completions?x=1 HTTP/1.1\r\nHost: h\r\nX-Request-Id: %s\r\nContent-Length: %d\r\n\r\n%s", id, len(body), body)
@@ -193,7 +193,7 @@ func TestRetryGoesElsewhereAndIsLogged(t *testing.T) {
 					t.Fatalf("%s reached backends %v, want both", id, got)
 				}
 				mu.Lock()
-				answered := s.sched.Backends[1-first[id]].Name
+				answered := s.fleet().sched.Backends[1-first[id]].Name
 				mu.Unlock()
 				l := fullLogged(t, logs, id)
 				if l.Backend != answered || l.Attempts != 2 || l.Status != 200 || l.Outcome != "completed" || l.ResponseBytes != 7 {

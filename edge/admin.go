@@ -17,6 +17,10 @@ import (
 
 // BackendState is one backend in /admin/state.
 type BackendState struct {
+	// Index is the backend's slot: its index in the block table, in
+	// metrics of the scheduler and in the KDN API. Removed backends are
+	// not listed, so after a reload it may differ from the position.
+	Index         int    `json:"index"`
 	URL           string `json:"url"`
 	EndpointID    string `json:"endpoint_id"`
 	Generation    uint32 `json:"generation"`
@@ -47,24 +51,26 @@ type State struct {
 
 // State snapshots the backends and the table.
 func (s *Server) State() State {
-	st := State{Backends: make([]BackendState, 0, len(s.ups))}
-	for _, u := range s.ups {
+	fl := s.fleet()
+	st := State{Backends: make([]BackendState, 0, len(fl.ups))}
+	for _, u := range fl.live() {
 		b := u.b
 		a, p := b.Active(), b.Prefill()
 		st.Backends = append(st.Backends, BackendState{
+			Index:         b.Index,
 			URL:           b.URL,
 			EndpointID:    EndpointID(b.URL),
 			Generation:    s.table.Generation(b.Index),
 			Healthy:       b.Healthy(),
 			Active:        a,
 			PrefillBlocks: p,
-			Load:          a*int64(s.sched.ActiveWeight) + p,
+			Load:          a*int64(fl.sched.ActiveWeight) + p,
 			Engine:        s.engineState(b.Index),
 		})
 	}
 	ts := s.table.Stats()
 	st.Table = TableState{Blocks: ts.Blocks, Locations: ts.Locations, Capacity: ts.Capacity}
-	st.TTFT = s.sched.TTFTSnapshot()
+	st.TTFT = fl.sched.TTFTSnapshot()
 	if s.adm.Limited() {
 		a := s.adm.Snapshot()
 		st.Admission = &a

@@ -42,34 +42,24 @@ type testBackend struct {
 
 func newTestBackend(t *testing.T, name string) *testBackend {
 	t.Helper()
-	return newTestBackendOn(t, name, nil)
+	return newTestBackendOn(t, name, listenLocal(t))
 }
 
-// newTestBackendOn is newTestBackend on a listener that wrap makes of a
-// loopback one (a TLS listener, say).
-func newTestBackendOn(t *testing.T, name string, wrap func(net.Listener) net.Listener) *testBackend {
+// newTestBackendOn is newTestBackend serving on ln (a TLS listener, or
+// one on another loopback address).
+func newTestBackendOn(t *testing.T, name string, ln net.Listener) *testBackend {
 	t.Helper()
-	b := &testBackend{t: t, name: name, events: 3}
+	b := &testBackend{t: t, name: name, ln: ln, events: 3}
 	b.srv = &fasthttp.Server{Handler: b.handle}
-	b.ln = serveHTTP(t, wrap, b.srv)
+	serveHTTP(t, ln, b.srv)
 	return b
 }
 
-// serveHTTP serves srv on a loopback listener (wrapped by wrap, if set)
-// until the test ends, and returns the listener.
-func serveHTTP(tb testing.TB, wrap func(net.Listener) net.Listener, srv *fasthttp.Server) net.Listener {
-	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if wrap != nil {
-		ln = wrap(ln)
-	}
+// serveHTTP serves srv on ln until the test ends.
+func serveHTTP(tb testing.TB, ln net.Listener, srv *fasthttp.Server) {
 	srv.CloseOnShutdown = true
 	go func() { _ = srv.Serve(ln) }()
 	tb.Cleanup(func() { stopHTTP(srv, ln) })
-	return ln
 }
 
 func stopHTTP(srv *fasthttp.Server, ln net.Listener) {
@@ -92,6 +82,16 @@ func (b *testBackend) url() string { return "http://" + b.ln.Addr().String() }
 
 // close stops the backend before the test ends: a backend gone.
 func (b *testBackend) close() { stopHTTP(b.srv, b.ln) }
+
+// lastHeaders is the head of the last request the backend counted.
+func (b *testBackend) lastHeaders() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.hdrs) == 0 {
+		return ""
+	}
+	return b.hdrs[len(b.hdrs)-1]
+}
 
 func (b *testBackend) received() [][]byte {
 	b.mu.Lock()

@@ -57,6 +57,12 @@ type Config struct {
 	// ModelsInterval is how often backends' /v1/models are asked (those
 	// without models fixed by a #suffix); 0 takes the default.
 	ModelsInterval time.Duration
+	// DiscoveryInterval, when positive, makes a backend named by host name
+	// stand for one backend per address the name resolves to, looked up
+	// again every interval (--discovery-interval): a Kubernetes headless
+	// Service's pods come and go without a restart. 0: a name is one
+	// backend, its address looked up again for new connections.
+	DiscoveryInterval time.Duration
 
 	UpstreamHeaderTimeout time.Duration
 	StreamIdleTimeout     time.Duration
@@ -209,6 +215,8 @@ type backendAddr struct {
 	// models, from a "#model-a,model-b" suffix, fixes the backend's models
 	// instead of discovering them from /v1/models.
 	models []string
+	sni    string // the host name TLS verifies
+	origin string // the --backend entry it comes from
 }
 
 func parseBackend(raw string) (backendAddr, error) {
@@ -245,6 +253,8 @@ func parseBackend(raw string) (backendAddr, error) {
 		tls:       u.Scheme == "https",
 		prefix:    prefix,
 		models:    models,
+		sni:       u.Hostname(),
+		origin:    raw,
 	}, nil
 }
 
@@ -314,6 +324,9 @@ func (c *Config) Validate() error {
 	}
 	if c.HealthInterval < 0 {
 		return fmt.Errorf("--health-interval must not be negative")
+	}
+	if c.DiscoveryInterval < 0 {
+		return fmt.Errorf("--discovery-interval must not be negative (0: off)")
 	}
 	if c.Loops < 0 {
 		return fmt.Errorf("--loops must not be negative (0: one per core)")

@@ -42,7 +42,7 @@ func offlineCore(t *testing.T, n int, mod func(*Config)) *Server {
 // planned is a call planned for body (the Chat API) and picked once.
 func planned(t *testing.T, s *Server, body string) (*call, *upstream) {
 	t.Helper()
-	c := s.begin(routeChat, nil, []byte("/v1/chat/completions"), []byte("127.0.0.1"))
+	c := s.begin(routeChat, nil, []byte("/v1/chat/completions"), []byte("127.0.0.1"), nil)
 	if err := s.plan(c, canon.Chat, []byte(body)); err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func TestFailed(t *testing.T) {
 			if got := c.req.Exclude.Has(u.b.Index); got != tc.excluded {
 				t.Fatalf("backend excluded %v, want %v", got, tc.excluded)
 			}
-			for i := range s.sched.Backends {
+			for i := range s.fleet().sched.Backends {
 				if i != u.b.Index && c.req.Exclude.Has(i) {
 					t.Fatalf("backend %d excluded too", i)
 				}
@@ -177,7 +177,7 @@ func TestFailed(t *testing.T) {
 func TestPickWhenNoneIsLeft(t *testing.T) {
 	t.Parallel()
 	s := offlineCore(t, 2, nil)
-	c := s.begin(routeChat, nil, nil, nil)
+	c := s.begin(routeChat, nil, nil, nil, nil)
 	if err := s.plan(c, canon.Chat, []byte(conversation(1, 0, false))); err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +221,7 @@ func TestRouteClaimsASession(t *testing.T) {
 	t.Run("first pick claims, retry keeps", func(t *testing.T) {
 		t.Parallel()
 		s := offlineCore(t, 3, nil)
-		c := s.begin(routeChat, nil, nil, nil)
+		c := s.begin(routeChat, nil, nil, nil, nil)
 		if err := s.plan(c, canon.Chat, []byte(conversation(1, 0, false))); err != nil {
 			t.Fatal(err)
 		}
@@ -243,7 +243,7 @@ func TestRouteClaimsASession(t *testing.T) {
 		t.Parallel()
 		for claimed := 0; claimed < 3; claimed++ {
 			s := offlineCore(t, 3, nil)
-			c := s.begin(routeChat, nil, nil, nil)
+			c := s.begin(routeChat, nil, nil, nil, nil)
 			if err := s.plan(c, canon.Chat, []byte(conversation(2, 0, false))); err != nil {
 				t.Fatal(err)
 			}
@@ -253,7 +253,7 @@ func TestRouteClaimsASession(t *testing.T) {
 			if u.b.Index != claimed {
 				t.Fatalf("routed to %d, the session is claimed for %d", u.b.Index, claimed)
 			}
-			for i, b := range s.sched.Backends {
+			for i, b := range s.fleet().sched.Backends {
 				if want := map[bool]int64{true: 1}[i == claimed]; b.Active() != want {
 					t.Fatalf("backend %d active %d, want %d", i, b.Active(), want)
 				}
@@ -263,7 +263,7 @@ func TestRouteClaimsASession(t *testing.T) {
 	t.Run("bound goes where it is routed", func(t *testing.T) {
 		t.Parallel()
 		s := offlineCore(t, 2, nil)
-		c := s.begin(routeChat, nil, nil, nil)
+		c := s.begin(routeChat, nil, nil, nil, nil)
 		if err := s.plan(c, canon.Chat, []byte(conversation(3, 0, false))); err != nil {
 			t.Fatal(err)
 		}
@@ -295,7 +295,7 @@ func TestBindConversation(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			s := offlineCore(t, 2, func(c *Config) { c.Policy = "session-hash" })
-			c := s.begin(routeChat, nil, nil, nil)
+			c := s.begin(routeChat, nil, nil, nil, nil)
 			if err := s.plan(c, canon.Chat, []byte(tc.body)); err != nil {
 				t.Fatal(err)
 			}
@@ -338,7 +338,7 @@ func TestBindConversation(t *testing.T) {
 		t.Parallel()
 		s := offlineCore(t, 2, nil)
 		body := []byte(`{"model":"m","previous_response_id":"resp_1","input":"and then?","user":"bob"}`)
-		c := s.begin(routeResponses, nil, nil, nil)
+		c := s.begin(routeResponses, nil, nil, nil, nil)
 		if err := s.plan(c, canon.Responses, body); err != nil {
 			t.Fatal(err)
 		}
@@ -393,7 +393,7 @@ func TestAuthenticate(t *testing.T) {
 			if st, err := h1.ParseRequest(head, &h); st != h1.OK {
 				t.Fatalf("parse: %v", err)
 			}
-			c := s.begin(tc.route, nil, nil, nil)
+			c := s.begin(tc.route, nil, nil, nil, nil)
 			defer s.putCall(c)
 			r, ok := s.authenticate(c, head, &h)
 			if ok != (tc.tenant != "") || c.tenantName() != tc.tenant {
@@ -428,7 +428,7 @@ func TestFirstByteTeachesOnlyStreamedSuccesses(t *testing.T) {
 			c.status = tc.status
 			c.firstByte(tc.streamed)
 			c.firstByte(tc.streamed)
-			if p := s.sched.Backends[0].Prefill(); p != 0 {
+			if p := s.fleet().sched.Backends[0].Prefill(); p != 0 {
 				t.Fatalf("prefill %d after the first byte, want 0", p)
 			}
 			if c.ttft <= 0 {
@@ -438,7 +438,7 @@ func TestFirstByteTeachesOnlyStreamedSuccesses(t *testing.T) {
 			if tc.learns {
 				want = 1
 			}
-			if got := s.sched.TTFTSnapshot().Backends[0].Observations; got != want {
+			if got := s.fleet().sched.TTFTSnapshot().Backends[0].Observations; got != want {
 				t.Fatalf("%d observations, want %d", got, want)
 			}
 		})
@@ -496,7 +496,7 @@ func TestDoneCountsTheAnswer(t *testing.T) {
 			if got != want {
 				t.Errorf("time to first token counted %v times, want %v", got, want)
 			}
-			if a := s.sched.Backends[0].Active(); a != 0 {
+			if a := s.fleet().sched.Backends[0].Active(); a != 0 {
 				t.Errorf("active %d after done", a)
 			}
 		})

@@ -218,7 +218,7 @@ func (c *cliConn) process() {
 func (c *cliConn) refuse(err *h1.Error) {
 	s := c.l.s
 	if c.c == nil {
-		c.c = s.begin(routeOther, nil, nil, c.ip)
+		c.c = s.begin(routeOther, nil, nil, c.ip, &c.l.clock)
 	}
 	s.m.badRequest(err.Code)
 	r := refused(err)
@@ -240,7 +240,7 @@ func (c *cliConn) start() {
 	if h.RequestIDs != 1 {
 		rid = nil // none, or ambiguous: one is generated
 	}
-	c.c = s.begin(c.route, rid, path, c.ip)
+	c.c = s.begin(c.route, rid, path, c.ip, &c.l.clock)
 	if !h.CheckHost(b) {
 		c.refuse(h1.ErrHost)
 		return
@@ -527,7 +527,7 @@ func (c *cliConn) admission() {
 		return
 	}
 	tk, b := &c.c.tk, c.buf
-	tk.Class = admit.ClassOf(c.h.Get(b, "x-kvca-priority"), nil)
+	tk.Class = admit.ClassOf(c.h.Get(b, "x-kvca-priority"), c.c.info.Priority)
 	if t := c.c.tenant; t != nil {
 		tk.Tenant = s.adm.TenantKey([]byte(t.Name)) // the API key's tenant
 	} else {
@@ -1038,7 +1038,7 @@ func (c *cliConn) timeout() {
 		// --header-timeout or --client-read-timeout: the request did not
 		// arrive in time.
 		if c.c == nil {
-			c.c = c.l.s.begin(routeOther, nil, nil, c.ip)
+			c.c = c.l.s.begin(routeOther, nil, nil, c.ip, &c.l.clock)
 		}
 		c.reply(&replyReadTime)
 	case cliRelay, cliReply:
@@ -1110,9 +1110,15 @@ const idleConnTimeout = 90 * time.Second
 func (l *evLoop) upstreamConn(u *upstream, fresh bool) (up *upConn, reused bool, res int) {
 	list := l.idle[u.b.Index]
 	if n := len(list); n > 0 && !fresh {
-		up = list[n-1]
-		l.idle[u.b.Index] = list[:n-1]
-		return up, true, sent
+		if up = list[n-1]; up.u == u {
+			l.idle[u.b.Index] = list[:n-1]
+			return up, true, sent
+		}
+		// The slot's backend was removed and the slot reused: what is
+		// pooled there leads to the old one.
+		for len(l.idle[u.b.Index]) > 0 {
+			l.idle[u.b.Index][0].close()
+		}
 	}
 	if int(u.loopConns.Add(1)) > l.s.cfg.MaxConnsPerBackend {
 		u.loopConns.Add(-1)

@@ -4,6 +4,7 @@ package edge
 
 import (
 	"errors"
+	"github.com/kvca/kvca/chain"
 	"net"
 	"runtime"
 	"runtime/debug"
@@ -38,7 +39,9 @@ type evHandler interface {
 }
 
 type evLoop struct {
-	s      *Server
+	s *Server
+	// clock is the time the loop last woke; calls read it (call.now).
+	clock  time.Time
 	ep     int
 	wakeFd int
 	lfd    int // the shared listening socket; -1 once no longer accepted on
@@ -117,19 +120,6 @@ func (s *Server) startLoops(ln net.Listener) error {
 		syscall.Close(lfd)
 		return err
 	}
-	for _, u := range s.ups {
-		if err := u.resolve(); err != nil {
-			s.log.Warn("backend address lookup failed; retrying in the background", "backend", u.b.Name, "err", err)
-		}
-	}
-	// Backends named by host name are looked up again now and then, as
-	// a dialer would on every new connection.
-	for _, u := range s.ups {
-		if !u.literalHost() || u.la.Load() == nil {
-			s.loops.Add(1)
-			go func() { defer s.loops.Done(); s.reresolve(u) }()
-		}
-	}
 	el := &evLoops{lfd: lfd}
 	n := s.cfg.Loops
 	if n <= 0 {
@@ -188,24 +178,6 @@ func (el *evLoops) stop(deadline <-chan struct{}) error {
 	return err
 }
 
-// resolveInterval is how often a backend's host name is looked up again.
-const resolveInterval = 10 * time.Second
-
-func (s *Server) reresolve(u *upstream) {
-	t := time.NewTicker(resolveInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.bg.Done():
-			return
-		case <-t.C:
-			if err := u.resolve(); err != nil {
-				s.log.Warn("backend address lookup failed; keeping the last one", "backend", u.b.Name, "err", err)
-			}
-		}
-	}
-}
-
 var errDrainTimeout = errors.New("shutdown timeout: in-flight requests aborted")
 
 func newEvLoop(s *Server, lfd int) (*evLoop, error) {
@@ -219,7 +191,7 @@ func newEvLoop(s *Server, lfd int) (*evLoop, error) {
 		return nil, e
 	}
 	l := &evLoop{s: s, ep: ep, wakeFd: int(r), lfd: lfd, fds: map[int32]evHandler{}, gens: map[int32]int32{},
-		idle: make([][]*upConn, len(s.ups)), done: make(chan struct{})}
+		idle: make([][]*upConn, chain.MaxBackends), done: make(chan struct{})}
 	// The listening socket is level-triggered and exclusive: one loop
 	// wakes per new connection, and takes it if no other did.
 	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | epollExclusive, Fd: int32(lfd)}
@@ -293,7 +265,11 @@ func (l *evLoop) run() {
 	yielded := time.Now().UnixNano()
 	for {
 		n := l.wait()
-		l.now = time.Now().UnixNano()
+		// One clock read per wake-up: every request this round of events
+		// touches is timed by it (a clock read costs tens of nanoseconds
+		// on virtual machines, and a request would otherwise take several).
+		l.clock = time.Now()
+		l.now = l.clock.UnixNano()
 		if l.now-yielded > int64(yieldEvery) {
 			// A loop under load never blocks, and would keep its P from
 			// the process's other goroutines (health checks, the admin
@@ -611,23 +587,6 @@ func bufClass(n int) int {
 // maxPooledBytes bounds the free buffers a loop keeps.
 const maxPooledBytes = 32 << 20
 
-// resolve looks the backend's host up for the loops.
-func (u *upstream) resolve() error {
-	a, err := net.ResolveTCPAddr("tcp", u.addr.host)
-	if err != nil {
-		return err
-	}
-	la := &loopAddr{port: a.Port}
-	if ip4 := a.IP.To4(); ip4 != nil {
-		copy(la.ip[:], ip4)
-	} else {
-		copy(la.ip[:], a.IP.To16())
-		la.v6 = true
-	}
-	u.la.Store(la)
-	return nil
-}
-
 // sockaddr returns a fresh socket address for a connect.
 func (u *upstream) sockaddr() syscall.Sockaddr {
 	a := u.la.Load()
@@ -640,10 +599,4 @@ func (u *upstream) sockaddr() syscall.Sockaddr {
 	s4 := &syscall.SockaddrInet4{Port: a.port}
 	copy(s4.Addr[:], a.ip[:4])
 	return s4
-}
-
-// literalHost reports whether the backend's host is an IP address, which
-// needs no resolving again.
-func (u *upstream) literalHost() bool {
-	return net.ParseIP(hostOnly(u.addr.host)) != nil
 }

@@ -148,10 +148,10 @@ func TestLoopClientLeavesBeforeAnswer(t *testing.T) {
 	}
 	body := conversation(1, 0, true)
 	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
-	testkit.WaitUntil(t, "request at the backend", func() bool { return s.sched.Backends[0].Active() == 1 })
+	testkit.WaitUntil(t, "request at the backend", func() bool { return s.fleet().sched.Backends[0].Active() == 1 })
 	conn.Close()
 	testkit.WaitUntil(t, "load released", func() bool {
-		return s.sched.Backends[0].Active() == 0 && s.sched.Backends[0].Prefill() == 0
+		return s.fleet().sched.Backends[0].Active() == 0 && s.fleet().sched.Backends[0].Prefill() == 0
 	})
 	if got := s.m.disconnects.Get(); got != 1 {
 		t.Fatalf("disconnects %d, want 1", got)
@@ -188,7 +188,7 @@ func TestLoopPanicGuard(t *testing.T) {
 		}
 		conn.Close()
 		testkit.WaitUntil(t, "load released", func() bool {
-			return s.sched.Backends[0].Active() == 0 && s.sched.Backends[0].Prefill() == 0
+			return s.fleet().sched.Backends[0].Active() == 0 && s.fleet().sched.Backends[0].Prefill() == 0
 		})
 		c := testkit.Dial(t, s.Addr())
 		body = conversation(i+10, 0, false)
@@ -205,7 +205,7 @@ func TestLoopPanicGuard(t *testing.T) {
 	// Every client connection closed and forgotten by the loop, whatever
 	// it releases on a connection's answer or end has been released.
 	testkit.WaitUntil(t, "every client connection gone", func() bool { return metric(t, s, "kvca_client_connections") == 0 })
-	if a, p := s.sched.Backends[0].Active(), s.sched.Backends[0].Prefill(); a != 0 || p != 0 {
+	if a, p := s.fleet().sched.Backends[0].Active(), s.fleet().sched.Backends[0].Prefill(); a != 0 || p != 0 {
 		t.Fatalf("active %d prefill %d after every request ended, want 0 0", a, p)
 	}
 	if got := strings.Count(logs.String(), "panic serving a connection"); got != 2 {

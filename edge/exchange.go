@@ -29,12 +29,16 @@ import (
 // and what the access log and metrics report at its end. Pooled, so the
 // hot path allocates nothing.
 type call struct {
-	s       *Server
-	h       *chain.Hasher
-	info    canon.Info
-	req     sched.Request
-	dec     sched.Decision
-	res     sched.Reservation
+	s    *Server
+	h    *chain.Hasher
+	info canon.Info
+	req  sched.Request
+	dec  sched.Decision
+	res  sched.Reservation
+	fl   *fleet // the fleet the last attempt routed on
+	// clock is the transport's clock (an event loop's wake-up time);
+	// nil: read the system's.
+	clock   *time.Time
 	route   int
 	routed  bool // the request carries a chain to learn
 	start   time.Time
@@ -85,25 +89,47 @@ func (s *Server) getCall() *call {
 	return c
 }
 
+// now is the time of the event being handled.
+func (c *call) now() time.Time {
+	if c.clock != nil {
+		return *c.clock
+	}
+	return time.Now()
+}
+
+// stamp gives the request its instant for routing: table time, and the
+// event's time so that routing reads no clock itself. A table with a
+// clock of its own (tests) keeps its time.
+func (s *Server) stamp(c *call) {
+	c.req.T = c.start
+	if s.cfg.Now != nil {
+		c.req.Now = s.table.Now()
+		return
+	}
+	c.req.Now = s.table.At(c.start)
+}
+
 func (s *Server) putCall(c *call) {
 	c.h.Reset()
 	c.status, c.ttfb, c.ttft, c.attempt, c.inBytes, c.out, c.outcome = 0, 0, 0, 0, 0, 0, outCompleted
 	c.routed = false
 	c.model, c.path, c.client = c.model[:0], c.path[:0], c.client[:0]
-	c.info = canon.Info{Model: c.info.Model[:0], PreviousResponseID: c.info.PreviousResponseID[:0]} // buffers kept
+	c.info = canon.Info{Model: c.info.Model[:0], PreviousResponseID: c.info.PreviousResponseID[:0], Priority: c.info.Priority[:0]} // buffers kept
 	c.session, c.idBound = 0, false
 	c.req = sched.Request{}
 	c.tk.Class, c.tk.Tenant, c.tk.HolderWait, c.tk.Wake, c.tk.Owner = 0, 0, 0, nil, nil
 	c.tenant, c.qd, c.sniffing = nil, quota.Decision{}, false
 	c.dec = sched.Decision{}
 	c.res = sched.Reservation{}
+	c.fl, c.clock = nil, nil
 	s.calls.Put(c)
 }
 
 // begin starts an exchange for a request with this id (nil: generate).
-func (s *Server) begin(route int, rid, path, client []byte) *call {
+func (s *Server) begin(route int, rid, path, client []byte, clock *time.Time) *call {
 	c := s.getCall()
-	c.start = time.Now()
+	c.clock = clock
+	c.start = c.now()
 	c.route = route
 	c.path = append(c.path, path...)
 	c.client = append(c.client, client...)
@@ -150,7 +176,7 @@ func (s *Server) plan(c *call, api canon.API, body []byte) error {
 	c.req.Chain = c.h.Sum()
 	c.req.Followup = c.info.Followup
 	c.req.Session = c.info.Session
-	c.req.Now = s.table.Now()
+	s.stamp(c)
 	allowed, err := s.allowedFor(c.info.Model, &c.allowed)
 	c.req.Allowed = allowed
 	return err
@@ -159,7 +185,7 @@ func (s *Server) plan(c *call, api canon.API, body []byte) error {
 // planPassthrough narrows a passthrough request to the backends serving
 // the model its body names, if any.
 func (s *Server) planPassthrough(c *call, body []byte) error {
-	c.req.Now = s.table.Now()
+	s.stamp(c)
 	if len(body) == 0 {
 		return nil
 	}
@@ -203,7 +229,7 @@ func (s *Server) pick(c *call, lastBusy bool) (*upstream, *reply) {
 		}
 	}
 	c.attempt++
-	return s.ups[c.dec.Backend.Index], nil
+	return c.fl.ups[c.dec.Backend.Index], nil
 }
 
 // authenticate finds the tenant of the request's API key (--api-keys);
@@ -290,7 +316,8 @@ func shed(tk *admit.Ticket) reply {
 // siblings racing on several loops, the first claim wins and the others
 // are routed again towards it.
 func (s *Server) route(c *call) bool {
-	if !s.sched.Route(&c.req, &c.dec, &c.res) {
+	c.fl = s.fleet()
+	if !c.fl.sched.Route(&c.req, &c.dec, &c.res) {
 		return false
 	}
 	if c.session == 0 || c.attempt > 0 {
@@ -303,7 +330,7 @@ func (s *Server) route(c *call) bool {
 	if w := s.sessions.Claim(c.session, c.dec.Backend.Index, c.req.Now); w != c.dec.Backend.Index {
 		c.res.ReleaseActive()
 		c.req.Bound = w + 1
-		return s.sched.Route(&c.req, &c.dec, &c.res)
+		return c.fl.sched.Route(&c.req, &c.dec, &c.res)
 	}
 	return true
 }
@@ -331,7 +358,7 @@ func (s *Server) failed(c *call, u *upstream, res int) (retry bool, r *reply) {
 // nothing has reached the client and another backend could take it).
 // It learns the chain on success.
 func (s *Server) answered(c *call, u *upstream, status int) (retry bool) {
-	c.ttfb = time.Since(c.start)
+	c.ttfb = c.now().Sub(c.start)
 	u.m.firstByte.Update(c.ttfb.Seconds())
 	u.succeeded()
 	c.status = status
@@ -357,7 +384,7 @@ func (s *Server) answered(c *call, u *upstream, status int) (retry bool) {
 func (s *Server) hasAlternative(c *call, u *upstream) bool {
 	r := c.req
 	r.Exclude.Add(u.b.Index)
-	return !s.sched.Eligible(&r).Empty()
+	return !s.fleet().sched.Eligible(&r).Empty()
 }
 
 // firstByte marks the answer's first body byte: the backend has prefilled.
@@ -365,11 +392,11 @@ func (s *Server) hasAlternative(c *call, u *upstream) bool {
 // first byte comes after its decoding too).
 func (c *call) firstByte(streamed bool) {
 	if c.ttft == 0 {
-		c.ttft = time.Since(c.start)
+		c.ttft = c.now().Sub(c.start)
 	}
 	c.res.ReleasePrefill()
 	if streamed && c.status == 200 {
-		c.res.FirstByte()
+		c.res.FirstByteAt(c.now())
 	}
 }
 
@@ -395,9 +422,10 @@ func (s *Server) done(c *call) {
 	if c.tenant != nil && c.qd.OK {
 		s.quota.Settle(c.tenant, &c.qd, c.usage())
 	}
-	c.res.ReleaseActive()
+	end := c.now()
+	c.res.ReleaseActiveAt(end)
 	s.adm.Done(&c.tk)
-	s.m.duration[c.route].UpdateDuration(c.start)
+	s.m.duration[c.route].Update(end.Sub(c.start).Seconds())
 	if k := c.status / 100; k >= 1 && k <= 5 {
 		s.m.responses[c.route][k].Inc()
 	}
@@ -466,7 +494,7 @@ func (s *Server) accessLog(c *call) {
 		slog.Int64("response_bytes", c.out),
 		slog.Float64("upstream_headers_ms", ms(c.ttfb)),
 		slog.Float64("ttft_ms", ms(c.ttft)),
-		slog.Float64("duration_ms", ms(time.Since(c.start))),
+		slog.Float64("duration_ms", ms(c.now().Sub(c.start))),
 	)
 }
 

@@ -173,11 +173,12 @@ func TestTraceContextReachesBackend(t *testing.T) {
 	}
 }
 
-func listenLocal(t *testing.T) net.Listener {
-	t.Helper()
+// listenLocal listens on 127.0.0.1 at an ephemeral port.
+func listenLocal(tb testing.TB) net.Listener {
+	tb.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return ln
 }

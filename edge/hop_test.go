@@ -38,7 +38,8 @@ func TestHopHeadersStripped(t *testing.T) {
 			ctx.SetContentType("application/json")
 			ctx.SetBodyString(`{"id":"c1","object":"chat.completion","choices":[]}`)
 		}}
-		ln := serveHTTP(t, nil, srv)
+		ln := listenLocal(t)
+		serveHTTP(t, ln, srv)
 		s := startProxy(t, func(c *Config) { c.Backends = []string{"http://" + ln.Addr().String()} })
 
 		conn, err := net.Dial("tcp", s.Addr())

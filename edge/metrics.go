@@ -66,12 +66,13 @@ type serverMetrics struct {
 type backendMetrics struct {
 	firstByte *metrics.PrometheusHistogram
 	errors    [numErrKinds]*metrics.Counter
+	names     []string // every series, to unregister when the backend is removed
 }
 
 var badReasons = []string{"malformed_json", "not_object", "bad_messages", "bad_prompt", "too_large",
 	"bad_http", "request_header_fields_too_large", "http_version_not_supported", "not_implemented", "expectation_failed", "other"}
 
-func newServerMetrics(s *sched.Scheduler, table *chain.Table, memo *chain.Memo, conns *atomic.Int32) *serverMetrics {
+func newServerMetrics(table *chain.Table, memo *chain.Memo, conns *atomic.Int32) *serverMetrics {
 	set := metrics.NewSet()
 	m := &serverMetrics{set: set, bad: map[string]*metrics.Counter{}}
 	phases := [numPhases + 1]string{"bootstrap", "followup", "fallback", "none"}
@@ -94,17 +95,6 @@ func newServerMetrics(s *sched.Scheduler, table *chain.Table, memo *chain.Memo, 
 	for _, r := range badReasons {
 		m.bad[r] = set.NewCounter(fmt.Sprintf(`kvca_bad_requests_total{reason=%q}`, r))
 	}
-	for _, b := range s.Backends {
-		b := b
-		set.NewGauge(fmt.Sprintf(`kvca_backend_active_requests{backend=%q}`, b.Name), func() float64 { return float64(b.Active()) })
-		set.NewGauge(fmt.Sprintf(`kvca_backend_prefill_blocks{backend=%q}`, b.Name), func() float64 { return float64(b.Prefill()) })
-		set.NewGauge(fmt.Sprintf(`kvca_backend_healthy{backend=%q}`, b.Name), func() float64 {
-			if b.Healthy() {
-				return 1
-			}
-			return 0
-		})
-	}
 	set.NewGauge(`kvca_table_blocks`, func() float64 { return float64(table.Stats().Blocks) })
 	set.NewGauge(`kvca_client_connections`, func() float64 { return float64(conns.Load()) })
 	set.RegisterMetricsWriter(func(w io.Writer) {
@@ -126,14 +116,34 @@ func newServerMetrics(s *sched.Scheduler, table *chain.Table, memo *chain.Memo, 
 	return m
 }
 
-func (m *serverMetrics) newBackend(set *metrics.Set, name string) *backendMetrics {
-	bm := &backendMetrics{
-		firstByte: set.NewPrometheusHistogramExt(fmt.Sprintf(`kvca_upstream_first_byte_seconds{backend=%q}`, name), latencyBuckets),
+func (m *serverMetrics) newBackend(set *metrics.Set, b *sched.Backend) *backendMetrics {
+	bm := &backendMetrics{}
+	name := func(format string, args ...any) string {
+		n := fmt.Sprintf(format, args...)
+		bm.names = append(bm.names, n)
+		return n
 	}
+	bm.firstByte = set.GetOrCreatePrometheusHistogramExt(name(`kvca_upstream_first_byte_seconds{backend=%q}`, b.Name), latencyBuckets)
 	for k := range numErrKinds {
-		bm.errors[k] = set.NewCounter(fmt.Sprintf(`kvca_upstream_errors_total{backend=%q,kind=%q}`, name, errKindNames[k]))
+		bm.errors[k] = set.GetOrCreateCounter(name(`kvca_upstream_errors_total{backend=%q,kind=%q}`, b.Name, errKindNames[k]))
 	}
+	set.GetOrCreateGauge(name(`kvca_backend_active_requests{backend=%q}`, b.Name), func() float64 { return float64(b.Active()) })
+	set.GetOrCreateGauge(name(`kvca_backend_prefill_blocks{backend=%q}`, b.Name), func() float64 { return float64(b.Prefill()) })
+	set.GetOrCreateGauge(name(`kvca_backend_healthy{backend=%q}`, b.Name), func() float64 {
+		if b.Healthy() {
+			return 1
+		}
+		return 0
+	})
 	return bm
+}
+
+// dropBackend removes a removed backend's series. Requests still on it
+// may update them; nobody reads them any more.
+func (m *serverMetrics) dropBackend(u *upstream) {
+	for _, n := range u.m.names {
+		m.set.UnregisterMetric(n)
+	}
 }
 
 // latencyBuckets span a millisecond to half an hour: a long generation

@@ -38,10 +38,16 @@ func TestMetricsAnOperatorNeeds(t *testing.T) {
 		t.Fatalf("404 expected, got %d", resp.StatusCode)
 	}
 	waitIdle(t, s)
-	m := scrape(t, s)
+	// An answer is counted once written, which may be just after the
+	// client read it.
+	var m string
+	testkit.WaitUntil(t, "the 404 counted", func() bool {
+		m = scrape(t, s)
+		return strings.Contains(m, `kvca_responses_total{route="other",class="4xx"} 1`)
+	})
 	for _, want := range []string{
 		`kvca_request_duration_seconds_bucket{route="chat",le="1800"}`,
-		`kvca_upstream_first_byte_seconds_bucket{backend="` + s.sched.Backends[0].Name + `",le="1800"}`,
+		`kvca_upstream_first_byte_seconds_bucket{backend="` + s.fleet().sched.Backends[0].Name + `",le="1800"}`,
 		`kvca_time_to_first_token_seconds_count{route="chat",model="m"} 1`,
 		`kvca_responses_total{route="chat",class="2xx"} 1`,
 		`kvca_responses_total{route="other",class="4xx"} 1`,

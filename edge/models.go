@@ -62,7 +62,7 @@ func (s *Server) allowedFor(model []byte, dst *chain.Set) (*chain.Set, error) {
 
 func (s *Server) rebuildModels() {
 	idx := &modelIndex{byName: map[string]chain.Set{}, ttft: map[string]*[numRoutes]*metrics.PrometheusHistogram{}}
-	for _, u := range s.ups {
+	for _, u := range s.fleet().live() {
 		l := u.models.Load()
 		if l == nil {
 			idx.wild.Add(u.b.Index)
@@ -112,7 +112,7 @@ func (s *Server) discoverModels(ctx context.Context) {
 		changed := false
 		var wg sync.WaitGroup
 		var mu sync.Mutex
-		for _, u := range s.ups {
+		for _, u := range s.fleet().live() {
 			if u.addr.models != nil || !u.b.Healthy() {
 				continue
 			}
@@ -140,7 +140,7 @@ func (s *Server) discoverModels(ctx context.Context) {
 			s.rebuildModels()
 		}
 		next := s.cfg.ModelsInterval
-		for _, u := range s.ups {
+		for _, u := range s.fleet().live() {
 			if u.models.Load() == nil {
 				next = min(next, 2*time.Second)
 			}
@@ -198,7 +198,7 @@ func fetchModels(u *upstream, creds [][2]string) (*modelList, error) {
 // modelsKnown reports whether every healthy backend's models are known,
 // so the union can be answered without asking anyone.
 func (s *Server) modelsKnown() bool {
-	for _, u := range s.ups {
+	for _, u := range s.fleet().live() {
 		if u.b.Healthy() && u.models.Load() == nil {
 			return false
 		}
@@ -211,9 +211,10 @@ func (s *Server) modelsKnown() bool {
 // discovered, or asked now (with the client's credentials) when a
 // backend's list is not known yet; it may block on those requests.
 func (s *Server) modelsAnswer(creds [][2]string, id string) (int, []byte) {
-	lists := make([]*modelList, len(s.ups))
+	ups := s.fleet().live()
+	lists := make([]*modelList, len(ups))
 	var wg sync.WaitGroup
-	for i, u := range s.ups {
+	for i, u := range ups {
 		if !u.b.Healthy() {
 			continue
 		}
@@ -264,7 +265,7 @@ func (s *Server) modelsAnswer(creds [][2]string, id string) (int, []byte) {
 }
 
 func (s *Server) anyHealthy() bool {
-	for _, u := range s.ups {
+	for _, u := range s.fleet().live() {
 		if u.b.Healthy() {
 			return true
 		}

@@ -88,7 +88,7 @@ func TestResponsesRouted(t *testing.T) {
 				home[id] = backendOf(resp)
 			} else if backendOf(resp) != home[id] {
 				diag := ""
-				for _, u := range s.ups {
+				for _, u := range s.fleet().ups {
 					diag += fmt.Sprintf(" %s: connect %d timeout %d status %d busy %d;", u.b.Name,
 						u.m.errors[errConnect].Get(), u.m.errors[errTimeout].Get(), u.m.errors[errStatus].Get(), u.m.errors[errBusy].Get())
 				}

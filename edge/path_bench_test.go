@@ -30,7 +30,7 @@ func routeOnce(s *Server, body []byte) error {
 		s.putCall(c)
 		return err
 	}
-	if !s.sched.Route(&c.req, &c.dec, &c.res) {
+	if !s.fleet().sched.Route(&c.req, &c.dec, &c.res) {
 		s.putCall(c)
 		return fmt.Errorf("no backend")
 	}

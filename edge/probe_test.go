@@ -307,7 +307,7 @@ func TestRequestIDOnEveryAnswer(t *testing.T) {
 				c.Backends = []string{dead.url("")}
 				c.HealthInterval = 20 * time.Millisecond
 			})
-			testkit.WaitUntil(t, "the backend ejected", func() bool { return !ds.sched.Backends[0].Healthy() })
+			testkit.WaitUntil(t, "the backend ejected", func() bool { return !ds.fleet().sched.Backends[0].Healthy() })
 
 			body := conversation(1, 0, false)
 			for _, tc := range []idCase{
@@ -425,7 +425,8 @@ func TestRequestIDRule(t *testing.T) {
 
 // TestRequestIDNotInjected: a client X-Request-Id holding a bare CR is
 // refused and never echoed: the answer's head has one X-Request-Id (a
-// generated one) and nothing the client wrote.
+// generated one, checked below) and nothing else the client
+// wrote.
 func TestRequestIDNotInjected(t *testing.T) {
 	t.Parallel()
 	for _, m := range edgeModes {

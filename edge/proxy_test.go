@@ -72,7 +72,7 @@ func backendOf(resp *http.Response) string { return resp.Header.Get("X-Backend")
 func waitIdle(t *testing.T, s *Server) {
 	t.Helper()
 	testkit.WaitUntil(t, "every backend's load released", func() bool {
-		for _, b := range s.sched.Backends {
+		for _, b := range s.fleet().sched.Backends {
 			if b.Active() != 0 || b.Prefill() != 0 {
 				return false
 			}
@@ -291,7 +291,7 @@ func TestAbandonedStreamsReleaseLoad(t *testing.T) {
 		case <-deadline:
 			done = true
 		case <-time.After(50 * time.Millisecond):
-			done = s.sched.Backends[0].Active() == 0
+			done = s.fleet().sched.Backends[0].Active() == 0
 		}
 	}
 	waitIdle(t, s)
@@ -317,7 +317,7 @@ func TestDeadBackendCausesNoFailure(t *testing.T) {
 			t.Fatalf("request %d: %d %s", i, resp.StatusCode, out)
 		}
 	}
-	if s.sched.Backends[1].Healthy() {
+	if s.fleet().sched.Backends[1].Healthy() {
 		t.Fatal("dead backend not ejected")
 	}
 	waitIdle(t, s)
@@ -333,7 +333,7 @@ func TestAllBackendsDown(t *testing.T) {
 	if resp.StatusCode != 502 && resp.StatusCode != 503 {
 		t.Fatalf("status %d: %s", resp.StatusCode, out)
 	}
-	testkit.WaitUntil(t, "the dead backend ejected", func() bool { return !s.sched.Backends[0].Healthy() })
+	testkit.WaitUntil(t, "the dead backend ejected", func() bool { return !s.fleet().sched.Backends[0].Healthy() })
 	resp, out = post(t, s, "/v1/chat/completions", conversation(1, 0, false))
 	if resp.StatusCode != 503 || !strings.Contains(out, "no_healthy_backend") {
 		t.Fatalf("status %d: %s", resp.StatusCode, out)
@@ -560,7 +560,7 @@ func TestPrefillReleasedAfterPrefill(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			be := s.sched.Backends[0]
+			be := s.fleet().sched.Backends[0]
 			if got, want := be.Prefill() == 0, atHeaders; got != want {
 				t.Fatalf("prefill released at headers: %v, want %v (prefill %d)", got, want, be.Prefill())
 			}

@@ -73,7 +73,7 @@ func TestBackendKilledMidStream(t *testing.T) {
 		t.Fatal("broken stream ended like a clean one (terminating chunk sent)")
 	}
 	waitIdle(t, s)
-	if got := s.ups[0].m.errors[errStream].Get(); got != 1 {
+	if got := s.fleet().ups[0].m.errors[errStream].Get(); got != 1 {
 		t.Fatalf("stream errors %d", got)
 	}
 	// Later requests avoid the broken backend without failures.
@@ -94,7 +94,7 @@ func TestBackendKilledMidStream(t *testing.T) {
 			t.Fatalf("request %d still reached the broken backend", i)
 		}
 	}
-	if s2.sched.Backends[0].Healthy() {
+	if s2.fleet().sched.Backends[0].Healthy() {
 		t.Fatal("backend that broke a stream was not ejected")
 	}
 	waitIdle(t, s2)
@@ -122,13 +122,13 @@ func TestBackendDiesAndComesBack(t *testing.T) {
 			t.Fatalf("request %d while a is down: %d %s", i, resp.StatusCode, out)
 		}
 	}
-	testkit.WaitUntil(t, "a ejected", func() bool { return !s.sched.Backends[0].Healthy() })
+	testkit.WaitUntil(t, "a ejected", func() bool { return !s.fleet().sched.Backends[0].Healthy() })
 	gen := s.table.Generation(0)
 	a.Restart() // its cache is gone
 	if err := a.Up(); err != nil {
 		t.Fatal(err)
 	}
-	testkit.WaitUntil(t, "a re-admitted", func() bool { return s.sched.Backends[0].Healthy() })
+	testkit.WaitUntil(t, "a re-admitted", func() bool { return s.fleet().sched.Backends[0].Healthy() })
 	if s.table.Generation(0) <= gen {
 		t.Fatalf("generation not bumped: %d", s.table.Generation(0))
 	}
@@ -222,7 +222,7 @@ func TestAllDownThenOneReturns(t *testing.T) {
 	if err := e.Down(); err != nil {
 		t.Fatal(err)
 	}
-	testkit.WaitUntil(t, "backend unhealthy", func() bool { return !s.sched.Backends[0].Healthy() })
+	testkit.WaitUntil(t, "backend unhealthy", func() bool { return !s.fleet().sched.Backends[0].Healthy() })
 	start := time.Now()
 	resp, out := post(t, s, "/v1/chat/completions", mockChat(1, 0, false, 2))
 	if resp.StatusCode != 503 {
@@ -234,7 +234,7 @@ func TestAllDownThenOneReturns(t *testing.T) {
 	if err := e.Up(); err != nil {
 		t.Fatal(err)
 	}
-	testkit.WaitUntil(t, "backend back", func() bool { return s.sched.Backends[0].Healthy() })
+	testkit.WaitUntil(t, "backend back", func() bool { return s.fleet().sched.Backends[0].Healthy() })
 	if resp, out := post(t, s, "/v1/chat/completions", mockChat(1, 0, false, 2)); resp.StatusCode != 200 {
 		t.Fatalf("after return: %d %s", resp.StatusCode, out)
 	}
@@ -376,13 +376,13 @@ func TestBusyBackendIsNotEjected(t *testing.T) {
 			t.Fatalf("request %d: %d %s", i, resp.StatusCode, out)
 		}
 	}
-	if !s.sched.Backends[0].Healthy() {
+	if !s.fleet().sched.Backends[0].Healthy() {
 		t.Fatal("a busy backend was ejected")
 	}
-	if got := s.ups[0].m.errors[errBusy].Get(); got != 3 {
+	if got := s.fleet().ups[0].m.errors[errBusy].Get(); got != 3 {
 		t.Fatalf("busy count %d", got)
 	}
-	if got := s.ups[0].m.errors[errConnect].Get(); got != 0 {
+	if got := s.fleet().ups[0].m.errors[errConnect].Get(); got != 0 {
 		t.Fatalf("busy counted as %d connection failures", got)
 	}
 	close(b.gate)
@@ -455,7 +455,7 @@ func TestRetryExcludesTheFailedBackend(t *testing.T) {
 		t.Fatalf("follow-up after its holder died: %d from %q: %s", resp.StatusCode, backendOf(resp), out)
 	}
 	found := false
-	for _, u := range s.ups {
+	for _, u := range s.fleet().ups {
 		if u.addr.url == home.url() {
 			found = true
 			if got := u.m.errors[errConnect].Get(); got != 1 {
@@ -515,7 +515,7 @@ func TestShutdownDeadlineCutsStreams(t *testing.T) {
 	if !strings.Contains(string(rest), "event: error") || !strings.Contains(string(rest), `"code":"proxy_shutdown"`) {
 		t.Fatalf("the cut stream did not end with the shutdown event: %q", rest)
 	}
-	if be := s.sched.Backends[0]; be.Active() != 0 || be.Prefill() != 0 {
+	if be := s.fleet().sched.Backends[0]; be.Active() != 0 || be.Prefill() != 0 {
 		t.Fatalf("load left after shutdown: active %d prefill %d", be.Active(), be.Prefill())
 	}
 }

@@ -56,7 +56,7 @@ func TestConnectionCloseAnswersNeverFail(t *testing.T) {
 						// backend down either.
 						waitProbe(t, b)
 					}
-					if !s.sched.Backends[0].Healthy() {
+					if !s.fleet().sched.Backends[0].Healthy() {
 						t.Fatal("backend ejected")
 					}
 					if n := metricSum(t, s, upstreamErrors); n != 0 {
@@ -146,7 +146,7 @@ func TestIdleConnectionDroppedByBackend(t *testing.T) {
 			if n := metricSum(t, s, upstreamErrors); n != 0 {
 				t.Fatalf("%v upstream errors counted", n)
 			}
-			if !s.sched.Backends[0].Healthy() {
+			if !s.fleet().sched.Backends[0].Healthy() {
 				t.Fatal("backend ejected")
 			}
 		})
@@ -198,7 +198,7 @@ func TestStalePooledConnectionRetried(t *testing.T) {
 			if n := metricSum(t, s, upstreamErrors); n != 0 {
 				t.Fatalf("%v upstream errors counted", n)
 			}
-			if !s.sched.Backends[0].Healthy() {
+			if !s.fleet().sched.Backends[0].Healthy() {
 				t.Fatal("backend ejected")
 			}
 		})

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -34,8 +35,9 @@ type Server struct {
 	canon *canon.Canonicalizer
 	memo  *chain.Memo // nil when --cbr-memo-bytes is 0
 	table *chain.Table
-	sched *sched.Scheduler
-	ups   []*upstream
+	// fl is the backends in force (reload.go); a request routes on the
+	// fleet it loaded.
+	fl    atomic.Pointer[fleet]
 	m     *serverMetrics
 	log   *slog.Logger
 	calls sync.Pool
@@ -78,6 +80,18 @@ type Server struct {
 	cal       *chain.Calibrator
 	calibrate bool
 	stopKeys  func()
+
+	// upTLS is the client TLS configuration for https backends.
+	upTLS *tls.Config
+	// reloadMu serialises changes to the fleet; started: Start ran.
+	reloadMu     sync.Mutex
+	started      bool
+	onBackends   []func()
+	spec         []string     // the backend list in force, as configured
+	cacheTokens  []int64      // --backend-cache-tokens of the configuration in force
+	disc         *discovery   // --discovery-interval
+	scraping     bool         // engine telemetry runs (--engine-metrics)
+	scrapeClient *http.Client // the scrapers' client
 }
 
 // Peer shares what this replica learns with other replicas. Its methods
@@ -118,12 +132,21 @@ func New(cfg Config) (*Server, error) {
 	// refresh keeps that time: expiry comes at most that much early.
 	slack := min(cfg.TTL/4096, 10*time.Millisecond)
 	table := chain.NewTable(chain.Config{TTL: cfg.TTL, MaxBlocks: cfg.MaxBlocks, Now: cfg.Now, TouchSlack: slack})
-	backends := make([]*sched.Backend, len(cfg.Backends))
-	addrs := make([]backendAddr, len(cfg.Backends))
-	for i, raw := range cfg.Backends {
+	var addrs []backendAddr
+	for _, raw := range cfg.Backends {
 		a, _ := parseBackend(raw)
-		addrs[i] = a
-		backends[i] = sched.NewBackend(i, a.url, a.host)
+		addrs = append(addrs, a)
+	}
+	disc := &discovery{}
+	if cfg.DiscoveryInterval > 0 {
+		addrs = disc.expand(context.Background(), addrs, log)
+		if len(addrs) > chain.MaxBackends {
+			return nil, fmt.Errorf("--discovery-interval: the backends resolve to %d addresses, more than the %d supported", len(addrs), chain.MaxBackends)
+		}
+	}
+	backends := make([]*sched.Backend, len(addrs))
+	for i, a := range addrs {
+		backends[i] = sched.NewBackend(i, a.url, a.name())
 	}
 	sc, err := sched.New(backends, table, cfg.ActiveWeight, cfg.Policy)
 	if err != nil {
@@ -141,15 +164,15 @@ func New(cfg Config) (*Server, error) {
 		canon:       canon.NewWithOptions(cfg.CBRExclude, canon.Options{NoSession: !usesSession(cfg.Policy), HashKey: [2]uint64{key.K0, key.K1}}),
 		memo:        chain.NewMemo(cfg.CBRMemoBytes),
 		table:       table,
-		sched:       sc,
 		log:         log,
 		adminRoutes: map[string]fasthttp.RequestHandler{},
+		disc:        disc,
 		modelsWake:  make(chan struct{}, 1),
 	}
 	if cfg.AccessLog {
 		s.access = log
 	}
-	s.m = newServerMetrics(sc, table, s.memo, &s.clientConns)
+	s.m = newServerMetrics(table, s.memo, &s.clientConns)
 	s.m.set.RegisterMetricsWriter(sc.WriteTTFTMetrics)
 	s.cal = chain.NewCalibrator(0)
 	s.threads = affinity.New(affinity.Responses, affinity.Config{TTL: max(cfg.TTL, time.Hour)})
@@ -163,16 +186,18 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	upTLS, err := upstreamTLS(&cfg)
-	if err != nil {
+	if s.upTLS, err = upstreamTLS(&cfg); err != nil {
 		return nil, err
 	}
 	if cfg.UpstreamInsecure {
 		log.Warn("--upstream-insecure: backend certificates are NOT verified; anyone on the path can impersonate a backend")
 	}
+	fl := &fleet{sched: sc}
 	for i, b := range backends {
-		s.ups = append(s.ups, newUpstream(b, addrs[i], s.m.newBackend(s.m.set, b.Name), upTLS))
+		fl.ups = append(fl.ups, s.newUpstream(b, addrs[i]))
 	}
+	s.fl.Store(fl)
+	s.spec, s.cacheTokens = cfg.Backends, cfg.BackendCacheTokens
 	if cfg.APIKeys != "" {
 		if s.keys, err = apikeys.Open(cfg.APIKeys, log); err != nil {
 			return nil, fmt.Errorf("--api-keys: %w", err)
@@ -212,7 +237,7 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) Table() *chain.Table { return s.table }
 
 // Scheduler is the scheduler (for the admin and KDN APIs and tests).
-func (s *Server) Scheduler() *sched.Scheduler { return s.sched }
+func (s *Server) Scheduler() *sched.Scheduler { return s.fl.Load().sched }
 
 // Key is the hash key in use.
 func (s *Server) Key() chain.Key { return s.key }
@@ -273,9 +298,15 @@ func (s *Server) StartOn(ln, adln net.Listener) error {
 	s.loops.Add(1)
 	go func() { defer s.loops.Done(); s.discoverModels(s.bg) }()
 	s.startTelemetry()
-	for _, u := range s.ups {
+	s.reloadMu.Lock()
+	for _, u := range s.fl.Load().ups {
+		s.startUpstream(u)
+	}
+	s.started = true
+	s.reloadMu.Unlock()
+	if s.cfg.DiscoveryInterval > 0 {
 		s.loops.Add(1)
-		go func() { defer s.loops.Done(); s.healthLoop(s.bg, u) }()
+		go func() { defer s.loops.Done(); s.discoverLoop(s.bg) }()
 	}
 	if err := s.startLoops(ln); err != nil {
 		return err
@@ -285,7 +316,7 @@ func (s *Server) StartOn(ln, adln net.Listener) error {
 		go func() { defer s.serving.Done(); _ = s.admin.Serve(adln) }()
 	}
 	s.log.Info("kvca serving", "listen", ln.Addr().String(), "admin", addrOf(adln),
-		"backends", len(s.ups), "policy", s.cfg.Policy, "block_size", s.cfg.BlockSize,
+		"backends", len(s.fl.Load().ups), "policy", s.cfg.Policy, "block_size", s.cfg.BlockSize,
 		"ttl", s.cfg.TTL, "max_blocks", s.cfg.MaxBlocks, "hash_key_from_flag", s.cfg.HashKey != "", "tls", s.tlsPub != nil,
 		"loops", len(s.evl.loops))
 	return nil
@@ -357,7 +388,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.stopBg()
 	s.loops.Wait()
-	for _, u := range s.ups {
+	for _, u := range s.fl.Load().ups {
 		u.hc.CloseIdleConnections()
 	}
 	return err
@@ -367,7 +398,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // not draining.
 func (s *Server) readiness() (int, []byte) {
 	n := 0
-	for _, u := range s.ups {
+	for _, u := range s.fl.Load().ups {
 		if u.b.Healthy() {
 			n++
 		}

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/kvca/kvca/sched"
 	"github.com/kvca/kvca/telemetry"
 )
 
@@ -12,58 +13,53 @@ import (
 // capacity; a check costs one shared lock per table shard.
 const capacityEvery = 100 * time.Millisecond
 
-// startTelemetry scrapes the engines' metrics (--engine-metrics) and keeps
+// startTelemetry sets up engine telemetry (--engine-metrics) and keeps
 // each backend's locations within its cache capacity (from the engine, or
-// --backend-cache-tokens), in the background loops.
+// --backend-cache-tokens), in the background loops; each backend's scraper
+// starts with its upstream (startScraper).
 func (s *Server) startTelemetry() {
-	tokens := make([]int64, len(s.ups))
-	for i := range tokens {
-		switch n := len(s.cfg.BackendCacheTokens); {
-		case n == 1:
-			tokens[i] = s.cfg.BackendCacheTokens[0]
-		case n > i:
-			tokens[i] = s.cfg.BackendCacheTokens[i]
-		}
-	}
 	bounded := false
-	for _, t := range tokens {
+	for _, t := range s.cacheTokens {
 		bounded = bounded || t > 0
 	}
 	if !s.cfg.EngineMetrics && !bounded {
 		return
 	}
+	s.calibrate = true
+	s.scraping = s.cfg.EngineMetrics
+	if s.scraping {
+		s.fleet().sched.SetEngineMaxAge(telemetry.StaleIntervals * s.cfg.EngineMetricsInterval)
+	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	if tc, err := upstreamTLS(&s.cfg); err == nil {
 		tr.TLSClientConfig = tc
 	}
-	cal := s.cal
-	s.calibrate = true
-	sc := telemetry.New(s.sched.Backends, telemetry.Config{
+	s.scrapeClient = &http.Client{Transport: tr, Timeout: s.cfg.EngineMetricsInterval}
+	s.loops.Add(1)
+	go func() { defer s.loops.Done(); s.table.CapacityLoop(s.bg, capacityEvery) }()
+	s.m.set.RegisterMetricsWriter(func(w io.Writer) {
+		var bs []*sched.Backend
+		for _, u := range s.fleet().live() {
+			bs = append(bs, u.b)
+		}
+		telemetry.WriteMetrics(w, bs, s.table, s.cal, time.Now(), telemetry.StaleIntervals*s.cfg.EngineMetricsInterval)
+	})
+}
+
+// scraperConfig is the telemetry of one backend whose configured cache
+// size is tokens (0: unknown).
+func (s *Server) scraperConfig(tokens int64) telemetry.Config {
+	return telemetry.Config{
 		Interval:    s.cfg.EngineMetricsInterval,
-		Client:      &http.Client{Transport: tr, Timeout: s.cfg.EngineMetricsInterval},
+		Client:      s.scrapeClient,
 		Logger:      s.log,
 		OnRestart:   func(i int) { s.resetBackend(i) },
 		OnSignals:   s.adm.AdaptToEngine,
 		Table:       s.table,
 		BlockSize:   s.cfg.BlockSize,
-		Calibrator:  cal,
-		CacheTokens: tokens,
-	})
-	if s.cfg.EngineMetrics {
-		s.sched.SetEngineMaxAge(sc.MaxAge())
-		s.loops.Add(1)
-		go func() { defer s.loops.Done(); sc.Run(s.bg) }()
-	} else {
-		// No scraping: the configured capacities apply as they are.
-		for i := range tokens {
-			s.table.SetBackendCapacity(i, cal.Blocks("", tokens[i], s.cfg.BlockSize))
-		}
+		Calibrator:  s.cal,
+		CacheTokens: []int64{tokens},
 	}
-	s.loops.Add(1)
-	go func() { defer s.loops.Done(); s.table.CapacityLoop(s.bg, capacityEvery) }()
-	s.m.set.RegisterMetricsWriter(func(w io.Writer) {
-		telemetry.WriteMetrics(w, s.sched.Backends, s.table, cal, time.Now(), sc.MaxAge())
-	})
 }
 
 // engineState is backend i's telemetry for /admin/state; nil when
@@ -72,6 +68,6 @@ func (s *Server) engineState(i int) *telemetry.BackendState {
 	if !s.cfg.EngineMetrics {
 		return nil
 	}
-	st := telemetry.StateOf(s.sched.Backends[i], s.table, time.Now(), telemetry.StaleIntervals*s.cfg.EngineMetricsInterval)
+	st := telemetry.StateOf(s.fleet().sched.Backends[i], s.table, time.Now(), telemetry.StaleIntervals*s.cfg.EngineMetricsInterval)
 	return &st
 }

@@ -169,7 +169,7 @@ func tlsBackend(t *testing.T, name string, certPEM, keyPEM []byte, clientCAs *x5
 		tc.ClientCAs = clientCAs
 		tc.ClientAuth = tls.RequireAndVerifyClientCert
 	}
-	return newTestBackendOn(t, name, func(ln net.Listener) net.Listener { return tls.NewListener(ln, tc) })
+	return newTestBackendOn(t, name, tls.NewListener(listenLocal(t), tc))
 }
 
 func TestHTTPSBackends(t *testing.T) {

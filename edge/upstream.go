@@ -38,6 +38,9 @@ type upstream struct {
 	// --io epoll: the resolved address, and connections open across loops.
 	la        atomic.Pointer[loopAddr]
 	loopConns atomic.Int32
+	// stop ends the goroutines that watch the backend (set by
+	// startUpstream, called when it is removed).
+	stop context.CancelFunc
 }
 
 // loopAddr is a backend's resolved address for the event loops. It is
@@ -56,7 +59,7 @@ func newUpstream(b *sched.Backend, a backendAddr, m *backendMetrics, tc *tls.Con
 	u := &upstream{b: b, addr: a, authority: []byte(a.authority), m: m, wake: make(chan struct{}, 1)}
 	if a.tls {
 		u.tls = tc.Clone()
-		u.tls.ServerName = hostOnly(a.host) // SNI and verification name
+		u.tls.ServerName = a.sni // SNI and verification name
 		u.tls.NextProtos = []string{"http/1.1"}
 	}
 	transport := func(keepAlive bool) *http.Client {
@@ -74,6 +77,49 @@ func newUpstream(b *sched.Backend, a backendAddr, m *backendMetrics, tc *tls.Con
 		u.models.Store(staticModels(a.models))
 	}
 	return u
+}
+
+// resolve looks the backend's host up for the loops.
+func (u *upstream) resolve() error {
+	a, err := net.ResolveTCPAddr("tcp", u.addr.host)
+	if err != nil {
+		return err
+	}
+	la := &loopAddr{port: a.Port}
+	if ip4 := a.IP.To4(); ip4 != nil {
+		copy(la.ip[:], ip4)
+	} else {
+		copy(la.ip[:], a.IP.To16())
+		la.v6 = true
+	}
+	u.la.Store(la)
+	return nil
+}
+
+// literalHost reports whether the backend's host is an IP address, which
+// needs no resolving again.
+func (u *upstream) literalHost() bool {
+	return net.ParseIP(hostOnly(u.addr.host)) != nil
+}
+
+// resolveInterval is how often a backend's host name is looked up again.
+const resolveInterval = 10 * time.Second
+
+// reresolve looks a backend named by host name up again now and then, as
+// a dialer would on every new connection.
+func (s *Server) reresolve(ctx context.Context, u *upstream) {
+	t := time.NewTicker(resolveInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := u.resolve(); err != nil {
+				s.log.Warn("backend address lookup failed; keeping the last one", "backend", u.b.Name, "err", err)
+			}
+		}
+	}
 }
 
 func hostOnly(hostport string) string {

@@ -34,19 +34,20 @@ var ErrWarmFailed = errors.New("backend did not accept the warm-up request")
 // as held there. The caller shapes body (for example max_tokens 1). It
 // returns the chain learned.
 func (s *Server) Warm(ctx context.Context, i int, api canon.API, path string, body []byte) ([]uint64, error) {
-	if i < 0 || i >= len(s.ups) {
+	fl := s.fleet()
+	if i < 0 || i >= len(fl.ups) || fl.ups[i].b.Retired() {
 		return nil, fmt.Errorf("no backend %d", i)
 	}
 	chain, _, err := s.Chain(api, body)
 	if err != nil {
 		return nil, err
 	}
-	u := s.ups[i]
+	u := fl.ups[i]
 	if !u.b.Healthy() {
 		return nil, ErrWarmFailed
 	}
 	var res sched.Reservation
-	if !s.sched.ReserveOn(u.b, len(chain), &res) {
+	if !fl.sched.ReserveOn(u.b, len(chain), &res) {
 		return nil, ErrWarmFailed
 	}
 	defer res.ReleaseActive()

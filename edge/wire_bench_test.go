@@ -54,7 +54,9 @@ func startWireBackendLn(tb testing.TB, wrap func(net.Listener) net.Listener) str
 			ctx.SetBodyStream(w, -1)
 		},
 	}
-	return "http://" + serveHTTP(tb, wrap, srv).Addr().String()
+	ln := wrap(listenLocal(tb))
+	serveHTTP(tb, ln, srv)
+	return "http://" + ln.Addr().String()
 }
 
 // wireStream is an SSE body of five events and [DONE], one Read each;

@@ -108,11 +108,15 @@ const (
 	DefaultLongPrefixBlocks = 16
 )
 
-// engineNow is the wall clock engine signals are compared with, read
-// once per decision; 0 when engine signals are off.
-func (s *Scheduler) engineNow() int64 {
-	if s.engineMaxAge <= 0 {
+// engineNow is the wall clock (unix ms) engine signals are compared with:
+// the request's instant when the caller gave it (Request.T), else read
+// now; 0 when engine signals are off.
+func (s *Scheduler) engineNow(d *Decision) int64 {
+	switch {
+	case s.engineMaxAge <= 0:
 		return 0
+	case d.unix != 0:
+		return d.unix
 	}
 	return time.Now().UnixMilli()
 }
@@ -152,8 +156,8 @@ func (s *Scheduler) nearFull(b *Backend, now int64) bool {
 // there (novel(i)), provided another candidate remains: a long new prefix
 // on a full engine waits for memory or preempts running requests, and
 // evicts what others will ask for next.
-func (s *Scheduler) avoidFull(cand *chain.Set, novel func(i int) int) {
-	now := s.engineNow()
+func (s *Scheduler) avoidFull(cand *chain.Set, d *Decision, novel func(i int) int) {
+	now := s.engineNow(d)
 	if now == 0 {
 		return
 	}

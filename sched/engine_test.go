@@ -57,7 +57,7 @@ func TestEngineQueueWeighsInCost(t *testing.T) {
 func TestEngineSignalsOffByDefault(t *testing.T) {
 	s := newSched(t, 2, "cost")
 	fresh(s.Backends[0], EngineSignals{Running: 50, Foreign: 50, KVUsage: 1})
-	if got := s.engineLoad(s.Backends[0], s.engineNow()); got != 0 {
+	if got := s.engineLoad(s.Backends[0], s.engineNow(&Decision{})); got != 0 {
 		t.Fatalf("engine load %d with signals off", got)
 	}
 	seen := map[int]bool{}

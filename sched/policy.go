@@ -79,7 +79,7 @@ func phase2(s *Scheduler, r *Request, elig chain.Set, d *Decision) bool {
 	if prev.Empty() {
 		return false
 	}
-	s.avoidFull(&prev, func(int) int { return len(r.Chain) - div })
+	s.avoidFull(&prev, d, func(int) int { return len(r.Chain) - div })
 	var match [chain.MaxBackends]int32
 	prev.Each(func(b int) { match[b] = int32(div) })
 	d.Phase = PhaseFollowup
@@ -130,7 +130,7 @@ func (costPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 	default:
 		d.Phase = PhaseFallback
 	}
-	s.avoidFull(&elig, func(i int) int { return len(r.Chain) - int(match[i]) })
+	s.avoidFull(&elig, d, func(i int) int { return len(r.Chain) - int(match[i]) })
 	return s.reserveMin(&elig, len(r.Chain), &match, true, d)
 }
 

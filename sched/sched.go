@@ -24,6 +24,8 @@ type Backend struct {
 	// by clustering; it weighs in selection but is never reserved here.
 	remote  atomic.Uint64
 	healthy atomic.Bool
+	// retired: removed from the configuration; never eligible again.
+	retired atomic.Bool
 	// engine is what the engine's own metrics last reported (engine.go).
 	engine atomic.Pointer[EngineSignals]
 	// routed* count what the scheduler sent here (engine.go: Routed).
@@ -63,8 +65,24 @@ func (b *Backend) RemoteLoad() (active, prefill uint32) {
 // Healthy reports whether b may receive new requests.
 func (b *Backend) Healthy() bool { return b.healthy.Load() }
 
-// SetHealthy changes b's eligibility and reports whether it changed.
-func (b *Backend) SetHealthy(v bool) bool { return b.healthy.Swap(v) != v }
+// SetHealthy changes b's eligibility and reports whether it changed; a
+// retired backend stays out.
+func (b *Backend) SetHealthy(v bool) bool {
+	if v && b.retired.Load() {
+		return false
+	}
+	return b.healthy.Swap(v) != v
+}
+
+// Retire takes b out for good: its backend was removed from the
+// configuration. Requests already on it finish; none is routed to it.
+func (b *Backend) Retire() {
+	b.retired.Store(true)
+	b.healthy.Store(false)
+}
+
+// Retired reports whether Retire was called.
+func (b *Backend) Retired() bool { return b.retired.Load() }
 
 func loadOf(st, weight uint64) uint64 { return (st>>32)*weight + uint64(uint32(st)) }
 
@@ -94,6 +112,10 @@ type Request struct {
 	Followup bool
 	Session  uint64
 	Now      int64 // table time
+	// T is the request's instant, when the caller has it (an event
+	// loop's clock): routing and its reservation read no clock of their
+	// own then. Zero: they read it.
+	T time.Time
 	// Allowed limits the choice (backends serving the request's model);
 	// nil allows all.
 	Allowed *chain.Set
@@ -128,6 +150,8 @@ type Decision struct {
 	Bound bool
 	// prefer is Request.Bound for reserveMin's ties.
 	prefer int
+	// unix is the request's wall clock for engine signals (engineNow).
+	unix int64
 }
 
 // Policy selects a backend and reserves the request's load on it.
@@ -157,7 +181,8 @@ type Scheduler struct {
 	// replicas) do not shift the turns of an idle fleet's first turns.
 	ties [16]atomic.Uint64
 	// ttft is the predicted-latency policy's settings and shared state.
-	ttft ttftState
+	// ttft is shared with the schedulers Rebuild makes from this one.
+	ttft *ttftState
 }
 
 // New builds a scheduler; policy is one of Policies().
@@ -176,20 +201,61 @@ func New(backends []*Backend, table *chain.Table, activeWeight int, policy strin
 		return nil, err
 	}
 	s := &Scheduler{Backends: backends, Table: table, ActiveWeight: uint64(activeWeight), Policy: p,
-		KVFull: DefaultKVFull, LongPrefixBlocks: DefaultLongPrefixBlocks}
+		KVFull: DefaultKVFull, LongPrefixBlocks: DefaultLongPrefixBlocks, ttft: &ttftState{}}
 	s.initTTFT()
 	return s, nil
+}
+
+// Rebuild returns a scheduler over backends that keeps what s learned:
+// the table, the predicted-latency state and settings, and every Backend
+// object it is given again (its load, health and learned rates). A
+// backend's Index is its slot in the table, so a backend kept must stay at
+// its index, and a removed one's slot holds it Retired (or a new backend
+// that reuses the slot after its locations were reset). policy "" keeps
+// s's policy; activeWeight < 0 keeps s's weight. s stays usable for what
+// is already routed on it.
+func (s *Scheduler) Rebuild(backends []*Backend, policy string, activeWeight int) (*Scheduler, error) {
+	if len(backends) == 0 || len(backends) > chain.MaxBackends {
+		return nil, fmt.Errorf("backends must be between 1 and %d, got %d", chain.MaxBackends, len(backends))
+	}
+	for i, b := range backends {
+		if b.Index != i {
+			return nil, fmt.Errorf("backend %s has index %d in slot %d", b.Name, b.Index, i)
+		}
+	}
+	n := &Scheduler{Backends: backends, Table: s.Table, ActiveWeight: s.ActiveWeight, Policy: s.Policy,
+		KVFull: s.KVFull, LongPrefixBlocks: s.LongPrefixBlocks, engineMaxAge: s.engineMaxAge,
+		ExtraLoad: s.ExtraLoad, ttft: s.ttft}
+	if policy != "" {
+		p, err := PolicyByName(policy)
+		if err != nil {
+			return nil, err
+		}
+		n.Policy = p
+	}
+	if activeWeight >= 0 {
+		n.ActiveWeight = uint64(activeWeight)
+	}
+	for _, b := range backends {
+		if b.model.base.Load() == 0 { // new: never seen by initTTFT
+			n.initModel(b)
+		}
+	}
+	return n, nil
 }
 
 // Route picks and reserves a backend for r. On success res must be
 // released by the caller (ReleasePrefill at headers, ReleaseActive at end).
 func (s *Scheduler) Route(r *Request, d *Decision, res *Reservation) bool {
 	*d = Decision{}
+	if !r.T.IsZero() && s.engineMaxAge > 0 {
+		d.unix = r.T.UnixMilli()
+	}
 	// A pinned request goes to its bound backend whatever the policy.
 	if !(r.Pin && s.pickBound(r, d)) && !s.Policy.Pick(s, r, d) {
 		return false
 	}
-	res.arm(d.Backend, uint64(d.Novel), d.before, d.Predicted)
+	res.arm(d.Backend, uint64(d.Novel), d.before, d.Predicted, r.T)
 	s.noteResident(d.Backend, r)
 	d.Backend.countRouted(len(r.Chain), d.Cached)
 	return true
@@ -215,7 +281,7 @@ func (s *Scheduler) Eligible(r *Request) chain.Set {
 // its first turns spread evenly) and no index is favoured.
 func (s *Scheduler) reserveMin(elig *chain.Set, n int, match *[chain.MaxBackends]int32, addNovel bool, d *Decision) bool {
 	w := s.ActiveWeight
-	now := s.engineNow()
+	now := s.engineNow(d)
 	cost := func(i int) (uint64, uint64) {
 		b := s.Backends[i]
 		st := b.state.Load()
@@ -310,10 +376,10 @@ type Reservation struct {
 	pred   int64
 }
 
-func (r *Reservation) arm(b *Backend, novel, before uint64, pred time.Duration) {
+func (r *Reservation) arm(b *Backend, novel, before uint64, pred time.Duration, t time.Time) {
 	r.b = b
 	r.novel = novel
-	r.at = monoNow()
+	r.at = b.model.at(t)
 	r.before = before
 	r.pred = int64(pred)
 	r.done.Store(0)
@@ -331,13 +397,17 @@ func (r *Reservation) ReleasePrefill() {
 
 // ReleaseActive releases the active-request unit, and the prefill load if
 // headers never came.
-func (r *Reservation) ReleaseActive() {
+func (r *Reservation) ReleaseActive() { r.ReleaseActiveAt(time.Time{}) }
+
+// ReleaseActiveAt is ReleaseActive at instant t (zero: now), which the
+// backend's service time is learned from.
+func (r *Reservation) ReleaseActiveAt(t time.Time) {
 	r.ReleasePrefill()
 	if r.b != nil {
 		if old := r.done.Or(2); old&2 == 0 {
 			r.b.state.Add(^uint64(activeUnit - 1))
 			if old&4 != 0 {
-				r.b.model.observeService(monoNow() - r.at)
+				r.b.model.observeService(r.b.model.at(t) - r.at)
 			}
 		}
 	}
@@ -353,6 +423,6 @@ func (s *Scheduler) ReserveOn(b *Backend, novel int, res *Reservation) bool {
 		return false
 	}
 	before := b.state.Add(activeUnit+uint64(novel)) - activeUnit - uint64(novel)
-	res.arm(b, uint64(novel), before, 0)
+	res.arm(b, uint64(novel), before, 0, time.Time{})
 	return true
 }

@@ -65,6 +65,14 @@ var monoEpoch = time.Now()
 // monoNow is monotonic nanoseconds since the process started.
 func monoNow() int64 { return int64(time.Since(monoEpoch)) }
 
+// monoAt is t on monoNow's scale; zero t is now.
+func monoAt(t time.Time) int64 {
+	if t.IsZero() {
+		return monoNow()
+	}
+	return int64(t.Sub(monoEpoch))
+}
+
 // ttftState is the scheduler's part of the ttft policy.
 type ttftState struct {
 	eps       float64
@@ -77,6 +85,8 @@ type ttftState struct {
 	// moves counts follow-ups sent away from their prefix's holders.
 	moves atomic.Uint64
 	set   *metrics.Set
+	// fixed is what SetTTFT set, for backends added later.
+	fixed TTFTConfig
 }
 
 // predictor is one backend's learned first-token latency, capacity and
@@ -111,6 +121,19 @@ type predictor struct {
 	resident atomic.Uint64
 
 	mRatio *metrics.Histogram
+	series string // the label set of b's series
+	// clock replaces the request's instant for this backend's
+	// reservations when set, so tests can give every answer an exact
+	// latency.
+	clock func() int64
+}
+
+// at is t on monoNow's scale (zero t: now), or the test's clock.
+func (m *predictor) at(t time.Time) int64 {
+	if m.clock != nil {
+		return m.clock()
+	}
+	return monoAt(t)
 }
 
 func (s *Scheduler) initTTFT() {
@@ -119,24 +142,49 @@ func (s *Scheduler) initTTFT() {
 	s.ttft.set = metrics.NewSet()
 	set := s.ttft.set
 	for _, b := range s.Backends {
-		b.model.base.Store(int64(priorBase))
-		b.model.block.Store(int64(priorBlock))
-		m := &b.model
-		l := fmt.Sprintf("{backend=%q}", b.Name)
-		m.mRatio = set.GetOrCreateHistogram("kvca_ttft_observed_over_predicted" + l)
-		set.GetOrCreateGauge("kvca_ttft_first_token_base_seconds"+l, func() float64 { return float64(m.base.Load()) / 1e9 })
-		set.GetOrCreateGauge("kvca_ttft_prefill_block_seconds"+l, func() float64 { return float64(m.block.Load()) / 1e9 })
-		set.GetOrCreateGauge("kvca_ttft_batch_capacity"+l, func() float64 { return float64(m.cap()) })
-		set.GetOrCreateGauge("kvca_ttft_service_seconds"+l, func() float64 { return float64(m.service.Load()) / 1e9 })
-		set.GetOrCreateGauge("kvca_ttft_observations_total"+l, func() float64 { return float64(m.observed.Load()) })
-		set.GetOrCreateGauge("kvca_ttft_slot_waits_total"+l, func() float64 { return float64(m.waits.Load()) })
-		bb := b
-		set.GetOrCreateGauge("kvca_backend_resident"+l, func() float64 {
-			return bb.model.residentAt(s.Table.Now(), float64(s.residentWindow()))
-		})
+		s.initModel(b)
 	}
 	set.GetOrCreateGauge("kvca_ttft_moves_total", func() float64 { return float64(s.ttft.moves.Load()) })
 	set.GetOrCreateGauge("kvca_resident_window_seconds", func() float64 { return float64(s.residentWindow()) / 1e3 })
+}
+
+// initModel gives b's predictor its priors, the operator's fixed values
+// and its series. A removed backend's series stay until its slot is
+// reused (the metrics set has no removal by prefix); its gauges read 0 load.
+func (s *Scheduler) initModel(b *Backend) {
+	set := s.ttft.set
+	m := &b.model
+	m.base.Store(int64(priorBase))
+	m.block.Store(int64(priorBlock))
+	m.fix(s.ttft.fixed)
+	l := fmt.Sprintf("{backend=%q}", b.Name)
+	m.mRatio = set.GetOrCreateHistogram("kvca_ttft_observed_over_predicted" + l)
+	m.series = l
+	set.GetOrCreateGauge("kvca_ttft_first_token_base_seconds"+l, func() float64 { return float64(m.base.Load()) / 1e9 })
+	set.GetOrCreateGauge("kvca_ttft_prefill_block_seconds"+l, func() float64 { return float64(m.block.Load()) / 1e9 })
+	set.GetOrCreateGauge("kvca_ttft_batch_capacity"+l, func() float64 { return float64(m.cap()) })
+	set.GetOrCreateGauge("kvca_ttft_service_seconds"+l, func() float64 { return float64(m.service.Load()) / 1e9 })
+	set.GetOrCreateGauge("kvca_ttft_observations_total"+l, func() float64 { return float64(m.observed.Load()) })
+	set.GetOrCreateGauge("kvca_ttft_slot_waits_total"+l, func() float64 { return float64(m.waits.Load()) })
+	set.GetOrCreateGauge("kvca_backend_resident"+l, func() float64 {
+		return m.residentAt(s.Table.Now(), float64(s.residentWindow()))
+	})
+}
+
+// ttftSeries are the per-backend series initModel registers.
+var ttftSeries = []string{"kvca_ttft_observed_over_predicted", "kvca_ttft_first_token_base_seconds",
+	"kvca_ttft_prefill_block_seconds", "kvca_ttft_batch_capacity", "kvca_ttft_service_seconds",
+	"kvca_ttft_observations_total", "kvca_ttft_slot_waits_total", "kvca_backend_resident"}
+
+// DropSeries removes a removed backend's series from the scheduler's
+// metrics.
+func (s *Scheduler) DropSeries(b *Backend) {
+	if b.model.series == "" {
+		return
+	}
+	for _, n := range ttftSeries {
+		s.ttft.set.UnregisterMetric(n + b.model.series)
+	}
 }
 
 // SetTTFT applies the operator's settings; call it before routing starts.
@@ -144,24 +192,28 @@ func (s *Scheduler) SetTTFT(c TTFTConfig) error {
 	if err := c.Check(); err != nil {
 		return err
 	}
+	s.ttft.fixed = c
 	s.ttft.eps = c.ResidentEpsilon
 	s.ttft.window = c.ResidentWindow.Milliseconds()
 	if c.EngineMaxAge > 0 {
 		s.ttft.engineAge = c.EngineMaxAge.Milliseconds()
 	}
 	for _, b := range s.Backends {
-		m := &b.model
-		m.mu.Lock()
-		m.fixBase, m.fixBlock, m.fixCap = int64(c.Base), int64(c.BlockTime), int32(c.Capacity)
-		if c.Base > 0 {
-			m.base.Store(int64(c.Base))
-		}
-		if c.BlockTime > 0 {
-			m.block.Store(int64(c.BlockTime))
-		}
-		m.mu.Unlock()
+		b.model.fix(c)
 	}
 	return nil
+}
+
+func (m *predictor) fix(c TTFTConfig) {
+	m.mu.Lock()
+	m.fixBase, m.fixBlock, m.fixCap = int64(c.Base), int64(c.BlockTime), int32(c.Capacity)
+	if c.Base > 0 {
+		m.base.Store(int64(c.Base))
+	}
+	if c.BlockTime > 0 {
+		m.block.Store(int64(c.BlockTime))
+	}
+	m.mu.Unlock()
 }
 
 // Check reports the first invalid setting, named by its serve flag.
@@ -194,11 +246,14 @@ func (m *predictor) cap() int32 {
 // the backend has prefilled. The first call per reservation teaches the
 // backend's model; later calls do nothing, so the edge may call it on
 // every body read.
-func (r *Reservation) FirstByte() {
+func (r *Reservation) FirstByte() { r.FirstByteAt(time.Time{}) }
+
+// FirstByteAt is FirstByte at instant t (zero: now).
+func (r *Reservation) FirstByteAt(t time.Time) {
 	if r.b == nil || r.done.Load()&4 != 0 || r.done.Or(4)&4 != 0 {
 		return
 	}
-	r.b.model.observe(r, monoNow()-r.at)
+	r.b.model.observe(r, r.b.model.at(t)-r.at)
 }
 
 // observe learns from one answer that took ttft ns to its first byte.
@@ -296,8 +351,8 @@ func (m *predictor) solve() {
 			blk = (m.smy - base*m.sm) / m.smm
 		}
 	default:
-		// A slope needs answers of different sizes: a spread of at least
-		// half a block (variance 1/4) before the block time moves.
+		// A slope needs answers of different sizes: a spread of more than
+		// half a block (variance over 1/4) before the block time moves.
 		den := m.sw*m.smm - m.sm*m.sm
 		if den > 0.25*m.sw*m.sw {
 			blk = (m.sw*m.smy - m.sm*m.sy) / den
@@ -402,6 +457,9 @@ func (s *Scheduler) TTFTSnapshot() TTFTState {
 		st.TurnGapMs = math.Float64frombits(s.ttft.gap.Load())
 	}
 	for _, b := range s.Backends {
+		if b.Retired() {
+			continue
+		}
 		m := &b.model
 		src := "learned"
 		switch {

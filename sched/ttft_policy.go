@@ -75,7 +75,7 @@ func (ttftPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 				cand = &holders
 			}
 		}
-		pmin, _ := s.minPred(cand, r, &match, unix)
+		pmin, at := s.minPred(cand, r, &match, unix)
 		limit := pmin + pmin/nearDiv
 		pick, ties := -1, 0
 		var pickSt uint64
@@ -98,7 +98,15 @@ func (ttftPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 			}
 		})
 		if pick < 0 {
-			return false
+			// Another request moved the load between minPred and this
+			// pass: every prediction is now past the limit. Choose again.
+			if attempt < 8 {
+				continue
+			}
+			if at < 0 {
+				return false
+			}
+			pick, pickSt, pickPred = at, s.Backends[at].state.Load(), pmin
 		}
 		if ties > 1 {
 			k := int(s.ties[ties&15].Add(1) % uint64(ties))

@@ -32,6 +32,11 @@ type Reading struct {
 	StartTime              float64 // process_start_time_seconds
 	HasStartTime           bool
 
+	// prefixExported and promptExported: the counters' families were in
+	// the exposition, usable or not (a counter gone from one is a restart;
+	// a malformed one is not).
+	prefixExported, promptExported bool
+
 	// Malformed lists the signals present but unusable (NaN, negative,
 	// unparsable labels), for the log.
 	Malformed []string
@@ -128,8 +133,10 @@ func (rd *Reading) read(fams map[string]*dto.MetricFamily, n names) bool {
 		}
 		return int64(v), true
 	}
+	exported := false // by the last total
 	total := func(list []string) (float64, bool) {
 		f, name := pick(list)
+		exported = f != nil
 		if f == nil {
 			return 0, false
 		}
@@ -171,14 +178,18 @@ func (rd *Reading) read(fams map[string]*dto.MetricFamily, n names) bool {
 		}
 	}
 	rd.PromptTokens, rd.HasPrompt = total(n.prompts)
+	rd.promptExported = exported
 	hits, hasHits := total(n.hits)
+	hitsExported := exported
 	var queries float64
-	hasQueries := false
+	hasQueries, queriesExported := false, false
 	if n.hitsAreOfPrompts {
-		queries, hasQueries = rd.PromptTokens, rd.HasPrompt
+		queries, hasQueries, queriesExported = rd.PromptTokens, rd.HasPrompt, rd.promptExported
 	} else {
 		queries, hasQueries = total(n.queries)
+		queriesExported = exported
 	}
+	rd.prefixExported = hitsExported && queriesExported
 	if hasHits && hasQueries {
 		rd.PrefixQueries, rd.PrefixHits, rd.HasPrefix = queries, hits, true
 	}

@@ -48,8 +48,10 @@ type Config struct {
 	// Client does the scrapes; nil: one with the interval as its timeout.
 	Client *http.Client
 	Logger *slog.Logger // nil discards
-	// OnRestart is called (from the scraping goroutine) when backend i's
-	// engine restarted: its cache is gone.
+	// OnRestart is called (from the scraping goroutine) when the engine
+	// of the backend whose Index is i restarted: its cache is gone.
+	// Callbacks and the table name backends by Index, so a scraper may
+	// cover any subset of the scheduler's backends.
 	OnRestart func(i int)
 	// OnSignals, when set, is called (from the scraping goroutine) after
 	// each scrape of backend i with its latest signals; fresh is false
@@ -61,7 +63,7 @@ type Config struct {
 	Table       *chain.Table
 	BlockSize   int
 	Calibrator  *chain.Calibrator // nil: a new one with the default ratio
-	CacheTokens []int64           // per backend; 0: unknown
+	CacheTokens []int64           // per backend given to New, in order; 0: unknown
 	// Now is the clock; nil: time.Now.
 	Now func() time.Time
 }
@@ -186,12 +188,13 @@ func (s *Scraper) ScrapeOnce(ctx context.Context, i int) error {
 		rd = Reading{}
 	}
 	restarted := s.record(i, now, rd, status, err)
+	b := s.backends[i]
 	if restarted && s.cfg.OnRestart != nil {
-		s.cfg.OnRestart(i)
+		s.cfg.OnRestart(b.Index)
 	}
 	if s.cfg.OnSignals != nil {
-		sig, _ := s.backends[i].EngineLatest()
-		s.cfg.OnSignals(i, sig, err == nil)
+		sig, _ := b.EngineLatest()
+		s.cfg.OnSignals(b.Index, sig, err == nil)
 	}
 	s.applyCapacity(i, rd)
 	return err
@@ -296,14 +299,20 @@ func (s *Scraper) record(i int, now time.Time, rd Reading, status string, err er
 }
 
 // restartedBetween reports whether the engine restarted between two
-// readings: its start time moved forward, or a counter went backwards.
+// readings: its start time moved forward, or a counter went backwards or
+// vanished. A live process never drops a counter it exported, but one
+// that creates its labelled counters on first use (llm-d's vLLM
+// simulator, which exports no process_start_time_seconds either) exports
+// none of them again until its first request after a restart.
 func restartedBetween(prev, cur Reading) bool {
 	if prev.HasStartTime && cur.HasStartTime && cur.StartTime > prev.StartTime+0.001 {
 		return true
 	}
 	back := func(hp, hc bool, p, c float64) bool { return hp && hc && c < p }
+	gone := func(hp, exported bool) bool { return hp && !exported }
 	return back(prev.HasPrefix, cur.HasPrefix, prev.PrefixQueries, cur.PrefixQueries) ||
-		back(prev.HasPrompt, cur.HasPrompt, prev.PromptTokens, cur.PromptTokens)
+		back(prev.HasPrompt, cur.HasPrompt, prev.PromptTokens, cur.PromptTokens) ||
+		gone(prev.HasPrefix, cur.prefixExported) || gone(prev.HasPrompt, cur.promptExported)
 }
 
 // applyCapacity sets backend i's capacity in the table from the engine's
@@ -326,7 +335,7 @@ func (s *Scraper) applyCapacity(i int, rd Reading) {
 	st.capBlocks = blocks
 	st.mu.Unlock()
 	if changed {
-		s.cfg.Table.SetBackendCapacity(i, blocks)
+		s.cfg.Table.SetBackendCapacity(s.backends[i].Index, blocks)
 	}
 }
 

@@ -427,3 +427,84 @@ func TestRunStopsWithContext(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// simText is what llm-d's vLLM simulator exports once it has served a
+// request: no process_start_time_seconds, a cache_config_info without
+// model_name, and its counters only after their first increment.
+const simText = `# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig.
+# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{block_size="16",num_gpu_blocks="1536"} 1
+# HELP vllm:kv_cache_usage_perc Prometheus metric for the fraction of KV-cache blocks currently in use (from 0 to 1).
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{model_name="mock"} 0
+# HELP vllm:num_requests_running Number of requests currently running on GPU.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{model_name="mock"} 0
+# HELP vllm:num_requests_waiting Prometheus metric for the number of queued requests.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{model_name="mock"} 0
+# HELP vllm:prefix_cache_hits_total Prefix cache hits, in terms of number of cached tokens.
+# TYPE vllm:prefix_cache_hits_total counter
+vllm:prefix_cache_hits_total{model_name="mock"} 32
+# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.
+# TYPE vllm:prefix_cache_queries_total counter
+vllm:prefix_cache_queries_total{model_name="mock"} 90
+# HELP vllm:prompt_tokens_total Total number of prompt tokens processed.
+# TYPE vllm:prompt_tokens_total counter
+vllm:prompt_tokens_total{model_name="mock"} 90
+`
+
+// simFresh is the simulator's exposition before its first request.
+var simFresh = simText[:strings.Index(simText, "# HELP vllm:prefix_cache_hits_total")]
+
+func TestRestartDetectedWhenCountersVanish(t *testing.T) {
+	t.Parallel()
+	e := newEngine(t, simFresh)
+	f := newFixture(t, []string{e.srv.URL}, nil)
+	restarts := func() int { f.mu.Lock(); defer f.mu.Unlock(); return len(f.restarts) }
+	// Before its first request: the gauges only, no restart, no hit rate.
+	if err := f.scrape(t, 0); err != nil {
+		t.Fatal(err)
+	}
+	if sig := f.signals(t, 0); sig.CapacityTokens != 1536*16 || sig.Model != "mock" || sig.EngineHitRate != -1 || restarts() != 0 {
+		t.Fatalf("fresh simulator: %+v, %d restarts", sig, restarts())
+	}
+	// Its counters appear: the window counted from zero, no restart.
+	f.clock.add(time.Second)
+	e.set(simText, http.StatusOK)
+	f.scrape(t, 0)
+	if sig := f.signals(t, 0); sig.EngineHitRate != 32.0/90 || restarts() != 0 {
+		t.Fatalf("after its first requests: %+v, %d restarts", sig, restarts())
+	}
+	// Restarted and scraped before its first request again: the counters
+	// are gone, which no live process does.
+	f.clock.add(time.Second)
+	e.set(simFresh, http.StatusOK)
+	f.scrape(t, 0)
+	if sig := f.signals(t, 0); restarts() != 1 || sig.Restarts != 1 || sig.EngineHitRate != -1 {
+		t.Fatalf("after the restart: %+v, %d restarts", sig, restarts())
+	}
+	// The new process's counters appearing is no second restart, and its
+	// hit rate counts from its own zero.
+	f.clock.add(time.Second)
+	e.set(strings.NewReplacer("} 32\n", "} 16\n", "} 90\n", "} 64\n").Replace(simText), http.StatusOK)
+	f.scrape(t, 0)
+	if sig := f.signals(t, 0); restarts() != 1 || sig.EngineHitRate != 0.25 {
+		t.Fatalf("the new process's first counters: %+v, %d restarts", sig, restarts())
+	}
+}
+
+func TestMalformedCounterIsNoRestart(t *testing.T) {
+	t.Parallel()
+	e := newEngine(t, simText)
+	f := newFixture(t, []string{e.srv.URL}, nil)
+	f.scrape(t, 0)
+	f.clock.add(time.Second)
+	e.set(strings.Replace(simText, `vllm:prefix_cache_hits_total{model_name="mock"} 32`, `vllm:prefix_cache_hits_total{model_name="mock"} NaN`, 1), http.StatusOK)
+	f.scrape(t, 0)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.restarts) != 0 {
+		t.Fatalf("restarts %v after a NaN counter", f.restarts)
+	}
+}

@@ -39,7 +39,14 @@ type Spec struct {
 
 	JSON   string // write the JSON report here
 	Charts string // write PNG charts into this directory
+
+	// Scenario, when its Name is set, runs an admission scenario
+	// (RunScenario) instead of the policy comparison.
+	Scenario Scenario
 }
+
+// ScenarioPolicy is the policy a scenario runs unless --policies names one.
+const ScenarioPolicy = "kvca-cost"
 
 // env names the KVCA_BENCH_<NAME> variable of a flag, apart from kvca
 // serve's KVCA_<NAME>.
@@ -81,6 +88,8 @@ func Flags() []cli.Flag {
 		&cli.GenericFlag{Name: "prefill-overhead", Value: cliflag.Duration(5 * time.Millisecond), Usage: "engine prefill cost per request (before time-scale)", EnvVars: env("prefill-overhead")},
 		&cli.GenericFlag{Name: "prefill-per-token", Value: cliflag.Duration(50 * time.Microsecond), Usage: "engine prefill cost per uncached token (before time-scale)", EnvVars: env("prefill-per-token")},
 		&cli.GenericFlag{Name: "decode-per-token", Value: cliflag.Duration(10 * time.Millisecond), Usage: "engine decode time per output token (before time-scale)", EnvVars: env("decode-per-token")},
+		&cli.StringFlag{Name: "engine-command", Usage: "run each engine as this `COMMAND` instead of a mock (split at spaces; " + PortPlaceholder + " becomes its port on 127.0.0.1, " + NamePlaceholder + " its name): any OpenAI-compatible server exporting vLLM's or SGLang's /metrics, e.g. an independent vLLM simulator; hit rate and load are read from its /metrics, its durations are its own (not scaled by --time-scale), --block-tokens should match its block size; the precise policy needs mocks", EnvVars: env("engine-command")},
+		&cli.StringFlag{Name: "engine-ready-path", Value: "/health", Usage: "with --engine-command: path polled until the engine answers 200", EnvVars: env("engine-ready-path")},
 
 		&cli.StringFlag{Name: "policies", Value: strings.Join(DefaultPolicies, ","), Usage: "comma-separated routing policies to compare", EnvVars: env("policies")},
 		&cli.IntFlag{Name: "max-in-flight", Value: 2048, Usage: "bound on concurrent requests (later arrivals wait)", EnvVars: env("max-in-flight")},
@@ -88,6 +97,15 @@ func Flags() []cli.Flag {
 		&cli.StringFlag{Name: "json", Usage: "write the JSON report to `FILE`", EnvVars: env("json")},
 		&cli.StringFlag{Name: "charts", Usage: "write PNG charts into `DIR`", EnvVars: env("charts")},
 		&cli.BoolFlag{Name: "quiet", Usage: "no progress lines on stderr", EnvVars: env("quiet")},
+
+		&cli.StringFlag{Name: "scenario", Usage: "run an admission scenario on the synthetic chat workload instead of comparing policies: overload (arrivals at --load × the fleet's capacity against an unloaded run), " +
+			"priority (the same with --high-share of the conversations high priority), flood (--tenants normal tenants with and without one tenant sending --flood-factor × as much as all of them); one policy (the first of --policies, else " + ScenarioPolicy + "); the arrival rate comes from the capacity, not from --rate or --arrival-scale", EnvVars: env("scenario")},
+		&cli.Float64Flag{Name: "load", Value: 2, Usage: "scenario: arrivals of the loaded run over the fleet's capacity (engines × max-seqs / mean service time)", EnvVars: env("load")},
+		&cli.Float64Flag{Name: "unloaded-load", Value: 0.25, Usage: "scenario overload, priority: arrivals of the reference run over the capacity", EnvVars: env("unloaded-load")},
+		&cli.GenericFlag{Name: "duration", Value: cliflag.Duration(20 * time.Second), Usage: "scenario: span of conversation starts of each run (before --time-scale)", EnvVars: env("duration")},
+		&cli.Float64Flag{Name: "high-share", Value: 0.1, Usage: "scenario priority: share of conversations sent with X-KVCA-Priority: high", EnvVars: env("high-share")},
+		&cli.IntFlag{Name: "tenants", Value: 9, Usage: "scenario flood: normal tenants (X-KVCA-Tenant), conversations spread over them in turn", EnvVars: env("tenants")},
+		&cli.Float64Flag{Name: "flood-factor", Value: 3, Usage: "scenario flood: the flooding tenant's arrivals over all normal tenants' together (with --load 2 and 3: the normal tenants send half the capacity)", EnvVars: env("flood-factor")},
 	}
 }
 
@@ -143,14 +161,24 @@ func SpecFromCLI(c *cli.Context) (Spec, error) {
 			PrefillOverhead: c.Duration("prefill-overhead"), PrefillPerToken: c.Duration("prefill-per-token"),
 			DecodePerToken: c.Duration("decode-per-token"), TimeScale: s.TimeScale,
 		},
-		Policies:    policies,
-		MaxInFlight: c.Int("max-in-flight"),
-		Timeout:     c.Duration("timeout"),
+		Policies:        policies,
+		MaxInFlight:     c.Int("max-in-flight"),
+		Timeout:         c.Duration("timeout"),
+		EngineCommand:   strings.Fields(c.String("engine-command")),
+		EngineReadyPath: c.String("engine-ready-path"),
 	}
 	if !c.Bool("quiet") {
 		s.Run.Progress = os.Stderr
 	}
 	s.JSON, s.Charts = c.String("json"), c.String("charts")
+	s.Scenario = Scenario{
+		Name: c.String("scenario"), Load: c.Float64("load"), RefLoad: c.Float64("unloaded-load"),
+		Duration: c.Duration("duration"), HighShare: c.Float64("high-share"), Tenants: c.Int("tenants"),
+		FloodFactor: c.Float64("flood-factor"),
+	}
+	if s.Scenario.Name != "" && !c.IsSet("policies") {
+		s.Run.Policies = []string{ScenarioPolicy}
+	}
 	return s, nil
 }
 
@@ -191,6 +219,9 @@ func (s Spec) Workload() (*workload.Workload, error) {
 // Main runs the bench described by spec against proxies from factory and
 // writes the table to stdout, and the JSON report and charts if asked.
 func Main(ctx context.Context, spec Spec, factory ProxyFactory, stdout io.Writer) error {
+	if spec.Scenario.Name != "" {
+		return RunScenario(ctx, spec, spec.Scenario, factory, stdout)
+	}
 	w, err := spec.Workload()
 	if err != nil {
 		return err

@@ -26,6 +26,10 @@ type outcome struct {
 	cached int
 	// respID is a Responses API answer's id, which later turns continue.
 	respID []byte
+	// status is the HTTP status (0: none came), code the error's code when
+	// the answer was an OpenAI-style error ("queue_full").
+	status int
+	code   string
 }
 
 // scanWriter lets a JSON answer stream through the id scanner.
@@ -59,6 +63,12 @@ func send(ctx context.Context, client *http.Client, base string, r *workload.Req
 	for _, h := range r.Headers {
 		req.Header.Set(h[0], h[1])
 	}
+	if r.Class != "" {
+		req.Header.Set(workload.PriorityHeader, r.Class)
+	}
+	if r.Tenant != "" {
+		req.Header.Set(workload.TenantHeader, r.Tenant)
+	}
 	var ids *canon.ResponseIDScanner
 	if r.Path == mock.PathResponses {
 		ids = new(canon.ResponseIDScanner)
@@ -75,8 +85,10 @@ func send(ctx context.Context, client *http.Client, base string, r *workload.Req
 		return o
 	}
 	defer resp.Body.Close()
+	o.status = resp.StatusCode
 	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		o.code = errorCode(b)
 		o.err = fmt.Errorf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(b))
 		return o
 	}
@@ -137,4 +149,19 @@ func send(ctx context.Context, client *http.Client, base string, r *workload.Req
 			}
 		}
 	}
+}
+
+var codeKey = []byte(`"code":"`)
+
+// errorCode is the "code" string of an OpenAI-style error body, or "".
+func errorCode(body []byte) string {
+	i := bytes.Index(body, codeKey)
+	if i < 0 {
+		return ""
+	}
+	rest := body[i+len(codeKey):]
+	if j := bytes.IndexByte(rest, '"'); j >= 0 {
+		return string(rest[:j])
+	}
+	return ""
 }

@@ -72,6 +72,9 @@ type Result struct {
 	TTFT        []time.Duration // successful requests, sorted
 	EngineStats []mock.Stats
 	Load        []LoadSeries
+
+	start    time.Time // of the replay
+	outcomes []outcome // per request of the workload
 }
 
 // jsonReport is the --json schema, exactly.

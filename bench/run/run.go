@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -73,6 +74,20 @@ type Options struct {
 	// Precise starts the proxy for PrecisePolicy, which reads the engines
 	// themselves; nil: that policy is refused.
 	Precise func(engines []*mock.Engine, w *workload.Workload, backends []string) (Proxy, error)
+
+	// EngineCommand, when set, runs every engine as this command instead
+	// of a mock: PortPlaceholder in an argument becomes the port it must
+	// listen on (127.0.0.1), NamePlaceholder its name. Fresh processes for
+	// every policy, as with mocks; the hit rate and load come from their
+	// /metrics (vLLM's or SGLang's names). Engine (the mock template) then
+	// only gives the block size of the workload's ideal hit rate; the
+	// command's own durations are not scaled by TimeScale.
+	EngineCommand []string
+	// EngineReadyPath is polled until it answers 200 after an engine
+	// starts; default "/health". EngineStartTimeout bounds that wait;
+	// default 60s.
+	EngineReadyPath    string
+	EngineStartTimeout time.Duration
 }
 
 func (o *Options) defaults() {
@@ -90,6 +105,12 @@ func (o *Options) defaults() {
 	}
 	if o.SampleEvery <= 0 {
 		o.SampleEvery = 200 * time.Millisecond
+	}
+	if o.EngineReadyPath == "" {
+		o.EngineReadyPath = "/health"
+	}
+	if o.EngineStartTimeout <= 0 {
+		o.EngineStartTimeout = time.Minute
 	}
 }
 
@@ -112,19 +133,25 @@ func Run(ctx context.Context, w *workload.Workload, opt Options, factory ProxyFa
 	// The TTFT floor: every request's prefill with the ideal cache and no
 	// queueing. No routing can beat it, so it shows how much of a TTFT
 	// percentile is left for routing to win at this load.
-	floor := make([]time.Duration, len(novel))
-	for i, n := range novel {
-		floor[i] = time.Duration(float64(ecfg.PrefillOverhead+time.Duration(n)*ecfg.PrefillPerToken) * ecfg.TimeScale)
+	// An external engine's prefill costs are its own: no floor, and its
+	// capacity is read from it.
+	if len(opt.EngineCommand) == 0 {
+		floor := make([]time.Duration, len(novel))
+		for i, n := range novel {
+			floor[i] = time.Duration(float64(ecfg.PrefillOverhead+time.Duration(n)*ecfg.PrefillPerToken) * ecfg.TimeScale)
+		}
+		sort.Slice(floor, func(i, j int) bool { return floor[i] < floor[j] })
+		rep.Workload.TTFTFloor = [3]time.Duration{pct(floor, 0.5), pct(floor, 0.9), pct(floor, 0.99)}
+	} else {
+		rep.Workload.CacheTokens = 0
 	}
-	sort.Slice(floor, func(i, j int) bool { return floor[i] < floor[j] })
-	rep.Workload.TTFTFloor = [3]time.Duration{pct(floor, 0.5), pct(floor, 0.9), pct(floor, 0.99)}
 	rep.Workload.DistinctPrefixes = distinctPrefixes(w)
 	if w.HasTraceIdeal {
 		r := w.TraceIdeal.Rate()
 		rep.Workload.TraceIdealHitRate = &r
 	}
 	for _, policy := range opt.Policies {
-		res, err := runPolicy(ctx, w, opt, policy, factory)
+		res, err := runPolicy(ctx, w, opt, policy, factory, rep)
 		if err != nil {
 			return rep, fmt.Errorf("policy %s: %w", policy, err)
 		}
@@ -136,8 +163,9 @@ func Run(ctx context.Context, w *workload.Workload, opt Options, factory ProxyFa
 	return rep, nil
 }
 
-func runPolicy(ctx context.Context, w *workload.Workload, opt Options, policy string, factory ProxyFactory) (*Result, error) {
-	engines := make([]*mock.Engine, opt.Engines)
+func runPolicy(ctx context.Context, w *workload.Workload, opt Options, policy string, factory ProxyFactory, rep *Report) (*Result, error) {
+	engines := make([]engine, opt.Engines)
+	mocks := make([]*mock.Engine, 0, opt.Engines)
 	backends := make([]string, opt.Engines)
 	defer func() {
 		for _, e := range engines {
@@ -147,11 +175,25 @@ func runPolicy(ctx context.Context, w *workload.Workload, opt Options, policy st
 		}
 	}()
 	for i := range engines {
-		cfg := opt.Engine
-		cfg.Name = fmt.Sprintf("e%d", i)
-		engines[i] = mock.New(cfg)
-		if err := engines[i].Start("127.0.0.1:0"); err != nil {
-			return nil, err
+		name := fmt.Sprintf("e%d", i)
+		if len(opt.EngineCommand) > 0 {
+			e, err := startExternal(opt.EngineCommand, name, opt.EngineReadyPath, opt.EngineStartTimeout)
+			if err != nil {
+				return nil, err
+			}
+			engines[i] = e
+			if rep.Workload.CacheTokens == 0 {
+				rep.Workload.CacheTokens = e.CapacityTokens()
+			}
+		} else {
+			cfg := opt.Engine
+			cfg.Name = name
+			m := mock.New(cfg)
+			if err := m.Start("127.0.0.1:0"); err != nil {
+				return nil, err
+			}
+			engines[i] = mockEngine{m}
+			mocks = append(mocks, m)
 		}
 		backends[i] = engines[i].URL()
 	}
@@ -162,8 +204,10 @@ func runPolicy(ctx context.Context, w *workload.Workload, opt Options, policy st
 		proxy = oracle{}
 	case policy != PrecisePolicy:
 		proxy, err = factory(policy, backends)
+	case opt.Precise != nil && len(mocks) == len(engines):
+		proxy, err = opt.Precise(mocks, w, backends)
 	case opt.Precise != nil:
-		proxy, err = opt.Precise(engines, w, backends)
+		err = errors.New("the precise baseline reads mock engines' caches; external engines have none to read")
 	default:
 		err = errors.New("this proxy cannot run the precise baseline (it runs in-process only)")
 	}
@@ -278,7 +322,8 @@ loop:
 		return nil, err
 	}
 
-	res := &Result{Policy: policy, Requests: n, Delayed: int(delayed.Load()), Wall: end.Sub(start), Load: load, Predicted: -1}
+	res := &Result{Policy: policy, Requests: n, Delayed: int(delayed.Load()), Wall: end.Sub(start), Load: load, Predicted: -1,
+		start: start, outcomes: outcomes}
 	if pr, ok := proxy.(Predictor); ok {
 		if v, ok := pr.Predicted(); ok {
 			res.Predicted = v
@@ -413,3 +458,5 @@ func continuation(ctx context.Context, r *workload.Request, outcomes []outcome, 
 	body = append(body, `",`...)
 	return append(body, bytes.TrimPrefix(bytes.TrimSpace(r.Body), []byte("{"))...), due, nil
 }
+
+func writeFile(name string, b []byte) error { return os.WriteFile(name, b, 0o644) }

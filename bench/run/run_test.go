@@ -38,6 +38,12 @@ func (p *testProxy) Close() error { return p.srv.Close() }
 type targetKey struct{}
 
 func newTestProxy(listen, policy string, backends []string) (*testProxy, error) {
+	return newTestProxySeeing(listen, policy, backends, nil)
+}
+
+// newTestProxySeeing is newTestProxy calling see (if not nil) with every
+// request it receives.
+func newTestProxySeeing(listen, policy string, backends []string, see func(*http.Request)) (*testProxy, error) {
 	targets := make([]*url.URL, len(backends))
 	for i, b := range backends {
 		u, err := url.Parse(b)
@@ -54,6 +60,9 @@ func newTestProxy(listen, policy string, backends []string) (*testProxy, error) 
 		},
 	}
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if see != nil {
+			see(r)
+		}
 		body, _ := io.ReadAll(r.Body)
 		i := int(next.Add(1)) % len(targets)
 		if policy == "sticky" {
@@ -90,6 +99,15 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 		defer p.Close()
+		select {} // until SIGTERM
+	}
+	// ... and as an external engine for EngineCommand's.
+	if port := os.Getenv("KVCA_TEST_ENGINE_PORT"); port != "" {
+		e := mock.New(mock.Config{Name: os.Getenv("KVCA_TEST_ENGINE_NAME"), TimeScale: 0.0001, BlockTokens: 16})
+		if err := e.Start("127.0.0.1:" + port); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
 		select {} // until SIGTERM
 	}
 	os.Exit(m.Run())
@@ -283,5 +301,51 @@ func TestPercentile(t *testing.T) {
 	}
 	if imbalance([]time.Duration{2, 2, 2, 6}) != 2 {
 		t.Fatal("imbalance")
+	}
+}
+
+func TestExternalEnginesReadFromTheirMetrics(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := smallWorkload()
+	opt := fastEngines(2)
+	opt.EngineCommand = []string{"/usr/bin/env", "KVCA_TEST_ENGINE_PORT=" + PortPlaceholder, "KVCA_TEST_ENGINE_NAME=" + NamePlaceholder, exe}
+	opt.Policies = []string{OraclePolicy, PrecisePolicy}
+	opt.MaxInFlight = 1 // one at a time: each engine sees its conversations in order
+	opt.Precise = func([]*mock.Engine, *workload.Workload, []string) (Proxy, error) { return oracle{}, nil }
+	rep, err := Run(context.Background(), w, opt, inProcess)
+	if err == nil || !strings.Contains(err.Error(), "external engines") {
+		t.Fatalf("precise on external engines: %v", err)
+	}
+	if len(rep.Results) != 1 {
+		t.Fatalf("%d results", len(rep.Results))
+	}
+	res := rep.Results[0]
+	if res.Errors != 0 {
+		t.Fatalf("errors %d %v", res.Errors, res.ErrorSamples)
+	}
+	// Each conversation pinned to one engine, in order: what each engine
+	// counts is the ideal of its own conversations, read off its /metrics.
+	var hit, query int64
+	for i := range 2 {
+		var mine []workload.Request
+		for _, r := range w.Requests {
+			if r.Session%2 == i {
+				mine = append(mine, r)
+			}
+		}
+		ideal, _ := workload.Ideal(mine, 16)
+		hit, query = hit+ideal.HitTokens, query+ideal.QueryTokens
+		if st := res.EngineStats[i]; st.QueryTokens != uint64(ideal.QueryTokens) || st.HitTokens != uint64(ideal.HitTokens) {
+			t.Fatalf("engine %d: /metrics said %d/%d tokens, ideal %d/%d", i, st.HitTokens, st.QueryTokens, ideal.HitTokens, ideal.QueryTokens)
+		}
+	}
+	if res.HitRate != float64(hit)/float64(query) || rep.Workload.CacheTokens <= 0 || rep.Workload.TTFTFloor != [3]time.Duration{} {
+		t.Fatalf("hit rate %v, want %d/%d; workload %+v", res.HitRate, hit, query, rep.Workload)
+	}
+	if len(res.Load) != 2 || res.Load[0].Engine != "e0" || res.Load[1].Engine != "e1" {
+		t.Fatalf("load series %+v", res.Load)
 	}
 }

@@ -3,8 +3,6 @@ package run
 import (
 	"sync"
 	"time"
-
-	"github.com/kvca/kvca/bench/mock"
 )
 
 // LoadSeries is one engine's queue depth (running + waiting) over time.
@@ -22,10 +20,10 @@ type sampler struct {
 	series []LoadSeries
 }
 
-func newSampler(engines []*mock.Engine, start time.Time, every time.Duration) *sampler {
+func newSampler(engines []engine, start time.Time, every time.Duration) *sampler {
 	s := &sampler{quit: make(chan struct{}), done: make(chan struct{}), series: make([]LoadSeries, len(engines))}
 	for i, e := range engines {
-		s.series[i].Engine = e.Config().Name
+		s.series[i].Engine = e.Name()
 	}
 	go func() {
 		defer close(s.done)

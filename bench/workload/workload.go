@@ -23,6 +23,10 @@ type Request struct {
 	Prefix, PrefixTokens int
 	// Headers are sent with the request (a session header).
 	Headers [][2]string
+	// Class and Tenant, when set, are sent as X-KVCA-Priority and
+	// X-KVCA-Tenant; the bench reports their TTFT apart (SetClass,
+	// SpreadTenants).
+	Class, Tenant string
 	// Continues is 1 + the index of the request whose Responses API
 	// answer this one continues, 0 if none: it is sent once that answer
 	// is complete, with "previous_response_id" set to its id.

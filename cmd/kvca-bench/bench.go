@@ -42,6 +42,12 @@ func proxyFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "engine-metrics-interval", Value: d.EngineMetricsInterval, Usage: "proxy: engine metrics scrape interval (before --time-scale)", EnvVars: env("engine-metrics-interval")},
 		&cli.BoolFlag{Name: "proxy-process", Usage: "run each proxy as a `kvca serve` child process (exact proxy CPU per request)", EnvVars: env("proxy-process")},
 		&cli.StringFlag{Name: "kvca", Usage: "with --proxy-process: the kvca `BINARY` (default: kvca beside this executable, else on PATH)", EnvVars: env("kvca")},
+		&cli.IntFlag{Name: "max-inflight-per-backend", Usage: "proxy: requests in flight on each backend at most, the rest wait in kvca's admission queue (0: no limit, no queue)", EnvVars: env("max-inflight-per-backend")},
+		&cli.IntFlag{Name: "queue-size", Value: d.QueueSize, Usage: "proxy: requests the admission queue holds at most", EnvVars: env("queue-size")},
+		&cli.GenericFlag{Name: "queue-timeout", Value: cliflag.Duration(d.QueueTimeout), Usage: "proxy: longest wait in the admission queue (before --time-scale)", EnvVars: env("queue-timeout")},
+		&cli.GenericFlag{Name: "queue-holder-wait", Value: cliflag.Duration(d.QueueHolderWait), Usage: "proxy: how long a follow-up waits for a holder of its prefix (before --time-scale)", EnvVars: env("queue-holder-wait")},
+		&cli.IntFlag{Name: "queue-starvation-limit", Value: d.QueueStarvationLimit, Usage: "proxy: grants to higher classes a waiting class may be passed over by in a row", EnvVars: env("queue-starvation-limit")},
+		&cli.BoolFlag{Name: "queue-engine-aware", Usage: "proxy: lower a backend's admission limit while its engine reports a queue", EnvVars: env("queue-engine-aware")},
 	}, ttftflag.Flags(env)...)
 }
 
@@ -152,6 +158,7 @@ func proxyFactory(c *cli.Context, timeScale float64) run.ProxyFactory {
 		ttl = time.Second
 	}
 	interval := max(time.Duration(float64(c.Duration("engine-metrics-interval"))*timeScale), 10*time.Millisecond)
+	scaled := func(name string) time.Duration { return time.Duration(float64(c.Duration(name)) * timeScale) }
 	if c.Bool("proxy-process") {
 		exe := kvcaBinary(c.String("kvca"))
 		return run.ExecFactory(func(policy string, backends []string, listen string) []string {
@@ -164,7 +171,11 @@ func proxyFactory(c *cli.Context, timeScale float64) run.ProxyFactory {
 			tc := ttftflag.From(c, timeScale)
 			argv = append(argv, "--batch-capacity", strconv.Itoa(tc.Capacity), "--prefill-block-time", tc.BlockTime.String(),
 				"--first-token-base", tc.Base.String(), "--resident-window", tc.ResidentWindow.String(),
-				"--resident-epsilon", strconv.FormatFloat(tc.ResidentEpsilon, 'g', -1, 64))
+				"--resident-epsilon", strconv.FormatFloat(tc.ResidentEpsilon, 'g', -1, 64),
+				"--max-inflight-per-backend", strconv.Itoa(c.Int("max-inflight-per-backend")), "--queue-size", strconv.Itoa(c.Int("queue-size")),
+				"--queue-timeout", scaled("queue-timeout").String(), "--queue-holder-wait", scaled("queue-holder-wait").String(),
+				"--queue-starvation-limit", strconv.Itoa(c.Int("queue-starvation-limit")),
+				"--queue-engine-aware="+strconv.FormatBool(c.Bool("queue-engine-aware")))
 			for _, b := range backends {
 				argv = append(argv, "--backend", b)
 			}
@@ -188,6 +199,12 @@ func proxyFactory(c *cli.Context, timeScale float64) run.ProxyFactory {
 		cfg.EngineMetrics = c.Bool("engine-metrics") && !noTelemetry
 		cfg.EngineMetricsInterval = interval
 		cfg.TTFT = ttftflag.From(c, timeScale)
+		cfg.MaxInflightPerBackend = c.Int("max-inflight-per-backend")
+		cfg.QueueSize = c.Int("queue-size")
+		cfg.QueueTimeout = scaled("queue-timeout")
+		cfg.QueueHolderWait = scaled("queue-holder-wait")
+		cfg.QueueStarvationLimit = c.Int("queue-starvation-limit")
+		cfg.QueueEngineAware = c.Bool("queue-engine-aware")
 		if n := c.Int("replicas"); n > 1 {
 			return startReplicas(cfg, n, !c.Bool("no-cluster"))
 		}

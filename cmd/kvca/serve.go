@@ -43,6 +43,7 @@ func serveFlags() []cli.Flag {
 		&cli.IntFlag{Name: "retries", Value: d.Retries, Usage: "retries on another backend after a connection failure (or 429/503) before any byte reached the client", EnvVars: env("retries")},
 		&cli.StringFlag{Name: "health-path", Value: d.HealthPath, Usage: "backend path for active health checks", EnvVars: env("health-path")},
 		&cli.GenericFlag{Name: "health-interval", Value: cliflag.Duration(d.HealthInterval), Usage: "active health check interval (0 disables)", EnvVars: env("health-interval")},
+		&cli.GenericFlag{Name: "discovery-interval", Value: cliflag.Duration(0), Usage: "look backend host names up every `INTERVAL` and make each address a backend of its own (a Kubernetes headless Service); 0: a name is one backend", EnvVars: env("discovery-interval")},
 		&cli.StringSliceFlag{Name: "cbr-exclude", Usage: "extra top-level field to leave out of the CBR (repeatable)", EnvVars: env("cbr-exclude")},
 		&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: env("log-level")},
 		&cli.StringFlag{Name: "log-format", Value: "text", Usage: "text or json", EnvVars: env("log-format")},
@@ -93,26 +94,16 @@ func serveCommand() *cli.Command {
 		Usage: "run the proxy in front of OpenAI-compatible backends",
 		Flags: append(append(append(append(serveFlags(), ttftflag.Flags(env)...), configFlag), kdnServeFlags()...), clusterFlags()...),
 		Action: func(c *cli.Context) error {
-			if err := applyConfigFile(c); err != nil {
+			cfg, err := serveConfig(c)
+			if err != nil {
 				return err
 			}
 			log, err := newLogger(c.String("log-level"), c.String("log-format"))
 			if err != nil {
 				return err
 			}
-			if err := checkHashKey(c); err != nil {
-				return err
-			}
-			cfg := configFrom(c)
 			cfg.Logger = log
 			cfg.Version = version
-			if pr := c.String("prefill-release"); pr != "headers" && pr != "first-byte" {
-				return fmt.Errorf("--prefill-release must be headers or first-byte, got %q", pr)
-			}
-			if err := cfg.Validate(); err != nil {
-				return err
-			}
-			cfg.Loops = edge.SpareP(cfg.Loops)
 			srv, err := edge.New(cfg)
 			if err != nil {
 				return err
@@ -130,19 +121,18 @@ func serveCommand() *cli.Command {
 			}
 			sig := make(chan os.Signal, 1)
 			signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-			got := <-sig
-			for got == syscall.SIGHUP {
-				switch err := srv.ReloadTLS(); {
-				case cfg.TLSCert == "" && cfg.AdminTLSCert == "" && cfg.APIKeys != "":
-					log.Info("SIGHUP: keys file re-read")
-				case cfg.TLSCert == "" && cfg.AdminTLSCert == "":
-					log.Info("SIGHUP: no TLS certificates or keys file configured; nothing reloaded")
-				case err != nil:
-					log.Error("SIGHUP: certificate reload failed; the previous certificates stay in service", "err", err)
-				default:
-					log.Info("SIGHUP: certificates reloaded")
+			changed := watchFile(c.String("config"), cfg.TLSReloadInterval)
+			var got os.Signal
+			for got == nil {
+				select {
+				case got = <-sig:
+					if got == syscall.SIGHUP {
+						reload(srv, log, "SIGHUP")
+						got = nil
+					}
+				case <-changed:
+					reload(srv, log, "--config changed")
 				}
-				got = <-sig
 			}
 			log.Info("draining", "signal", got.String(), "timeout", cfg.ShutdownTimeout)
 			ctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
@@ -155,6 +145,99 @@ func serveCommand() *cli.Command {
 			return nil
 		},
 	}
+}
+
+// serveConfig is the configuration serve's flags, KVCA_* variables and
+// --config file give.
+func serveConfig(c *cli.Context) (edge.Config, error) {
+	if err := applyConfigFile(c); err != nil {
+		return edge.Config{}, err
+	}
+	if err := checkHashKey(c); err != nil {
+		return edge.Config{}, err
+	}
+	cfg := configFrom(c)
+	if pr := c.String("prefill-release"); pr != "headers" && pr != "first-byte" {
+		return edge.Config{}, fmt.Errorf("--prefill-release must be headers or first-byte, got %q", pr)
+	}
+	if err := cfg.Validate(); err != nil {
+		return edge.Config{}, err
+	}
+	cfg.Loops = edge.SpareP(cfg.Loops)
+	return cfg, nil
+}
+
+// rereadConfig parses the command line, the KVCA_* variables and the
+// --config file again, as serve did at start.
+func rereadConfig(args []string) (edge.Config, error) {
+	var cfg edge.Config
+	app := newApp()
+	app.Writer, app.ErrWriter = io.Discard, io.Discard
+	app.ExitErrHandler = func(*cli.Context, error) {}
+	for _, cmd := range app.Commands {
+		if cmd.Name == "serve" {
+			cmd.Action = func(c *cli.Context) (err error) {
+				cfg, err = serveConfig(c)
+				return err
+			}
+		}
+	}
+	if err := app.Run(args); err != nil {
+		return edge.Config{}, err
+	}
+	return cfg, nil
+}
+
+// reload applies the configuration read again: what changes live is
+// applied, what needs a restart is named in one line, and a configuration
+// that does not validate changes nothing.
+func reload(srv *edge.Server, log *slog.Logger, why string) {
+	cfg, err := rereadConfig(os.Args)
+	if err == nil {
+		var ch edge.BackendChange
+		var restart []string
+		ch, restart, err = srv.Reload(cfg)
+		if err == nil {
+			log.Info(why+": configuration reloaded", "backends_added", ch.Added, "backends_removed", ch.Removed, "backends_kept", ch.Kept,
+				"policy", cfg.Policy, "ttl", cfg.TTL)
+			if len(restart) > 0 {
+				log.Warn(why+": these settings changed but take effect only at a restart", "settings", restart)
+			}
+			return
+		}
+	}
+	log.Error(why+": configuration not reloaded; the one in force stays", "err", err)
+}
+
+// watchFile signals on the channel when path's modification time or size
+// changes, checking every interval (nothing when path is empty).
+func watchFile(path string, every time.Duration) <-chan struct{} {
+	ch := make(chan struct{}, 1)
+	if path == "" || every <= 0 {
+		return ch
+	}
+	stamp := func() (time.Time, int64) {
+		fi, err := os.Stat(path)
+		if err != nil {
+			return time.Time{}, -1
+		}
+		return fi.ModTime(), fi.Size()
+	}
+	mt, sz := stamp()
+	go func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for range t.C {
+			if m, z := stamp(); !m.Equal(mt) || z != sz {
+				mt, sz = m, z
+				select {
+				case ch <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+	return ch
 }
 
 func configFrom(c *cli.Context) edge.Config {
@@ -174,6 +257,7 @@ func configFrom(c *cli.Context) edge.Config {
 		Retries:               c.Int("retries"),
 		HealthPath:            c.String("health-path"),
 		HealthInterval:        c.Duration("health-interval"),
+		DiscoveryInterval:     c.Duration("discovery-interval"),
 		UpstreamHeaderTimeout: c.Duration("upstream-header-timeout"),
 		StreamIdleTimeout:     c.Duration("stream-idle-timeout"),
 		ShutdownTimeout:       c.Duration("shutdown-timeout"),

@@ -45,9 +45,9 @@ type genRecord struct {
 type generations struct {
 	path string // "": not persisted, generations start at 1
 	log  *slog.Logger
-	ids  []string // backend index → endpoint id
 
-	mu sync.Mutex
+	mu  sync.Mutex
+	ids []string // backend index → endpoint id ("" for a removed one)
 	// recs also keeps endpoints no longer configured: a backend that
 	// returns to the configuration continues past its old generations.
 	recs map[string]genRecord
@@ -86,13 +86,7 @@ func openGenerations(dir string, t *chain.Table, backends []*sched.Backend, log 
 		}
 	}
 	for i, b := range backends {
-		id := gs.ids[i]
-		next := uint32(1)
-		if r, ok := gs.recs[id]; ok {
-			next = r.Generation + 1
-		}
-		gen := t.StartGeneration(i, next)
-		gs.recs[id] = genRecord{EndpointID: id, Name: b.URL, Generation: max(gen, gs.recs[id].Generation)}
+		gs.start(t, i, b.URL)
 	}
 	if err := gs.saveLocked(); err != nil {
 		return nil, fmt.Errorf("state dir: %w", err)
@@ -100,15 +94,61 @@ func openGenerations(dir string, t *chain.Table, backends []*sched.Backend, log 
 	return gs, nil
 }
 
+// start moves backend i's table generation one past what its endpoint
+// had (as stored, or seen before it was removed); mu is held or gs not
+// shared yet.
+func (gs *generations) start(t *chain.Table, i int, url string) {
+	id := edge.EndpointID(url)
+	next := uint32(1)
+	if r, ok := gs.recs[id]; ok {
+		next = r.Generation + 1
+	}
+	gen := t.StartGeneration(i, next)
+	gs.recs[id] = genRecord{EndpointID: id, Name: url, Generation: max(gen, gs.recs[id].Generation)}
+}
+
+// follow takes the backends in force after a reload: an endpoint that
+// arrives in a slot continues past every generation it had, whatever
+// slot it had then, so its generations only ever grow.
+func (gs *generations) follow(t *chain.Table, backends []*sched.Backend) {
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	changed := false
+	for i, b := range backends {
+		id := edge.EndpointID(b.URL)
+		if b.Retired() {
+			id = ""
+		}
+		for len(gs.ids) <= i {
+			gs.ids = append(gs.ids, "")
+		}
+		if gs.ids[i] == id {
+			continue
+		}
+		gs.ids[i], changed = id, true
+		if id != "" {
+			gs.start(t, i, b.URL)
+		}
+	}
+	if changed && gs.path != "" {
+		if err := gs.saveLocked(); err != nil {
+			gs.log.Error("kdn: endpoint generations could not be persisted", "err", err)
+		}
+	}
+}
+
 // note records that backend b has generation gen, persisting it first if
 // it is new. A failed write is logged and retried on the next note: the
 // in-memory record only moves once the file has.
 func (gs *generations) note(b int, gen uint32) {
-	if gs.path == "" || b < 0 || b >= len(gs.ids) {
+	if gs.path == "" {
 		return
 	}
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
+	if b < 0 || b >= len(gs.ids) || gs.ids[b] == "" {
+		return
+	}
 	id := gs.ids[b]
 	old, had := gs.recs[id]
 	if gen <= old.Generation {

@@ -88,3 +88,38 @@ func TestGenerationsRefuseForeignFile(t *testing.T) {
 		}
 	}
 }
+
+// TestGenerationsFollowReloads: an endpoint that a reload brings back, in
+// another slot than it had, continues past every generation it had; the
+// endpoint whose slot it takes keeps its record for its own return.
+func TestGenerationsFollowReloads(t *testing.T) {
+	dir := t.TempDir()
+	tb := chain.NewTable(chain.Config{TTL: time.Minute, MaxBlocks: 64})
+	bs := genBackends("http://a:1", "http://b:1")
+	gs, err := openGenerations(dir, tb, bs, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		gs.note(1, tb.Reset(1)) // b: 5
+	}
+	// b removed; later c takes a new slot and b returns in a's freed slot.
+	bs[1].Retire()
+	gs.follow(tb, bs)
+	bs[0].Retire()
+	gs.note(0, tb.Reset(0)) // a's removal reset: a 2
+	next := []*sched.Backend{sched.NewBackend(0, "http://b:1", "b"), bs[1], sched.NewBackend(2, "http://c:1", "c")}
+	gs.follow(tb, next)
+	if g := tb.Generation(0); g != 6 {
+		t.Fatalf("b back in slot 0 at generation %d, want 6 (past its 5)", g)
+	}
+	got := readGenFile(t, dir)
+	if got["http://b:1"].Generation != 6 || got["http://a:1"].Generation != 2 || got["http://c:1"].Generation != tb.Generation(2) {
+		t.Fatalf("records %+v", got)
+	}
+	// Notes for slot 0 now count for b, not a.
+	gs.note(0, tb.Reset(0))
+	if got := readGenFile(t, dir); got["http://b:1"].Generation != 7 || got["http://a:1"].Generation != 2 {
+		t.Fatalf("after a reset of slot 0: %+v", got)
+	}
+}

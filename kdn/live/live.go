@@ -51,7 +51,6 @@ type Gateway struct {
 	cat     *catalog
 	gens    *generations
 	tasks   *taskTable
-	byID    map[string]int // endpoint id → backend index (fixed at start)
 
 	ctx   context.Context // parent of every operation; Close cancels it
 	stop  context.CancelFunc
@@ -111,11 +110,9 @@ func New(srv *edge.Server, o Options) (*Gateway, error) {
 	g := &Gateway{
 		srv: srv, compat: o.CompatibilityProfileID, clock: o.Clock, log: o.Logger,
 		maxPins: o.MaxPinnedBlocks, opTTL: o.OpTimeout, cat: cat, gens: gens, tasks: newTaskTable(),
-		byID: map[string]int{}, pins: map[pinKey]pinRec{},
+		pins: map[pinKey]pinRec{},
 	}
-	for _, b := range srv.Scheduler().Backends {
-		g.byID[edge.EndpointID(b.URL)] = b.Index
-	}
+	srv.OnBackends(func() { gens.follow(srv.Table(), srv.Scheduler().Backends) })
 	g.ctx, g.stop = context.WithCancel(context.Background())
 	return g, nil
 }
@@ -131,8 +128,12 @@ func (g *Gateway) now() time.Time { return g.clock().UTC().Truncate(time.Microse
 
 // endpoint resolves an endpoint id to a backend index.
 func (g *Gateway) endpoint(id string) (int, bool) {
-	i, ok := g.byID[id]
-	return i, ok
+	for _, b := range g.srv.Scheduler().Backends {
+		if !b.Retired() && edge.EndpointID(b.URL) == id {
+			return b.Index, true
+		}
+	}
+	return 0, false
 }
 
 // generation is the endpoint generation a backend has now, persisted

@@ -80,12 +80,14 @@ func (g *Gateway) SnapshotFor(id string) (kdn.CapabilitySnapshot, bool) {
 	return g.snapshotOf(b, g.now()), true
 }
 
-// Snapshots returns every backend's snapshot, in backend order.
+// Snapshots returns every configured backend's snapshot, in backend order.
 func (g *Gateway) Snapshots() []kdn.CapabilitySnapshot {
 	now := g.now()
-	out := make([]kdn.CapabilitySnapshot, len(g.srv.Scheduler().Backends))
-	for i := range out {
-		out[i] = g.snapshotOf(i, now)
+	var out []kdn.CapabilitySnapshot
+	for _, b := range g.srv.Scheduler().Backends {
+		if !b.Retired() {
+			out = append(out, g.snapshotOf(b.Index, now))
+		}
 	}
 	return out
 }

@@ -21,6 +21,9 @@ func (g *Gateway) GetLMCacheEndpoints(_ context.Context, req kdn.GetLMCacheEndpo
 	bs := g.srv.Scheduler().Backends
 	eps := make([]kdn.LMCacheEndpoint, 0, len(bs))
 	for _, b := range bs {
+		if b.Retired() {
+			continue
+		}
 		eps = append(eps, kdn.LMCacheEndpoint{
 			Name:                   b.URL,
 			RuntimeProfile:         kdn.ProfileV1,
