@@ -327,7 +327,7 @@ suite without the race detector runs for about 35 s, so its slowest tests,
 which exercise timing, descriptor and memory limits rather than the core,
 are skipped (` + "`MUTATE_EDGE_SKIP`" + ` in the Makefile, passed as ` + "`-skip`" + ` through
 ` + "`GOFLAGS`" + `); what is left runs in under 10 s, and a run of the target takes
-about 16 minutes with two workers on 2 cores. sched alone takes about as
+15 to 20 minutes with two workers on 2 cores. sched alone takes about as
 long, so with edge in ` + "`MUTATE_PKGS`" + ` ` + "`make mutate`" + ` would run well past half an
 hour: edge is a target of its own, and each of the two targets keeps the
 other's rows on this page.
