@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kvca/kvca/internal/testkit"
 )
 
 func postWith(t *testing.T, s *Server, body string, hdr map[string]string) (*http.Response, string) {
@@ -32,8 +34,9 @@ func postWith(t *testing.T, s *Server, body string, hdr map[string]string) (*htt
 // leave the queue by priority class: high before low, whatever their
 // arrival order; the backend never runs two at once.
 func TestAdmissionQueuesByPriority(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, "a")
-	b.delayHeaders = 300 * time.Millisecond
+	release := b.holdAnswers(t)
 	s := startProxy(t, func(c *Config) { c.MaxInflightPerBackend = 1 }, b)
 	var wg sync.WaitGroup
 	send := func(id int, class string) {
@@ -46,14 +49,15 @@ func TestAdmissionQueuesByPriority(t *testing.T) {
 		}()
 	}
 	send(0, "normal")
-	waitFor(t, "the first request at the backend", func() bool { return b.hits.Load() == 1 })
+	testkit.WaitUntil(t, "the first request at the backend", func() bool { return b.hits.Load() == 1 })
 	send(1, "low")
-	waitFor(t, "one request queued", func() bool { return s.adm.Queued() == 1 })
+	testkit.WaitUntil(t, "one request queued", func() bool { return s.adm.Queued() == 1 })
 	send(2, "high")
-	waitFor(t, "two requests queued", func() bool { return s.adm.Queued() == 2 })
+	testkit.WaitUntil(t, "two requests queued", func() bool { return s.adm.Queued() == 2 })
 	if b.hits.Load() != 1 {
 		t.Fatalf("the backend got %d requests while its one slot was taken", b.hits.Load())
 	}
+	release()
 	wg.Wait()
 	var order []string
 	for _, body := range b.received() {
@@ -80,6 +84,7 @@ func TestAdmissionQueuesByPriority(t *testing.T) {
 // A full queue and an expired wait answer 429 in OpenAI's shape with
 // Retry-After; the shed requests never reach the backend.
 func TestAdmissionSheds(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		mod  func(*Config)
@@ -89,16 +94,18 @@ func TestAdmissionSheds(t *testing.T) {
 		{"queue timeout", func(c *Config) { c.QueueTimeout = 100 * time.Millisecond }, "queue_timeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			b := newTestBackend(t, "a")
-			b.delayHeaders = 600 * time.Millisecond
+			release := b.holdAnswers(t) // the first request keeps the one slot
 			s := startProxy(t, func(c *Config) { c.MaxInflightPerBackend = 1; tc.mod(c) }, b)
 			first := make(chan struct{})
 			go func() {
 				defer close(first)
 				postWith(t, s, conversation(0, 0, false), nil)
 			}()
-			waitFor(t, "the first request at the backend", func() bool { return b.hits.Load() == 1 })
+			testkit.WaitUntil(t, "the first request at the backend", func() bool { return b.hits.Load() == 1 })
 			resp, out := postWith(t, s, conversation(1, 0, false), nil)
+			release()
 			if resp == nil {
 				return
 			}
@@ -123,24 +130,26 @@ func TestAdmissionSheds(t *testing.T) {
 // A client that leaves while queued is removed at once, holds nothing,
 // and never reaches the backend.
 func TestAdmissionClientLeavesWhileQueued(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, "a")
-	b.delayHeaders = 500 * time.Millisecond
+	release := b.holdAnswers(t)
 	s := startProxy(t, func(c *Config) { c.MaxInflightPerBackend = 1 }, b)
 	first := make(chan struct{})
 	go func() {
 		defer close(first)
 		postWith(t, s, conversation(0, 0, false), nil)
 	}()
-	waitFor(t, "the first request at the backend", func() bool { return b.hits.Load() == 1 })
+	testkit.WaitUntil(t, "the first request at the backend", func() bool { return b.hits.Load() == 1 })
 	conn, err := net.Dial("tcp", s.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
 	body := conversation(1, 0, false)
 	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
-	waitFor(t, "the request queued", func() bool { return s.adm.Queued() == 1 })
+	testkit.WaitUntil(t, "the request queued", func() bool { return s.adm.Queued() == 1 })
 	conn.Close()
-	waitFor(t, "the queue empty", func() bool { return s.adm.Queued() == 0 })
+	testkit.WaitUntil(t, "the queue empty", func() bool { return s.adm.Queued() == 0 })
+	release()
 	<-first
 	waitIdle(t, s)
 	if b.hits.Load() != 1 || s.adm.Inflight(0) != 0 {

@@ -33,39 +33,55 @@ type testBackend struct {
 	// holdFirst, when set, makes a stream send its headers at once and its
 	// first event only after the test sends on it (a prefilling engine).
 	holdFirst chan struct{}
-	// delayHeaders holds back the response headers.
-	delayHeaders time.Duration
+	// hold, when set, holds back every answer until it is closed (for
+	// 10 s at most): a request the test keeps in flight.
+	hold chan struct{}
 	// status, when non-zero, is returned instead of a completion.
 	status atomic.Int32
 }
 
 func newTestBackend(t *testing.T, name string) *testBackend {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return newTestBackendOn(t, name, ln)
+	return newTestBackendOn(t, name, listenLocal(t))
 }
 
-// newTestBackendOn is newTestBackend serving on ln.
+// newTestBackendOn is newTestBackend serving on ln (a TLS listener, or
+// one on another loopback address).
 func newTestBackendOn(t *testing.T, name string, ln net.Listener) *testBackend {
 	t.Helper()
 	b := &testBackend{t: t, name: name, ln: ln, events: 3}
-	b.srv = &fasthttp.Server{Handler: b.handle, CloseOnShutdown: true}
-	go b.srv.Serve(ln)
-	t.Cleanup(b.close)
+	b.srv = &fasthttp.Server{Handler: b.handle}
+	serveHTTP(t, ln, b.srv)
 	return b
+}
+
+// serveHTTP serves srv on ln until the test ends.
+func serveHTTP(tb testing.TB, ln net.Listener, srv *fasthttp.Server) {
+	srv.CloseOnShutdown = true
+	go func() { _ = srv.Serve(ln) }()
+	tb.Cleanup(func() { stopHTTP(srv, ln) })
+}
+
+func stopHTTP(srv *fasthttp.Server, ln net.Listener) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = srv.ShutdownWithContext(ctx)
+	_ = ln.Close() // Shutdown is a no-op if Serve has not started yet
+}
+
+// holdAnswers holds back every answer until release (or the test's
+// end): requests the test keeps in flight. Call it before any request.
+func (b *testBackend) holdAnswers(t *testing.T) (release func()) {
+	b.hold = make(chan struct{})
+	release = sync.OnceFunc(func() { close(b.hold) })
+	t.Cleanup(release)
+	return release
 }
 
 func (b *testBackend) url() string { return "http://" + b.ln.Addr().String() }
 
-func (b *testBackend) close() {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	_ = b.srv.ShutdownWithContext(ctx)
-	_ = b.ln.Close() // Shutdown is a no-op if Serve has not started yet
-}
+// close stops the backend before the test ends: a backend gone.
+func (b *testBackend) close() { stopHTTP(b.srv, b.ln) }
 
 // lastHeaders is the head of the last request the backend counted.
 func (b *testBackend) lastHeaders() string {
@@ -98,8 +114,11 @@ func (b *testBackend) handle(ctx *fasthttp.RequestCtx) {
 	b.bodies = append(b.bodies, append([]byte(nil), ctx.PostBody()...))
 	b.hdrs = append(b.hdrs, ctx.Request.Header.String())
 	b.mu.Unlock()
-	if b.delayHeaders > 0 {
-		time.Sleep(b.delayHeaders)
+	if b.hold != nil {
+		select {
+		case <-b.hold:
+		case <-time.After(10 * time.Second):
+		}
 	}
 	if st := b.status.Load(); st != 0 {
 		ctx.SetStatusCode(int(st))

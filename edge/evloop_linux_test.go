@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kvca/kvca/internal/testkit"
 )
 
 // startLoopProxy is startProxy, checking the event loops run.
@@ -29,6 +31,7 @@ func startLoopProxy(t *testing.T, mod func(*Config), backends ...*testBackend) *
 // Pipelined requests are answered in order on one connection, each routed
 // and relayed by the loop.
 func TestLoopPipelined(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, "a")
 	s := startLoopProxy(t, nil, b)
 	conn, err := net.Dial("tcp", s.Addr())
@@ -80,6 +83,7 @@ func TestLoopPipelined(t *testing.T) {
 // Every shape of request is served by the loop: a chunked upload (sent
 // byte by byte), Expect, HTTP/1.0, GETs, kvca's own answers, refusals.
 func TestLoopServesEveryShape(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, "a")
 	s := startLoopProxy(t, nil, b)
 	body := conversation(1, 0, false)
@@ -95,35 +99,37 @@ func TestLoopServesEveryShape(t *testing.T) {
 		{"GET on a routed path", "GET /v1/chat/completions HTTP/1.1\r\nHost: x\r\n\r\n", 405},
 		{"garbage", "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n", 400},
 	} {
-		conn, err := net.Dial("tcp", s.Addr())
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-		// Byte by byte for one case: the loop must keep what it read.
-		if tc.name == "chunked upload" {
-			for i := 0; i < len(tc.req); i++ {
-				if _, err := conn.Write([]byte{tc.req[i]}); err != nil {
-					t.Fatal(err)
-				}
+		t.Run(tc.name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", s.Addr())
+			if err != nil {
+				t.Fatal(err)
 			}
-		} else if _, err := io.WriteString(conn, tc.req); err != nil {
-			t.Fatal(err)
-		}
-		br := bufio.NewReader(conn)
-		resp, err := http.ReadResponse(br, nil)
-		if err == nil && resp.StatusCode == 100 {
-			resp, err = http.ReadResponse(br, nil) // after 100 Continue
-		}
-		if err != nil {
-			t.Fatalf("%s: %v", tc.name, err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		conn.Close()
-		if resp.StatusCode != tc.status {
-			t.Errorf("%s: status %d, want %d", tc.name, resp.StatusCode, tc.status)
-		}
+			_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+			// Byte by byte for one case: the loop must keep what it read.
+			if tc.name == "chunked upload" {
+				for i := 0; i < len(tc.req); i++ {
+					if _, err := conn.Write([]byte{tc.req[i]}); err != nil {
+						t.Fatal(err)
+					}
+				}
+			} else if _, err := io.WriteString(conn, tc.req); err != nil {
+				t.Fatal(err)
+			}
+			br := bufio.NewReader(conn)
+			resp, err := http.ReadResponse(br, nil)
+			if err == nil && resp.StatusCode == 100 {
+				resp, err = http.ReadResponse(br, nil) // after 100 Continue
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", tc.name, err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			conn.Close()
+			if resp.StatusCode != tc.status {
+				t.Errorf("%s: status %d, want %d", tc.name, resp.StatusCode, tc.status)
+			}
+		})
 	}
 	waitIdle(t, s)
 }
@@ -131,8 +137,10 @@ func TestLoopServesEveryShape(t *testing.T) {
 // A client that sends its request and leaves before the answer releases
 // the backend's load at once, and the backend connection is closed.
 func TestLoopClientLeavesBeforeAnswer(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, "a")
-	b.delayHeaders = 3 * time.Second
+	b.hold = make(chan struct{}) // no answer before the client has gone
+	t.Cleanup(func() { close(b.hold) })
 	s := startLoopProxy(t, nil, b)
 	conn, err := net.Dial("tcp", s.Addr())
 	if err != nil {
@@ -140,9 +148,9 @@ func TestLoopClientLeavesBeforeAnswer(t *testing.T) {
 	}
 	body := conversation(1, 0, true)
 	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
-	waitFor(t, "request at the backend", func() bool { return s.fleet().sched.Backends[0].Active() == 1 })
+	testkit.WaitUntil(t, "request at the backend", func() bool { return s.fleet().sched.Backends[0].Active() == 1 })
 	conn.Close()
-	waitFor(t, "load released", func() bool {
+	testkit.WaitUntil(t, "load released", func() bool {
 		return s.fleet().sched.Backends[0].Active() == 0 && s.fleet().sched.Backends[0].Prefill() == 0
 	})
 	if got := s.m.disconnects.Get(); got != 1 {
@@ -154,6 +162,7 @@ func TestLoopClientLeavesBeforeAnswer(t *testing.T) {
 // that connection is closed without an answer, its load released once,
 // the panic logged, and the loop goes on serving.
 func TestLoopPanicGuard(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, "a")
 	logs := &lockedBuffer{}
 	s := startLoopProxy(t, func(c *Config) {
@@ -178,23 +187,24 @@ func TestLoopPanicGuard(t *testing.T) {
 			t.Fatalf("panic at %s: connection left open", at)
 		}
 		conn.Close()
-		waitFor(t, "load released", func() bool {
+		testkit.WaitUntil(t, "load released", func() bool {
 			return s.fleet().sched.Backends[0].Active() == 0 && s.fleet().sched.Backends[0].Prefill() == 0
 		})
-		if resp, _ := post(t, s, "/v1/chat/completions", conversation(i+10, 0, false)); resp.StatusCode != 200 {
-			t.Fatalf("after the panic at %s: status %d, want 200", at, resp.StatusCode)
+		c := testkit.Dial(t, s.Addr())
+		body = conversation(i+10, 0, false)
+		c.Send(fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", len(body), body))
+		if r := c.ReadResponse(false); r.Status != 200 {
+			t.Fatalf("after the panic at %s: status %d, want 200", at, r.Status)
 		}
+		c.Close()
 	}
 	if hits := b.hits.Load(); hits != 3 {
 		t.Fatalf("backend saw %d requests, want 3 (the panic at request never reaches it)", hits)
 	}
 	// Released once: a second release would leave the counts below zero.
-	// (The loop releases just after the answer's last write, so the
-	// client can get there first.)
-	waitFor(t, "load released", func() bool {
-		return s.fleet().sched.Backends[0].Active() == 0 && s.fleet().sched.Backends[0].Prefill() == 0
-	})
-	time.Sleep(50 * time.Millisecond)
+	// Every client connection closed and forgotten by the loop, whatever
+	// it releases on a connection's answer or end has been released.
+	testkit.WaitUntil(t, "every client connection gone", func() bool { return metric(t, s, "kvca_client_connections") == 0 })
 	if a, p := s.fleet().sched.Backends[0].Active(), s.fleet().sched.Backends[0].Prefill(); a != 0 || p != 0 {
 		t.Fatalf("active %d prefill %d after every request ended, want 0 0", a, p)
 	}
@@ -226,6 +236,7 @@ func (l *lockedBuffer) String() string {
 // is counted as gone, its request never reaching a backend, and a panic
 // there closes only its connection.
 func TestLoopPlansLargeBodiesOffLoop(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, "a")
 	entered := make(chan struct{}, 4)
 	release := make(chan struct{})
@@ -279,9 +290,9 @@ func TestLoopPlansLargeBodiesOffLoop(t *testing.T) {
 	hits, open := b.hits.Load(), l.open.Load()
 	conn2 := send(big("beta"))
 	conn2.Close()
-	waitFor(t, "the loop to see the client leave", func() bool { return l.open.Load() == open })
+	testkit.WaitUntil(t, "the loop to see the client leave", func() bool { return l.open.Load() == open })
 	release <- struct{}{}
-	waitFor(t, "the disconnect counted", func() bool { return s.m.disconnects.Get() == 1 })
+	testkit.WaitUntil(t, "the disconnect counted", func() bool { return s.m.disconnects.Get() == 1 })
 	waitIdle(t, s)
 	if got := b.hits.Load(); got != hits {
 		t.Fatalf("the backend got %d requests after the client left, want none", got-hits)

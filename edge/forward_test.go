@@ -25,27 +25,30 @@ func TestForwardHost(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
 			for _, preserve := range []bool{false, true} {
-				b := newRawBackend(t, nil)
-				_, d := startRawProxy(t, m, nil, func(c *Config) { c.Backends = []string{b.url("")}; c.PreserveHost = preserve })
-				for _, tc := range []struct{ req, client string }{
-					{chatReq(""), "client.example"},
-					{"GET /v1/files HTTP/1.1\r\nHost: client.example:8443\r\n\r\n", "client.example:8443"},
-					{"GET /v1/files HTTP/1.0\r\n\r\n", ""},
-				} {
-					c := d.dial(t)
-					c.send(tc.req)
-					up := b.next(t)
-					if r := c.read(false); r.status != 200 {
-						t.Fatalf("status %d", r.status)
+				t.Run(fmt.Sprint("preserve=", preserve), func(t *testing.T) {
+					t.Parallel()
+					b := newRawBackend(t, nil)
+					_, d := startRawProxy(t, m, nil, func(c *Config) { c.Backends = []string{b.url("")}; c.PreserveHost = preserve })
+					for _, tc := range []struct{ req, client string }{
+						{chatReq(""), "client.example"},
+						{"GET /v1/files HTTP/1.1\r\nHost: client.example:8443\r\n\r\n", "client.example:8443"},
+						{"GET /v1/files HTTP/1.0\r\n\r\n", ""},
+					} {
+						c := d.dial(t)
+						c.send(tc.req)
+						up := b.next(t)
+						if r := c.read(false); r.status != 200 {
+							t.Fatalf("status %d", r.status)
+						}
+						want := b.authority()
+						if preserve && tc.client != "" {
+							want = tc.client
+						}
+						if h := up.fields("Host"); len(h) != 1 || h[0] != want {
+							t.Fatalf("preserve=%v %q: backend got Host %q, want %q", preserve, up.line(), h, want)
+						}
 					}
-					want := b.authority()
-					if preserve && tc.client != "" {
-						want = tc.client
-					}
-					if h := up.fields("Host"); len(h) != 1 || h[0] != want {
-						t.Fatalf("preserve=%v %q: backend got Host %q, want %q", preserve, up.line(), h, want)
-					}
-				}
+				})
 			}
 		})
 	}
@@ -59,25 +62,28 @@ func TestForwardPathPrefix(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
 			for _, path := range []string{"/engine1", "/engine1/", "/engine1/v1"} {
-				b := newRawBackend(t, nil)
-				_, d := startRawProxy(t, m, nil, func(c *Config) { c.Backends = []string{b.url(path)} })
-				for _, tc := range []struct{ req, line string }{
-					{chatReq(""), "POST /engine1/v1/chat/completions HTTP/1.1"},
-					{"GET /v1/files/f-1?purpose=batch HTTP/1.1\r\nHost: x\r\n\r\n", "GET /engine1/v1/files/f-1?purpose=batch HTTP/1.1"},
-					{"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", "POST /engine1/v1/embeddings HTTP/1.1"},
-					{"GET http://other.example/v1/files HTTP/1.1\r\nHost: x\r\n\r\n", "GET /engine1/v1/files HTTP/1.1"},
-					{"GET /v1/files HTTP/1.0\r\n\r\n", "GET /engine1/v1/files HTTP/1.1"},
-				} {
-					c := d.dial(t)
-					c.send(tc.req)
-					up := b.next(t)
-					if r := c.read(false); r.status != 200 {
-						t.Fatalf("status %d", r.status)
+				t.Run(path, func(t *testing.T) {
+					t.Parallel()
+					b := newRawBackend(t, nil)
+					_, d := startRawProxy(t, m, nil, func(c *Config) { c.Backends = []string{b.url(path)} })
+					for _, tc := range []struct{ req, line string }{
+						{chatReq(""), "POST /engine1/v1/chat/completions HTTP/1.1"},
+						{"GET /v1/files/f-1?purpose=batch HTTP/1.1\r\nHost: x\r\n\r\n", "GET /engine1/v1/files/f-1?purpose=batch HTTP/1.1"},
+						{"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", "POST /engine1/v1/embeddings HTTP/1.1"},
+						{"GET http://other.example/v1/files HTTP/1.1\r\nHost: x\r\n\r\n", "GET /engine1/v1/files HTTP/1.1"},
+						{"GET /v1/files HTTP/1.0\r\n\r\n", "GET /engine1/v1/files HTTP/1.1"},
+					} {
+						c := d.dial(t)
+						c.send(tc.req)
+						up := b.next(t)
+						if r := c.read(false); r.status != 200 {
+							t.Fatalf("status %d", r.status)
+						}
+						if up.line() != tc.line {
+							t.Fatalf("backend %s: got %q, want %q", path, up.line(), tc.line)
+						}
 					}
-					if up.line() != tc.line {
-						t.Fatalf("backend %s: got %q, want %q", path, up.line(), tc.line)
-					}
-				}
+				})
 			}
 		})
 	}
@@ -353,16 +359,21 @@ func TestPipelinedFraming(t *testing.T) {
 				"GET /v1/files?n=3 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n" +
 				"POST /v1/embeddings?n=4 HTTP/1.1\r\nHost: x\r\nContent-Length: 30\r\n\r\nGET /v1/files?n=5 HTTP/1.1\r\n\r\n" +
 				"GET /v1/files?n=6 HTTP/1.1\r\nHost: x\r\n\r\n")
-			for i, want := range []struct{ line, body string }{
-				{"POST /v1/embeddings?n=1 HTTP/1.1", "{}"},
-				{"POST /v1/embeddings?n=2 HTTP/1.1", "[1]"},
-				{"GET /v1/files?n=3 HTTP/1.1", ""},
-				{"POST /v1/embeddings?n=4 HTTP/1.1", "GET /v1/files?n=5 HTTP/1.1\r\n\r\n"},
-				{"GET /v1/files?n=6 HTTP/1.1", ""},
+			// The framing kvca writes: a Content-Length for every body, an
+			// empty one included, and none where the client sent none.
+			for i, want := range []struct{ line, body, cl string }{
+				{"POST /v1/embeddings?n=1 HTTP/1.1", "{}", "2"},
+				{"POST /v1/embeddings?n=2 HTTP/1.1", "[1]", "3"},
+				{"GET /v1/files?n=3 HTTP/1.1", "", "0"},
+				{"POST /v1/embeddings?n=4 HTTP/1.1", "GET /v1/files?n=5 HTTP/1.1\r\n\r\n", "30"},
+				{"GET /v1/files?n=6 HTTP/1.1", "", ""},
 			} {
 				up := b.next(t)
 				if up.line() != want.line || string(up.body) != want.body {
 					t.Fatalf("request %d: backend got %q with body %q, want %q with %q", i, up.line(), up.body, want.line, want.body)
+				}
+				if cl := strings.Join(up.fields("Content-Length"), ","); cl != want.cl || len(up.fields("Transfer-Encoding")) != 0 {
+					t.Fatalf("request %d: Content-Length %q, want %q, in %q", i, cl, want.cl, up.head)
 				}
 				if r := c.read(false); r.status != 200 {
 					t.Fatalf("answer %d: %d", i, r.status)

@@ -50,6 +50,7 @@ func errorCode(t *testing.T, out string) string {
 // shape; a known one is served, and the backend sees kvca's own key,
 // never the client's. A rotated file takes effect without a restart.
 func TestAPIKeysAndBackendKey(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	keys := filepath.Join(dir, "keys")
 	writeKeys(t, keys, "# tenants", apikeys.Line([]byte("sk-alpha-0123456789"), "alpha", 0, 0))
@@ -93,6 +94,7 @@ func TestAPIKeysAndBackendKey(t *testing.T) {
 // Retry-After and OpenAI's rate-limit headers, and never reaches the
 // backend; tokens are charged what the backend's usage says.
 func TestQuotaAtItsBound(t *testing.T) {
+	t.Parallel()
 	keys := filepath.Join(t.TempDir(), "keys")
 	writeKeys(t, keys, apikeys.Line([]byte("sk-alpha-0123456789"), "alpha", 3, 100000))
 	b := newTestBackend(t, "a")
@@ -134,6 +136,7 @@ func TestQuotaAtItsBound(t *testing.T) {
 // Tracing: the backend receives a traceparent continuing the client's
 // trace (same trace id, kvca's span), and spans reach the OTLP receiver.
 func TestTraceContextReachesBackend(t *testing.T) {
+	t.Parallel()
 	var exports atomic.Int32
 	recv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
@@ -170,11 +173,12 @@ func TestTraceContextReachesBackend(t *testing.T) {
 	}
 }
 
-func listenLocal(t *testing.T) net.Listener {
-	t.Helper()
+// listenLocal listens on 127.0.0.1 at an ephemeral port.
+func listenLocal(tb testing.TB) net.Listener {
+	tb.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return ln
 }

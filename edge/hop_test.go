@@ -15,12 +15,9 @@ import (
 // TestHopHeadersStripped: hop-by-hop headers, in any case, go neither to
 // the backend nor back to the client; end-to-end ones pass both ways.
 func TestHopHeadersStripped(t *testing.T) {
+	t.Parallel()
 	hop := []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Upgrade"}
 	for _, withHop := range []bool{true, false} {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
 		got := make(chan string, 1)
 		srv := &fasthttp.Server{DisableHeaderNamesNormalizing: true, Handler: func(ctx *fasthttp.RequestCtx) {
 			switch string(ctx.Path()) {
@@ -41,8 +38,8 @@ func TestHopHeadersStripped(t *testing.T) {
 			ctx.SetContentType("application/json")
 			ctx.SetBodyString(`{"id":"c1","object":"chat.completion","choices":[]}`)
 		}}
-		go srv.Serve(ln)
-		t.Cleanup(func() { _ = srv.Shutdown() })
+		ln := listenLocal(t)
+		serveHTTP(t, ln, srv)
 		s := startProxy(t, func(c *Config) { c.Backends = []string{"http://" + ln.Addr().String()} })
 
 		conn, err := net.Dial("tcp", s.Addr())
@@ -83,6 +80,7 @@ func TestHopHeadersStripped(t *testing.T) {
 // still honoured on the client's own connection: kvca closes it after the
 // response.
 func TestClientConnectionCloseHonoured(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, "a")
 	s := startProxy(t, nil, b)
 	conn, err := net.Dial("tcp", s.Addr())

@@ -14,11 +14,13 @@ import (
 	"time"
 
 	"github.com/kvca/kvca/canon"
+	"github.com/kvca/kvca/internal/testkit"
 )
 
 // TestHostileBodies: each hostile body gets a clear 4xx or is routed, and a
 // normal request sent meanwhile is not held up.
 func TestHostileBodies(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, "a")
 	s := startProxy(t, func(c *Config) { c.MaxBodyBytes = 4 << 20 }, b)
 	msg := func(content string) string {
@@ -66,6 +68,7 @@ func TestHostileBodies(t *testing.T) {
 }
 
 func TestSlowlorisIsCut(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, "a")
 	// The head and the body have bounds of their own.
 	s := startProxy(t, func(c *Config) { c.HeaderTimeout, c.ClientReadTimeout = 300*time.Millisecond, 600*time.Millisecond }, b)
@@ -100,6 +103,7 @@ func TestSlowlorisIsCut(t *testing.T) {
 // TestCredentialsPassThroughAndStayPrivate: Authorization reaches the
 // backend untouched and appears in no log, metric or admin answer.
 func TestCredentialsPassThroughAndStayPrivate(t *testing.T) {
+	t.Parallel()
 	const secret = "sk-live-0123456789abcdef"
 	var logs bytes.Buffer
 	var mu sync.Mutex
@@ -168,6 +172,14 @@ func TestMaxBlocksHoldsMemory(t *testing.T) {
 	if raceEnabled || testing.Short() {
 		t.Skip("memory figures need a build without -race (make test runs it in the allocs step)")
 	}
+	// Alone in a process of its own: the heap then holds this test's
+	// server and nothing of the tests before it (a stopped server stays
+	// reachable for seconds through its admin listener's worker pool, and
+	// each holds tens of MiB).
+	t.Parallel()
+	if !testkit.Isolate(t) {
+		return
+	}
 	cfg := DefaultConfig()
 	cfg.Backends = []string{"http://127.0.0.1:1", "http://127.0.0.1:2", "http://127.0.0.1:3", "http://127.0.0.1:4"}
 	cfg.MaxBlocks = 200_000
@@ -175,8 +187,7 @@ func TestMaxBlocksHoldsMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Start from a clean heap: earlier tests in this process (huge hostile
-	// bodies) leave garbage and pooled buffers that two collections free.
+	// Start from a clean heap: what New allocated and freed goes first.
 	runtime.GC()
 	runtime.GC()
 	prefix := strings.Repeat("a long shared-looking prompt with distinct tail ", 20)

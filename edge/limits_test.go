@@ -10,13 +10,15 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kvca/kvca/internal/testkit"
 )
 
 // Resource bounds: memory grows with bytes received, not with what a head
@@ -57,6 +59,12 @@ func TestMaxBlocksHoldsDeclaredBodies(t *testing.T) {
 	if testing.Short() {
 		t.Skip("opens 2,000 descriptors")
 	}
+	// Alone in a process of its own, so that no other test's server is
+	// freed, or left behind, between the two readings of the heap.
+	t.Parallel()
+	if !testkit.Isolate(t) {
+		return
+	}
 	b := newRawBackend(t, nil)
 	s, _ := startRawProxy(t, edgeModes[0], nil, func(c *Config) { c.Backends = []string{b.url("")} })
 	const n = 1000
@@ -81,7 +89,7 @@ func TestMaxBlocksHoldsDeclaredBodies(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "every head read", func() bool {
+	testkit.WaitUntil(t, "every head read", func() bool {
 		return countConns(t, s, func(c *cliConn) bool { return c.state == cliBody }) == n
 	})
 	runtime.GC()
@@ -129,7 +137,7 @@ func TestMaxClientConns(t *testing.T) {
 					nc.Close()
 				default:
 					_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
-					c := &rawConn{t: t, c: nc, br: bufio.NewReader(nc)}
+					c := &rawConn{testkit.Wrap(t, nc), t}
 					fmt.Fprintf(nc, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
 					c.closed()
 					nc.Close()
@@ -141,8 +149,8 @@ func TestMaxClientConns(t *testing.T) {
 			if got := metric(t, s, "kvca_client_connections"); got != 3 {
 				t.Fatalf("kvca_client_connections %v, want 3", got)
 			}
-			held[0].c.Close()
-			waitFor(t, "the connection counted out", func() bool { return metric(t, s, "kvca_client_connections") == 2 })
+			held[0].Close()
+			testkit.WaitUntil(t, "the connection counted out", func() bool { return metric(t, s, "kvca_client_connections") == 2 })
 			d.dial(t).open()
 			for _, c := range held[1:] {
 				c.open()
@@ -151,15 +159,13 @@ func TestMaxClientConns(t *testing.T) {
 	}
 }
 
-const emfileChildEnv = "KVCA_TEST_EMFILE_CHILD"
-
 // TestAcceptBacksOffOutOfDescriptors runs kvca in a child process with a
 // low descriptor limit, fills every descriptor with client connections,
 // and checks that the child then stays nearly idle (accepting backs off)
 // and counts the accept errors; once descriptors are free it serves
 // again.
 func TestAcceptBacksOffOutOfDescriptors(t *testing.T) {
-	if os.Getenv(emfileChildEnv) == "1" {
+	if testkit.IsChild(t) {
 		emfileChild(t)
 		return
 	}
@@ -167,8 +173,7 @@ func TestAcceptBacksOffOutOfDescriptors(t *testing.T) {
 		t.Skip("runs a child process")
 	}
 	t.Parallel()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestAcceptBacksOffOutOfDescriptors$", "-test.count=1", "-test.timeout=60s")
-	cmd.Env = append(os.Environ(), emfileChildEnv+"=1")
+	cmd := testkit.ChildCommand(t)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	in, err := cmd.StdinPipe()
@@ -190,13 +195,23 @@ func TestAcceptBacksOffOutOfDescriptors(t *testing.T) {
 		}
 	}()
 	lines := make(chan string, 16)
+	var outMu sync.Mutex
+	var out strings.Builder // everything the child printed, for a failure
 	go func() {
 		sc := bufio.NewScanner(outPipe)
 		for sc.Scan() {
+			outMu.Lock()
+			out.WriteString(sc.Text() + "\n")
+			outMu.Unlock()
 			lines <- sc.Text()
 		}
 		close(lines)
 	}()
+	childOut := func() string {
+		outMu.Lock()
+		defer outMu.Unlock()
+		return out.String() + stderr.String()
+	}
 	// expect returns the fields of the child's next line starting with
 	// word.
 	expect := func(word string) []string {
@@ -206,7 +221,7 @@ func TestAcceptBacksOffOutOfDescriptors(t *testing.T) {
 			select {
 			case l, ok := <-lines:
 				if !ok {
-					t.Fatalf("child ended before %s; stderr:\n%s", word, stderr.String())
+					t.Fatalf("child ended before %s:\n%s", word, childOut())
 				}
 				if f := strings.Fields(l); len(f) > 0 && f[0] == word {
 					return f
@@ -242,20 +257,14 @@ func TestAcceptBacksOffOutOfDescriptors(t *testing.T) {
 		c.Close()
 	}
 	// Descriptors free again: a new connection is served.
-	c := &rawConn{t: t}
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	_ = nc.SetDeadline(time.Now().Add(15 * time.Second))
-	c.c, c.br = nc, bufio.NewReader(nc)
-	c.open()
+	dialer{addr: addr}.dial(t).open()
 	fmt.Fprintln(in, "EXIT")
 	in.Close()
 	exited = true
+	for range lines { // drain, so that Wait returns
+	}
 	if err := cmd.Wait(); err != nil {
-		t.Fatalf("child: %v\n%s", err, stderr.String())
+		t.Fatalf("child: %v\n%s", err, childOut())
 	}
 }
 
@@ -296,7 +305,7 @@ func emfileChild(t *testing.T) {
 				s.m.set.WritePrometheus(&b)
 				return metricIn(b.String(), "kvca_accept_errors_total")
 			}
-			waitFor(t, "an accept error", func() bool { return errs() > 0 })
+			testkit.WaitUntil(t, "an accept error", func() bool { return errs() > 0 })
 			c0 := cpuTime(t, stat)
 			time.Sleep(time.Second) // the measured interval
 			c1 := cpuTime(t, stat)

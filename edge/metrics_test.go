@@ -2,14 +2,16 @@ package edge
 
 import (
 	"io"
-	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/kvca/kvca/internal/testkit"
 )
 
+// scrape is the proxy's /metrics, from its admin listener.
 func scrape(t *testing.T, s *Server) string {
 	t.Helper()
-	resp, err := http.Get("http://" + s.AdminAddr() + "/metrics")
+	resp, err := client.Get("http://" + s.AdminAddr() + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,9 +27,10 @@ func scrape(t *testing.T, s *Server) string {
 // recorded by route and a discovered model, answers are counted by status
 // class, and the Go runtime, the process and the build are there.
 func TestMetricsAnOperatorNeeds(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, "a")
 	s := startProxy(t, func(c *Config) { c.Version = "v9.9.9" }, b)
-	waitFor(t, "models discovered", func() bool { idx := s.models.Load(); return idx != nil && idx.known })
+	testkit.WaitUntil(t, "models discovered", func() bool { idx := s.models.Load(); return idx != nil && idx.known })
 	if resp, out := post(t, s, "/v1/chat/completions", conversation(1, 0, true)); resp.StatusCode != 200 {
 		t.Fatalf("%d %s", resp.StatusCode, out)
 	}
@@ -38,7 +41,7 @@ func TestMetricsAnOperatorNeeds(t *testing.T) {
 	// An answer is counted once written, which may be just after the
 	// client read it.
 	var m string
-	waitFor(t, "the 404 counted", func() bool {
+	testkit.WaitUntil(t, "the 404 counted", func() bool {
 		m = scrape(t, s)
 		return strings.Contains(m, `kvca_responses_total{route="other",class="4xx"} 1`)
 	})

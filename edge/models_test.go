@@ -4,16 +4,19 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/kvca/kvca/internal/testkit"
 )
 
 func TestModelAwareRouting(t *testing.T) {
+	t.Parallel()
 	a, b, c := newTestBackend(t, "a"), newTestBackend(t, "b"), newTestBackend(t, "c")
 	s := startProxy(t, func(cfg *Config) {
 		// c's models are fixed by the flag; a and b are discovered.
 		cfg.Backends = []string{a.url(), b.url(), c.url() + "#fixed-model,m"}
 		cfg.Policy = "kvca" // first turns take turns over the backends serving "m"
 	})
-	waitFor(t, "models discovered", func() bool {
+	testkit.WaitUntil(t, "models discovered", func() bool {
 		idx := s.models.Load()
 		return idx != nil && idx.wild.Empty()
 	})
@@ -52,6 +55,7 @@ func TestModelAwareRouting(t *testing.T) {
 }
 
 func TestResponsesRouted(t *testing.T) {
+	t.Parallel()
 	bs := []*testBackend{newTestBackend(t, "a"), newTestBackend(t, "b"), newTestBackend(t, "c")}
 	// No health probes: on an overloaded test machine one timing out would
 	// eject a backend and move its conversations, which is right but not

@@ -16,6 +16,7 @@ import (
 // (the client reads the first before the backend writes the second) and
 // forwards the body byte for byte.
 func TestNetHTTPBackend(t *testing.T) {
+	t.Parallel()
 	next := make(chan struct{})
 	got := make(chan []byte, 1)
 	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -93,6 +93,7 @@ func TestRoutePathNoAllocs(t *testing.T) {
 // TestMemoInThePath: a repeated long prompt is looked up in the server's
 // memo, and the chain routed on is the one computed without the memo.
 func TestMemoInThePath(t *testing.T) {
+	t.Parallel()
 	s := newOfflineServer(t, "kvca")
 	off := DefaultConfig()
 	off.Backends = s.cfg.Backends

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvca/kvca/internal/testkit"
 )
 
 // What a refused or answered probe does to its connection.
@@ -305,7 +307,7 @@ func TestRequestIDOnEveryAnswer(t *testing.T) {
 				c.Backends = []string{dead.url("")}
 				c.HealthInterval = 20 * time.Millisecond
 			})
-			waitFor(t, "the backend ejected", func() bool { return !ds.fleet().sched.Backends[0].Healthy() })
+			testkit.WaitUntil(t, "the backend ejected", func() bool { return !ds.fleet().sched.Backends[0].Healthy() })
 
 			body := conversation(1, 0, false)
 			for _, tc := range []idCase{
@@ -433,11 +435,12 @@ func TestRequestIDNotInjected(t *testing.T) {
 			b := newRawBackend(t, nil)
 			logs := &lockedBuffer{}
 			_, d := startRawProxy(t, m, logs, func(c *Config) { c.Backends = []string{b.url("")} })
+			// The client's id is not hex: a generated one never contains it.
 			for _, req := range []string{
-				"GET /v1/files HTTP/1.1\r\nHost: x\r\nX-Request-Id: abc\rSet-Cookie: x=1\r\n\r\n",
-				"GET /v1/files HTTP/1.1\r\nHost: x\r\nX-Request-Id: abc\rSet-Cookie: x=1",
-				"GET /v1/files HTTP/1.1\r\nHost: x\r\nX-Request-Id: abc\x00Set-Cookie: x=1\r\n\r\n",
-				"GET /v1/files HTTP/1.1\r\nHost: x\r\nX-Request-Id: abc\nSet-Cookie: x=1\r\n\r\n",
+				"GET /v1/files HTTP/1.1\r\nHost: x\r\nX-Request-Id: xyz\rSet-Cookie: x=1\r\n\r\n",
+				"GET /v1/files HTTP/1.1\r\nHost: x\r\nX-Request-Id: xyz\rSet-Cookie: x=1",
+				"GET /v1/files HTTP/1.1\r\nHost: x\r\nX-Request-Id: xyz\x00Set-Cookie: x=1\r\n\r\n",
+				"GET /v1/files HTTP/1.1\r\nHost: x\r\nX-Request-Id: xyz\nSet-Cookie: x=1\r\n\r\n",
 			} {
 				c := d.dial(t)
 				c.send(req)
@@ -445,7 +448,7 @@ func TestRequestIDNotInjected(t *testing.T) {
 				if r.status != 400 {
 					t.Fatalf("%q: status %d", req, r.status)
 				}
-				if strings.Contains(r.head, "Set-Cookie") || strings.Count(r.head, "\r") != strings.Count(r.head, "\r\n") {
+				if strings.Contains(r.head, "Set-Cookie") || strings.Contains(r.head, "xyz") || strings.Count(r.head, "\r") != strings.Count(r.head, "\r\n") {
 					t.Fatalf("%q: the client's bytes reached the answer's head: %q", req, r.head)
 				}
 				ids := r.fields("X-Request-Id")

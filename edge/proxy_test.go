@@ -3,7 +3,6 @@ package edge
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kvca/kvca/internal/testkit"
 )
 
 func startProxy(t *testing.T, mod func(*Config), backends ...*testBackend) *Server {
@@ -32,15 +33,7 @@ func startProxy(t *testing.T, mod func(*Config), backends ...*testBackend) *Serv
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = s.Shutdown(ctx)
-	})
-	return s
+	return testkit.Serve(t, s)
 }
 
 var client = &http.Client{Timeout: 20 * time.Second}
@@ -74,27 +67,22 @@ func conversation(id, n int, stream bool) string {
 
 func backendOf(resp *http.Response) string { return resp.Header.Get("X-Backend") }
 
+// waitIdle waits until every backend's load (active requests, blocks in
+// prefill) is released.
 func waitIdle(t *testing.T, s *Server) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		busy := ""
+	testkit.WaitUntil(t, "every backend's load released", func() bool {
 		for _, b := range s.fleet().sched.Backends {
 			if b.Active() != 0 || b.Prefill() != 0 {
-				busy += fmt.Sprintf(" %s active=%d prefill=%d", b.Name, b.Active(), b.Prefill())
+				return false
 			}
 		}
-		if busy == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("load not released:%s", busy)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return true
+	})
 }
 
 func TestExactBytesForwarded(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, "a")
 	s := startProxy(t, nil, b)
 	body := "{ \"messages\" : [ {\"role\":\"user\",\"content\":\"caf\\u00e9 \\/ spaced   out\"} ],\n\"model\":\"m\" , \"model\":\"m\"}"
@@ -116,6 +104,7 @@ func TestExactBytesForwarded(t *testing.T) {
 }
 
 func TestConversationsStickAndFirstTurnsSpread(t *testing.T) {
+	t.Parallel()
 	for _, policy := range []string{"kvca", "cost", "kvca-cost"} {
 		t.Run(policy, func(t *testing.T) {
 			bs := []*testBackend{newTestBackend(t, "a"), newTestBackend(t, "b"), newTestBackend(t, "c"), newTestBackend(t, "d")}
@@ -155,6 +144,7 @@ func TestConversationsStickAndFirstTurnsSpread(t *testing.T) {
 }
 
 func TestStreamingIsIncremental(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, "a")
 	b.gate = make(chan struct{})
 	b.events = 3
@@ -202,6 +192,7 @@ func readEvent(r *bufio.Reader) (string, error) {
 }
 
 func TestBadBodies(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, "a")
 	s := startProxy(t, nil, b)
 	cases := map[string]string{
@@ -246,6 +237,7 @@ func TestBadBodies(t *testing.T) {
 }
 
 func TestTooLarge(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, "a")
 	s := startProxy(t, func(c *Config) { c.MaxBodyBytes = 1000 }, b)
 	resp, out := post(t, s, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"`+strings.Repeat("x", 5000)+`"}]}`)
@@ -258,6 +250,7 @@ func TestTooLarge(t *testing.T) {
 }
 
 func TestAbandonedStreamsReleaseLoad(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, "a")
 	b.gate = make(chan struct{})
 	// Enough events that writes to a gone client must fail: the first
@@ -308,6 +301,7 @@ func TestAbandonedStreamsReleaseLoad(t *testing.T) {
 }
 
 func TestDeadBackendCausesNoFailure(t *testing.T) {
+	t.Parallel()
 	live1, live2 := newTestBackend(t, "a"), newTestBackend(t, "b")
 	dead := newTestBackend(t, "dead")
 	deadURL := dead.url()
@@ -330,6 +324,7 @@ func TestDeadBackendCausesNoFailure(t *testing.T) {
 }
 
 func TestAllBackendsDown(t *testing.T) {
+	t.Parallel()
 	dead := newTestBackend(t, "dead")
 	url := dead.url()
 	dead.close()
@@ -338,10 +333,7 @@ func TestAllBackendsDown(t *testing.T) {
 	if resp.StatusCode != 502 && resp.StatusCode != 503 {
 		t.Fatalf("status %d: %s", resp.StatusCode, out)
 	}
-	deadline := time.Now().Add(3 * time.Second)
-	for s.fleet().sched.Backends[0].Healthy() && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.WaitUntil(t, "the dead backend ejected", func() bool { return !s.fleet().sched.Backends[0].Healthy() })
 	resp, out = post(t, s, "/v1/chat/completions", conversation(1, 0, false))
 	if resp.StatusCode != 503 || !strings.Contains(out, "no_healthy_backend") {
 		t.Fatalf("status %d: %s", resp.StatusCode, out)
@@ -353,8 +345,10 @@ func TestAllBackendsDown(t *testing.T) {
 }
 
 func TestHeaderTimeoutGives504(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, "slow")
-	b.delayHeaders = 500 * time.Millisecond
+	b.hold = make(chan struct{}) // no answer before the test ends
+	t.Cleanup(func() { close(b.hold) })
 	s := startProxy(t, func(c *Config) { c.UpstreamHeaderTimeout = 100 * time.Millisecond }, b)
 	resp, out := post(t, s, "/v1/chat/completions", conversation(1, 0, false))
 	if resp.StatusCode != 504 {
@@ -367,6 +361,7 @@ func TestHeaderTimeoutGives504(t *testing.T) {
 }
 
 func TestVacuumReclaimsIdleLocations(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, "a")
 	s := startProxy(t, func(c *Config) { c.TTL = 150 * time.Millisecond }, b)
 	for i := 0; i < 5; i++ {
@@ -375,19 +370,14 @@ func TestVacuumReclaimsIdleLocations(t *testing.T) {
 	if s.table.Stats().Blocks == 0 {
 		t.Fatal("nothing learned")
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for s.table.Stats().Blocks != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("vacuum left %d blocks", s.table.Stats().Blocks)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.WaitUntil(t, "the vacuum to reclaim every block", func() bool { return s.table.Stats().Blocks == 0 })
 	if st := s.table.Stats(); st.EvictedExpired == 0 || st.Locations != 0 {
 		t.Fatalf("stats after vacuum: %+v", st)
 	}
 }
 
 func TestErrorsNotLearned(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, "a")
 	b.status.Store(500)
 	s := startProxy(t, nil, b)
@@ -402,6 +392,7 @@ func TestErrorsNotLearned(t *testing.T) {
 }
 
 func TestModelsAndPassthroughAndAdmin(t *testing.T) {
+	t.Parallel()
 	a, b := newTestBackend(t, "a"), newTestBackend(t, "b")
 	s := startProxy(t, nil, a, b)
 	r, err := client.Get("http://" + s.Addr() + "/v1/models")
@@ -470,6 +461,7 @@ func TestModelsAndPassthroughAndAdmin(t *testing.T) {
 }
 
 func TestRequestID(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, "a")
 	s := startProxy(t, nil, b)
 	req, _ := http.NewRequest("POST", "http://"+s.Addr()+"/v1/chat/completions", strings.NewReader(conversation(1, 0, false)))
@@ -543,6 +535,7 @@ func scriptedStream(t *testing.T) (url string, head chan struct{}, gate chan str
 // before it prefills; the novel-block load stays reserved until the first
 // body byte (by default) or goes at the headers (--prefill-release headers).
 func TestPrefillReleasedAfterPrefill(t *testing.T) {
+	t.Parallel()
 	for _, atHeaders := range []bool{false, true} {
 		t.Run(fmt.Sprintf("at_headers=%v", atHeaders), func(t *testing.T) {
 			url, head, gate := scriptedStream(t)
@@ -586,21 +579,36 @@ func TestPrefillReleasedAfterPrefill(t *testing.T) {
 // TestPredictedLocation: with --predict-ttl, a request that extends one
 // still waiting for its answer follows it; without, it goes by load.
 func TestPredictedLocation(t *testing.T) {
+	t.Parallel()
 	for _, predict := range []time.Duration{0, 5 * time.Second} {
-		a, b := newTestBackend(t, "a"), newTestBackend(t, "b")
-		a.delayHeaders, b.delayHeaders = 1500*time.Millisecond, 1500*time.Millisecond
-		s := startProxy(t, func(c *Config) { c.PredictTTL = predict }, a, b)
-		first := make(chan string, 1)
-		go func() {
-			resp, _ := post(t, s, "/v1/chat/completions", conversation(1, 1, false))
-			first <- backendOf(resp)
-		}()
-		waitFor(t, "first request at a backend", func() bool { return a.hits.Load()+b.hits.Load() == 1 })
-		resp, _ := post(t, s, "/v1/chat/completions", conversation(1, 2, false))
-		home := <-first
-		if same := backendOf(resp) == home; same != (predict > 0) {
-			t.Fatalf("predict=%v: first on %s, second on %s", predict, home, backendOf(resp))
-		}
-		waitIdle(t, s)
+		t.Run(predict.String(), func(t *testing.T) {
+			t.Parallel()
+			a, b := newTestBackend(t, "a"), newTestBackend(t, "b")
+			// Both requests stay in flight until both have been routed:
+			// the second is routed knowing only what the first predicted.
+			hold := make(chan struct{})
+			a.hold, b.hold = hold, hold
+			s := startProxy(t, func(c *Config) { c.PredictTTL = predict }, a, b)
+			backends := make(chan string, 2)
+			send := func(turn int) { // off the test goroutine: no t.Fatal
+				resp, err := client.Post("http://"+s.Addr()+"/v1/chat/completions", "application/json", strings.NewReader(conversation(1, turn, false)))
+				if err != nil {
+					backends <- err.Error()
+					return
+				}
+				resp.Body.Close()
+				backends <- backendOf(resp)
+			}
+			go send(1)
+			testkit.WaitUntil(t, "first request at a backend", func() bool { return a.hits.Load()+b.hits.Load() == 1 })
+			go send(2)
+			testkit.WaitUntil(t, "second request at a backend", func() bool { return a.hits.Load()+b.hits.Load() == 2 })
+			close(hold)
+			first, second := <-backends, <-backends
+			if same := first == second; same != (predict > 0) {
+				t.Fatalf("predict=%v: requests on %s and %s", predict, first, second)
+			}
+			waitIdle(t, s)
+		})
 	}
 }

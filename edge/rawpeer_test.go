@@ -3,22 +3,19 @@
 package edge
 
 import (
-	"bufio"
-	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/kvca/kvca/internal/testkit"
 )
 
 // Raw peers: a backend and a client that speak bytes, so that what a test
@@ -70,117 +67,54 @@ type rawAnswer struct {
 	hold <-chan struct{}
 }
 
-// rawBackend is a scripted backend on loopback: it records every request
-// exactly as received and answers what answer returns. Health probes are
-// answered 200 and not recorded.
+// rawBackend is a scripted backend on loopback (a testkit.Backend): it
+// records every request exactly as received and answers what answer
+// returns. Health probes are answered 200 and not recorded.
 type rawBackend struct {
-	t      *testing.T
-	ln     net.Listener
+	*testkit.Backend
 	answer func(r rawReq) rawAnswer
 	reqs   chan rawReq
 	done   chan struct{}
 	health chan struct{} // one value per health probe answered (dropped when full)
 	// healthStatus, when set, is the status health probes get.
 	healthStatus atomic.Int32
-
-	mu     sync.Mutex
-	conns  map[int]net.Conn
-	nconns int
-	wg     sync.WaitGroup
 }
 
 const okJSON = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
 
 func newRawBackend(t *testing.T, answer func(r rawReq) rawAnswer) *rawBackend {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	if answer == nil {
 		answer = func(rawReq) rawAnswer { return rawAnswer{resp: okJSON} }
 	}
-	b := &rawBackend{t: t, ln: ln, answer: answer, reqs: make(chan rawReq, 256), done: make(chan struct{}),
-		health: make(chan struct{}, 64), conns: map[int]net.Conn{}}
-	b.wg.Add(1)
-	go b.serve()
-	t.Cleanup(b.stop)
+	b := &rawBackend{answer: answer, reqs: make(chan rawReq, 256), done: make(chan struct{}),
+		health: make(chan struct{}, 64)}
+	b.Backend = testkit.StartBackend(t, b.conn)
+	// Registered after StartBackend's, so it runs first: held answers let
+	// go before the backend waits for its handlers.
+	t.Cleanup(func() { close(b.done) })
 	return b
 }
 
 // url is the backend's URL with path (e.g. "/engine1") and model m fixed,
 // so that no model discovery request reaches it.
-func (b *rawBackend) url(path string) string { return "http://" + b.ln.Addr().String() + path + "#m" }
+func (b *rawBackend) url(path string) string { return b.URL() + path + "#m" }
 
-func (b *rawBackend) authority() string { return b.ln.Addr().String() }
+func (b *rawBackend) authority() string { return b.Addr() }
 
-func (b *rawBackend) stop() {
-	b.ln.Close()
-	close(b.done)
-	b.closeConns()
-	b.wg.Wait()
-}
-
-// closeConns closes every open backend connection, as a backend that
-// drops idle keep-alive connections does.
-func (b *rawBackend) closeConns() {
-	b.mu.Lock()
-	for _, c := range b.conns {
-		c.Close()
-	}
-	b.mu.Unlock()
-}
-
-func (b *rawBackend) serve() {
-	defer b.wg.Done()
+func (b *rawBackend) conn(c *testkit.Conn) {
 	for {
-		c, err := b.ln.Accept()
-		if err != nil {
+		h := c.NextHead()
+		if h == nil {
 			return
 		}
-		b.mu.Lock()
-		id := b.nconns
-		b.nconns++
-		b.conns[id] = c
-		b.mu.Unlock()
-		b.wg.Add(1)
-		go func() {
-			defer b.wg.Done()
-			defer func() {
-				b.mu.Lock()
-				delete(b.conns, id)
-				b.mu.Unlock()
-				c.Close()
-			}()
-			b.conn(id, c)
-		}()
-	}
-}
-
-func (b *rawBackend) conn(id int, c net.Conn) {
-	br := bufio.NewReader(c)
-	for {
-		var head strings.Builder
-		for {
-			l, err := br.ReadString('\n')
-			head.WriteString(l)
-			if err != nil {
-				return
-			}
-			if l == "\r\n" {
-				break
-			}
-		}
-		r := rawReq{conn: id, head: head.String()}
+		r := rawReq{conn: c.N, head: h.Raw}
 		if cl := r.fields("content-length"); len(cl) == 1 {
 			n, err := strconv.Atoi(cl[0])
 			if err != nil {
 				return
 			}
-			r.body = make([]byte, n)
-			if _, err := io.ReadFull(br, r.body); err != nil {
-				return
-			}
+			r.body = c.ReadN(n)
 		}
 		if p := strings.Fields(r.line()); len(p) == 3 && strings.HasSuffix(p[1], "/health") {
 			status := b.healthStatus.Load()
@@ -206,6 +140,8 @@ func (b *rawBackend) conn(id int, c net.Conn) {
 				return
 			}
 		}
+		// Not c.Send: the proxy may have given up on the answer and
+		// closed the connection, which is no failure of the test.
 		if _, err := io.WriteString(c, a.resp); err != nil || a.close {
 			return
 		}
@@ -253,9 +189,8 @@ func (r rawResp) field(name string) string {
 
 // rawConn is a client connection to a proxy.
 type rawConn struct {
-	t  *testing.T
-	c  net.Conn
-	br *bufio.Reader
+	*testkit.Conn
+	t *testing.T
 }
 
 // dialer opens raw client connections to one proxy, plain or TLS.
@@ -266,124 +201,26 @@ type dialer struct {
 
 func (d dialer) dial(t *testing.T) *rawConn {
 	t.Helper()
-	var c net.Conn
-	var err error
-	if d.tls != nil {
-		c, err = tls.Dial("tcp", d.addr, d.tls)
-	} else {
-		c, err = net.Dial("tcp", d.addr)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	_ = c.SetDeadline(time.Now().Add(15 * time.Second))
-	return &rawConn{t: t, c: c, br: bufio.NewReader(c)}
+	return &rawConn{testkit.DialTLS(t, d.addr, d.tls), t}
 }
 
 func (c *rawConn) send(s string) {
 	c.t.Helper()
-	if _, err := io.WriteString(c.c, s); err != nil {
-		c.t.Fatalf("write: %v", err)
-	}
+	c.Send(s)
 }
 
 // read reads one answer; head: the request was HEAD (no body follows).
 func (c *rawConn) read(head bool) rawResp {
 	c.t.Helper()
-	r, err := readRawResp(c.br, head)
-	if err != nil {
-		c.t.Fatalf("reading the answer: %v (got %q)", err, r.head)
-	}
-	return r
-}
-
-func readRawResp(br *bufio.Reader, head bool) (rawResp, error) {
-	var r rawResp
-	var h strings.Builder
-	for {
-		l, err := br.ReadString('\n')
-		h.WriteString(l)
-		if err != nil {
-			r.head = h.String()
-			return r, err
-		}
-		if l == "\r\n" {
-			break
-		}
-	}
-	r.head = h.String()
-	p := strings.SplitN(r.head, " ", 3)
-	if len(p) < 3 || !strings.HasPrefix(p[0], "HTTP/1.") {
-		return r, fmt.Errorf("bad status line")
-	}
-	r.status, _ = strconv.Atoi(p[1])
-	if head || r.status < 200 || r.status == 204 || r.status == 304 {
-		return r, nil
-	}
-	if cl := r.fields("content-length"); len(cl) > 0 {
-		n, err := strconv.Atoi(cl[0])
-		if err != nil {
-			return r, err
-		}
-		r.body = make([]byte, n)
-		_, err = io.ReadFull(br, r.body)
-		r.raw = r.body
-		return r, err
-	}
-	if te := r.fields("transfer-encoding"); len(te) > 0 {
-		var raw bytes.Buffer
-		for {
-			l, err := br.ReadString('\n')
-			raw.WriteString(l)
-			if err != nil {
-				return r, err
-			}
-			size, err := strconv.ParseInt(strings.TrimRight(strings.SplitN(l, ";", 2)[0], "\r\n"), 16, 64)
-			if err != nil {
-				return r, fmt.Errorf("chunk size %q", l)
-			}
-			if size == 0 {
-				for {
-					l, err := br.ReadString('\n')
-					raw.WriteString(l)
-					if err != nil {
-						return r, err
-					}
-					if l == "\r\n" {
-						r.raw = raw.Bytes()
-						return r, nil
-					}
-				}
-			}
-			chunk := make([]byte, size+2)
-			if _, err := io.ReadFull(br, chunk); err != nil {
-				return r, err
-			}
-			raw.Write(chunk)
-			r.body = append(r.body, chunk[:size]...)
-		}
-	}
-	b, err := io.ReadAll(br) // delimited by the close
-	r.body, r.raw = b, b
-	return r, err
+	r := c.ReadResponse(head)
+	return rawResp{status: r.Status, head: r.Raw, body: r.Body, raw: r.Wire}
 }
 
 // closed checks that the proxy closed the connection: the next read ends
 // (end of file or a reset) with no byte, before the deadline.
 func (c *rawConn) closed() {
 	c.t.Helper()
-	var b [1]byte
-	n, err := c.br.Read(b[:])
-	var ne net.Error
-	switch {
-	case n > 0:
-		c.t.Fatalf("connection still speaks: %q", b[:n])
-	case err == nil:
-		c.t.Fatal("connection not closed")
-	case errors.As(err, &ne) && ne.Timeout():
-		c.t.Fatal("connection left open")
-	}
+	c.ExpectClosed()
 }
 
 // open checks that the connection still serves: a second request on it
@@ -467,7 +304,7 @@ func accessLines(t *testing.T, logs *lockedBuffer) []accessLine {
 func logged(t *testing.T, logs *lockedBuffer, id string) accessLine {
 	t.Helper()
 	var found []accessLine
-	waitFor(t, "the access log line of "+id, func() bool {
+	testkit.WaitUntil(t, "the access log line of "+id, func() bool {
 		found = found[:0]
 		for _, a := range accessLines(t, logs) {
 			if a.RequestID == id {
@@ -486,32 +323,14 @@ func logged(t *testing.T, logs *lockedBuffer, id string) accessLine {
 // listener (0 when absent).
 func metric(t *testing.T, s *Server, series string) float64 {
 	t.Helper()
-	r, err := client.Get("http://" + s.AdminAddr() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Body.Close()
-	b, err := io.ReadAll(r.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return metricIn(string(b), series)
+	return metricIn(scrape(t, s), series)
 }
 
 // metricSum adds every series whose name and labels begin with prefix.
 func metricSum(t *testing.T, s *Server, prefix string) float64 {
 	t.Helper()
-	r, err := client.Get("http://" + s.AdminAddr() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Body.Close()
-	b, err := io.ReadAll(r.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
 	sum := 0.0
-	for _, l := range strings.Split(string(b), "\n") {
+	for _, l := range strings.Split(scrape(t, s), "\n") {
 		if strings.HasPrefix(l, prefix) {
 			i := strings.LastIndexByte(l, ' ')
 			v, err := strconv.ParseFloat(l[i+1:], 64)

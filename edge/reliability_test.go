@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvca/kvca/bench/mock"
 	"github.com/kvca/kvca/canon"
+	"github.com/kvca/kvca/internal/testkit"
 )
 
 func startEngine(t *testing.T, cfg mock.Config) *mock.Engine {
@@ -24,12 +25,7 @@ func startEngine(t *testing.T, cfg mock.Config) *mock.Engine {
 	if cfg.PrefillPerToken == 0 {
 		cfg.PrefillPerToken = time.Microsecond
 	}
-	e := mock.New(cfg)
-	if err := e.Start("127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close() })
-	return e
+	return testkit.Start(t, mock.New(cfg))
 }
 
 func mockChat(id, turn int, stream bool, maxTokens int) string {
@@ -56,6 +52,7 @@ func readAllEvents(body io.Reader) (events []string, err error) {
 }
 
 func TestBackendKilledMidStream(t *testing.T) {
+	t.Parallel()
 	bad := startEngine(t, mock.Config{Name: "bad", Faults: mock.Faults{KillAfterChunks: 2}})
 	good := startEngine(t, mock.Config{Name: "good"})
 	s := startProxy(t, func(c *Config) {
@@ -104,6 +101,7 @@ func TestBackendKilledMidStream(t *testing.T) {
 }
 
 func TestBackendDiesAndComesBack(t *testing.T) {
+	t.Parallel()
 	a := startEngine(t, mock.Config{Name: "a"})
 	b := startEngine(t, mock.Config{Name: "b"})
 	s := startProxy(t, func(c *Config) {
@@ -124,13 +122,13 @@ func TestBackendDiesAndComesBack(t *testing.T) {
 			t.Fatalf("request %d while a is down: %d %s", i, resp.StatusCode, out)
 		}
 	}
-	waitFor(t, "a ejected", func() bool { return !s.fleet().sched.Backends[0].Healthy() })
+	testkit.WaitUntil(t, "a ejected", func() bool { return !s.fleet().sched.Backends[0].Healthy() })
 	gen := s.table.Generation(0)
 	a.Restart() // its cache is gone
 	if err := a.Up(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a re-admitted", func() bool { return s.fleet().sched.Backends[0].Healthy() })
+	testkit.WaitUntil(t, "a re-admitted", func() bool { return s.fleet().sched.Backends[0].Healthy() })
 	if s.table.Generation(0) <= gen {
 		t.Fatalf("generation not bumped: %d", s.table.Generation(0))
 	}
@@ -158,52 +156,46 @@ func TestBackendDiesAndComesBack(t *testing.T) {
 	waitIdle(t, s)
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func TestRetryOn503And429BeforeAnyByte(t *testing.T) {
+	t.Parallel()
 	for _, status := range []int32{503, 429} {
-		a, b := newTestBackend(t, "a"), newTestBackend(t, "b")
-		a.status.Store(status)
-		b.status.Store(status)
-		s := startProxy(t, func(c *Config) { c.Retries = 1; c.HealthInterval = time.Hour }, a, b)
-		// Both refuse: the last answer is passed through unchanged.
-		resp, out := post(t, s, "/v1/chat/completions", conversation(1, 0, false))
-		if resp.StatusCode != int(status) || !strings.Contains(out, "backend says no") {
-			t.Fatalf("%d: got %d %s", status, resp.StatusCode, out)
-		}
-		// One refuses: the client never sees it.
-		b.status.Store(0)
-		for i := 0; i < 6; i++ {
-			resp, out := post(t, s, "/v1/chat/completions", conversation(i, 0, false))
-			if resp.StatusCode != 200 || backendOf(resp) != "b" {
-				t.Fatalf("%d: got %d from %q: %s", status, resp.StatusCode, backendOf(resp), out)
+		t.Run(fmt.Sprint(status), func(t *testing.T) {
+			t.Parallel()
+			a, b := newTestBackend(t, "a"), newTestBackend(t, "b")
+			a.status.Store(status)
+			b.status.Store(status)
+			s := startProxy(t, func(c *Config) { c.Retries = 1; c.HealthInterval = time.Hour }, a, b)
+			// Both refuse: the last answer is passed through unchanged.
+			resp, out := post(t, s, "/v1/chat/completions", conversation(1, 0, false))
+			if resp.StatusCode != int(status) || !strings.Contains(out, "backend says no") {
+				t.Fatalf("%d: got %d %s", status, resp.StatusCode, out)
 			}
-		}
-		if s.table.Stats().Blocks == 0 {
-			t.Fatal("successful retries not learned")
-		}
-		waitIdle(t, s)
-		// With retries off the refusal reaches the client.
-		s2 := startProxy(t, func(c *Config) { c.Retries = 0; c.Backends = []string{a.url()} })
-		if resp, _ := post(t, s2, "/v1/chat/completions", conversation(1, 0, false)); resp.StatusCode != int(status) {
-			t.Fatalf("retries=0: %d", resp.StatusCode)
-		}
-		if s2.table.Stats().Blocks != 0 {
-			t.Fatal("an error answer was learned")
-		}
+			// One refuses: the client never sees it.
+			b.status.Store(0)
+			for i := 0; i < 6; i++ {
+				resp, out := post(t, s, "/v1/chat/completions", conversation(i, 0, false))
+				if resp.StatusCode != 200 || backendOf(resp) != "b" {
+					t.Fatalf("%d: got %d from %q: %s", status, resp.StatusCode, backendOf(resp), out)
+				}
+			}
+			if s.table.Stats().Blocks == 0 {
+				t.Fatal("successful retries not learned")
+			}
+			waitIdle(t, s)
+			// With retries off the refusal reaches the client.
+			s2 := startProxy(t, func(c *Config) { c.Retries = 0; c.Backends = []string{a.url()} })
+			if resp, _ := post(t, s2, "/v1/chat/completions", conversation(1, 0, false)); resp.StatusCode != int(status) {
+				t.Fatalf("retries=0: %d", resp.StatusCode)
+			}
+			if s2.table.Stats().Blocks != 0 {
+				t.Fatal("an error answer was learned")
+			}
+		})
 	}
 }
 
 func TestStreamIdleTimeout(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, "stall")
 	b.gate = make(chan struct{}) // never released: the stream stalls after one event
 	b.events = 3
@@ -221,6 +213,7 @@ func TestStreamIdleTimeout(t *testing.T) {
 }
 
 func TestAllDownThenOneReturns(t *testing.T) {
+	t.Parallel()
 	e := startEngine(t, mock.Config{Name: "only"})
 	s := startProxy(t, func(c *Config) {
 		c.Backends = []string{e.URL()}
@@ -229,7 +222,7 @@ func TestAllDownThenOneReturns(t *testing.T) {
 	if err := e.Down(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "backend unhealthy", func() bool { return !s.fleet().sched.Backends[0].Healthy() })
+	testkit.WaitUntil(t, "backend unhealthy", func() bool { return !s.fleet().sched.Backends[0].Healthy() })
 	start := time.Now()
 	resp, out := post(t, s, "/v1/chat/completions", mockChat(1, 0, false, 2))
 	if resp.StatusCode != 503 {
@@ -241,7 +234,7 @@ func TestAllDownThenOneReturns(t *testing.T) {
 	if err := e.Up(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "backend back", func() bool { return s.fleet().sched.Backends[0].Healthy() })
+	testkit.WaitUntil(t, "backend back", func() bool { return s.fleet().sched.Backends[0].Healthy() })
 	if resp, out := post(t, s, "/v1/chat/completions", mockChat(1, 0, false, 2)); resp.StatusCode != 200 {
 		t.Fatalf("after return: %d %s", resp.StatusCode, out)
 	}
@@ -262,6 +255,7 @@ func readyStatus(t *testing.T, s *Server) int {
 }
 
 func TestGracefulDrain(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, "a")
 	b.gate = make(chan struct{})
 	b.events = 3
@@ -310,7 +304,7 @@ func TestGracefulDrain(t *testing.T) {
 		done <- s.Shutdown(ctx)
 	}()
 	// New connections are refused while the streams drain.
-	waitFor(t, "listener closed", func() bool {
+	testkit.WaitUntil(t, "listener closed", func() bool {
 		c, err := net.DialTimeout("tcp", s.Addr(), 200*time.Millisecond)
 		if err != nil {
 			return true
@@ -340,6 +334,7 @@ func TestGracefulDrain(t *testing.T) {
 // request is answered 503 upstream_busy (or served elsewhere), and the
 // backend is not ejected however often it happens.
 func TestBusyBackendIsNotEjected(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, "a")
 	b.gate = make(chan struct{})
 	b.events = 2
@@ -350,7 +345,7 @@ func TestBusyBackendIsNotEjected(t *testing.T) {
 	}, b)
 	// Model discovery shares the pool: let it finish so that it does not
 	// hold the only connection when the first stream is sent.
-	waitFor(t, "models discovered", func() bool {
+	testkit.WaitUntil(t, "models discovered", func() bool {
 		idx := s.models.Load()
 		return idx != nil && idx.wild.Empty()
 	})
@@ -367,7 +362,7 @@ func TestBusyBackendIsNotEjected(t *testing.T) {
 		}
 		first <- err
 	}()
-	waitFor(t, "first stream at the backend", func() bool {
+	testkit.WaitUntil(t, "first stream at the backend", func() bool {
 		select {
 		case err := <-first:
 			t.Fatalf("first stream ended early: %v", err)
@@ -404,11 +399,12 @@ func TestBusyBackendIsNotEjected(t *testing.T) {
 // --drain-delay: at shutdown /ready fails at once while requests are
 // still served; the listener closes only after the delay.
 func TestDrainDelay(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, "a")
 	s := startProxy(t, func(c *Config) { c.DrainDelay = 400 * time.Millisecond }, b)
 	done := make(chan error, 1)
 	go func() { done <- s.Shutdown(context.Background()) }()
-	waitFor(t, "/ready failing", func() bool {
+	testkit.WaitUntil(t, "/ready failing", func() bool {
 		resp, err := client.Get("http://" + s.Addr() + "/ready")
 		if err != nil {
 			return false
@@ -439,6 +435,7 @@ func TestDrainDelay(t *testing.T) {
 // the other backend, which answers. Without the exclusion the holder
 // would be picked again and the client would get a 502.
 func TestRetryExcludesTheFailedBackend(t *testing.T) {
+	t.Parallel()
 	a, b := newTestBackend(t, "a"), newTestBackend(t, "b")
 	s := startProxy(t, func(c *Config) {
 		c.Policy, c.Retries, c.FailThreshold, c.HealthInterval = "kvca", 1, 10, 0
@@ -476,6 +473,7 @@ func TestRetryExcludesTheFailedBackend(t *testing.T) {
 // with the SSE error event (never a clean-looking end), returns an error
 // saying so, and releases the stream's load.
 func TestShutdownDeadlineCutsStreams(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, "a")
 	b.events = 3
 	b.gate = make(chan struct{}) // the stream stalls after its first event

@@ -141,7 +141,7 @@ func TestIdleConnectionDroppedByBackend(t *testing.T) {
 					t.Fatalf("request %d on a connection the backend had closed", i)
 				}
 				last = up.conn
-				b.closeConns()
+				b.CloseConns()
 			}
 			if n := metricSum(t, s, upstreamErrors); n != 0 {
 				t.Fatalf("%v upstream errors counted", n)

@@ -10,6 +10,7 @@ import (
 // TestSessionOnlyForSessionHash: the session hash is computed for the
 // policy that routes by it and skipped for the others, with the same chain.
 func TestSessionOnlyForSessionHash(t *testing.T) {
+	t.Parallel()
 	body := []byte(`{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":"` + strings.Repeat("hello ", 200) + `"}]}`)
 	var chains [][]uint64
 	for _, policy := range []string{"session-hash", "kvca"} {

@@ -2,16 +2,17 @@ package edge
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/kvca/kvca/bench/mock"
+	"github.com/kvca/kvca/internal/testkit"
 )
 
 func TestEngineTelemetryWired(t *testing.T) {
+	t.Parallel()
 	e := startEngine(t, mock.Config{Name: "e0", CacheTokens: 1 << 16})
 	plain := newTestBackend(t, "plain") // answers /metrics with no exposition: off
 	s := startProxy(t, func(c *Config) {
@@ -21,7 +22,7 @@ func TestEngineTelemetryWired(t *testing.T) {
 		c.BackendCacheTokens = []int64{0, 4096}
 		c.HealthInterval = time.Hour
 	})
-	waitFor(t, "both backends' telemetry", func() bool {
+	testkit.WaitUntil(t, "both backends' telemetry", func() bool {
 		st := s.State()
 		return st.Backends[0].Engine != nil && st.Backends[0].Engine.Status == "on" &&
 			st.Backends[1].Engine != nil && st.Backends[1].Engine.Status == "off"
@@ -37,21 +38,13 @@ func TestEngineTelemetryWired(t *testing.T) {
 	// A restart of the engine resets its locations: generation 2.
 	gen := s.table.Generation(0)
 	e.Restart()
-	waitFor(t, "the restart to be seen", func() bool { return s.table.Generation(0) == gen+1 })
+	testkit.WaitUntil(t, "the restart to be seen", func() bool { return s.table.Generation(0) == gen+1 })
 	if got := s.State().Backends[0].Engine.Restarts; got != 1 {
 		t.Fatalf("restarts %d", got)
 	}
-	resp, err := http.Get("http://" + s.AdminAddr() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	body := scrape(t, s)
 	for _, want := range []string{"kvca_engine_metrics_up{", "kvca_engine_restarts_total{", `kvca_table_evictions_total{reason="backend_capacity"}`} {
-		if !strings.Contains(string(body), want) {
+		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}

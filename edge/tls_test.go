@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/valyala/fasthttp"
+	"github.com/kvca/kvca/internal/testkit"
 )
 
 // testCA issues throwaway certificates; nothing is committed.
@@ -100,6 +100,7 @@ func peerCN(t *testing.T, addr string, ca *testCA) string {
 }
 
 func TestTLSEdgeStreamingAndRotation(t *testing.T) {
+	t.Parallel()
 	ca := newTestCA(t)
 	dir := t.TempDir()
 	c1, k1 := ca.issue(t, "first")
@@ -129,7 +130,7 @@ func TestTLSEdgeStreamingAndRotation(t *testing.T) {
 	// ...keeps going while the certificate rotates under it.
 	c2, k2 := ca.issue(t, "second")
 	writePair(t, dir, "edge", c2, k2)
-	waitFor(t, "rotated certificate served", func() bool { return peerCN(t, s.Addr(), ca) == "second" })
+	testkit.WaitUntil(t, "rotated certificate served", func() bool { return peerCN(t, s.Addr(), ca) == "second" })
 	b.gate <- struct{}{}
 	b.gate <- struct{}{}
 	events, err := readAllEvents(r)
@@ -139,7 +140,7 @@ func TestTLSEdgeStreamingAndRotation(t *testing.T) {
 	}
 	// A bad pair keeps the current one in service and is counted.
 	os.WriteFile(cf, []byte("not a certificate"), 0o600)
-	waitFor(t, "reload failure counted", func() bool { return s.tlsPub.failed.Load() > 0 })
+	testkit.WaitUntil(t, "reload failure counted", func() bool { return s.tlsPub.failed.Load() > 0 })
 	if peerCN(t, s.Addr(), ca) != "second" {
 		t.Fatal("bad pair replaced the good one")
 	}
@@ -158,13 +159,8 @@ func TestTLSEdgeStreamingAndRotation(t *testing.T) {
 
 // tlsBackend serves testBackend's handler over TLS with the given pair.
 func tlsBackend(t *testing.T, name string, certPEM, keyPEM []byte, clientCAs *x509.CertPool) *testBackend {
-	b := newTestBackend(t, name)
-	b.close()
+	t.Helper()
 	pair, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,13 +169,11 @@ func tlsBackend(t *testing.T, name string, certPEM, keyPEM []byte, clientCAs *x5
 		tc.ClientCAs = clientCAs
 		tc.ClientAuth = tls.RequireAndVerifyClientCert
 	}
-	b.ln = tls.NewListener(ln, tc)
-	b.srv = &fasthttp.Server{Handler: b.handle, CloseOnShutdown: true}
-	go b.srv.Serve(b.ln)
-	return b
+	return newTestBackendOn(t, name, tls.NewListener(listenLocal(t), tc))
 }
 
 func TestHTTPSBackends(t *testing.T) {
+	t.Parallel()
 	ca := newTestCA(t)
 	dir := t.TempDir()
 	cp, kp := ca.issue(t, "backend")
@@ -242,6 +236,7 @@ func TestHTTPSBackends(t *testing.T) {
 }
 
 func TestAdminTokenAndTLS(t *testing.T) {
+	t.Parallel()
 	ca := newTestCA(t)
 	c1, k1 := ca.issue(t, "admin")
 	cf, kf := writePair(t, t.TempDir(), "admin", c1, k1)

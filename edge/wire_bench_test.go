@@ -3,15 +3,14 @@ package edge
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"net"
 	"runtime"
 	"sync"
 	"testing"
-	"time"
 
+	"github.com/kvca/kvca/internal/testkit"
 	"github.com/valyala/fasthttp"
 )
 
@@ -35,13 +34,7 @@ func startWireBackend(tb testing.TB) string {
 }
 
 func startWireBackendLn(tb testing.TB, wrap func(net.Listener) net.Listener) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	ln := wrap(l)
 	srv := &fasthttp.Server{
-		CloseOnShutdown: true,
 		Handler: func(ctx *fasthttp.RequestCtx) {
 			ctx.SetContentType("application/json")
 			if string(ctx.Path()) == "/v1/models" {
@@ -61,8 +54,8 @@ func startWireBackendLn(tb testing.TB, wrap func(net.Listener) net.Listener) str
 			ctx.SetBodyStream(w, -1)
 		},
 	}
-	go func() { _ = srv.Serve(ln) }()
-	tb.Cleanup(func() { _ = srv.Shutdown() })
+	ln := wrap(listenLocal(tb))
+	serveHTTP(tb, ln, srv)
 	return "http://" + ln.Addr().String()
 }
 
@@ -105,15 +98,7 @@ func startWireProxy(tb testing.TB, backend, model string) *Server {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if err := s.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = s.Shutdown(ctx)
-	})
-	return s
+	return testkit.Serve(tb, s)
 }
 
 // wireClient speaks just enough HTTP/1.1 over one keep-alive connection to

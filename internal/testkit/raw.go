@@ -3,6 +3,7 @@ package testkit
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -28,19 +29,51 @@ const IOTimeout = 10 * time.Second
 // one handed to a Backend handler they may run on the handler's goroutine.
 type Conn struct {
 	net.Conn
-	R    *bufio.Reader
+	R *bufio.Reader
+	// N is a Backend connection's place in accept order, from 0.
+	N    int
 	t    testing.TB
 	fail func(format string, args ...any)
+	// cut: the Backend's CloseConns closed it, so what fails on it next
+	// is the test's doing.
+	cut atomic.Bool
 }
 
 // Dial connects to addr and closes the connection when the test ends.
 func Dial(t testing.TB, addr string) *Conn {
+	t.Helper()
+	return DialTLS(t, addr, nil)
+}
+
+// DialTLS is Dial over TLS with cfg (nil: plain TCP); the handshake is
+// done before it returns.
+func DialTLS(t testing.TB, addr string, cfg *tls.Config) *Conn {
 	t.Helper()
 	nc, err := net.DialTimeout("tcp", addr, IOTimeout)
 	if err != nil {
 		t.Fatalf("dial %s: %v", addr, err)
 	}
 	t.Cleanup(func() { nc.Close() })
+	if cfg != nil {
+		if cfg.ServerName == "" {
+			// As tls.Dial does: the certificate must name the host dialled.
+			cfg = cfg.Clone()
+			cfg.ServerName, _, _ = net.SplitHostPort(addr)
+		}
+		tc := tls.Client(nc, cfg)
+		_ = tc.SetDeadline(time.Now().Add(IOTimeout))
+		if err := tc.Handshake(); err != nil {
+			t.Fatalf("TLS handshake with %s: %v", addr, err)
+		}
+		_ = tc.SetDeadline(time.Time{})
+		nc = tc
+	}
+	return Wrap(t, nc)
+}
+
+// Wrap is a Conn over nc, a connection the test made otherwise (one whose
+// dial may fail as part of what is tested). It does not close nc.
+func Wrap(t testing.TB, nc net.Conn) *Conn {
 	return &Conn{Conn: nc, R: bufio.NewReader(nc), t: t, fail: t.Fatalf}
 }
 
@@ -77,6 +110,24 @@ func (c *Conn) ReadHead() *Head {
 		c.fail("read head: %v", err)
 	}
 	return h
+}
+
+// NextHead is ReadHead for a server reading a connection's next request:
+// it waits with no deadline, since a kept-alive connection may idle for
+// as long as the test runs, and returns nil when the peer closes (or
+// resets) the connection before a next message begins.
+func (c *Conn) NextHead() *Head {
+	c.t.Helper()
+	if err := c.SetReadDeadline(time.Time{}); err != nil {
+		c.fail("clear read deadline: %v", err)
+	}
+	if _, err := c.R.Peek(1); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || isReset(err) {
+			return nil
+		}
+		c.fail("waiting for a next message: %v", err)
+	}
+	return c.ReadHead()
 }
 
 func (c *Conn) readHead() (*Head, error) {
@@ -142,6 +193,70 @@ func (c *Conn) ReadN(n int) []byte {
 	return b
 }
 
+// Response is one answer as it came: its head, its body as the client
+// sees it (de-chunked) and as it was framed on the wire.
+type Response struct {
+	*Head
+	Body []byte
+	Wire []byte
+}
+
+// ReadResponse reads one answer, framed by its Content-Length, its chunked
+// coding (trailers read and dropped) or the close of the connection; head:
+// it answers a HEAD request, so no body follows.
+func (c *Conn) ReadResponse(head bool) *Response {
+	c.t.Helper()
+	r := &Response{Head: c.ReadHead()}
+	if head || r.Status < 200 || r.Status == 204 || r.Status == 304 {
+		return r
+	}
+	if cl := r.Header.Values("Content-Length"); len(cl) > 0 {
+		n, err := strconv.Atoi(cl[0])
+		if err != nil {
+			c.fail("Content-Length %q: %v", cl[0], err)
+		}
+		r.Body = c.ReadN(n)
+		r.Wire = r.Body
+		return r
+	}
+	if len(r.Header.Values("Transfer-Encoding")) > 0 {
+		var wire bytes.Buffer
+		for {
+			l, err := c.line(&wire)
+			if err != nil {
+				c.fail("chunk size line: %v (after %q)", err, wire.String())
+			}
+			size, err := strconv.ParseInt(strings.TrimSpace(strings.SplitN(l, ";", 2)[0]), 16, 64)
+			if err != nil {
+				c.fail("chunk size %q", l)
+			}
+			if size == 0 {
+				break
+			}
+			chunk := c.ReadN(int(size) + 2)
+			wire.Write(chunk)
+			if string(chunk[size:]) != "\r\n" {
+				c.fail("chunk of %d bytes not followed by CRLF: %q", size, chunk)
+			}
+			r.Body = append(r.Body, chunk[:size]...)
+		}
+		for {
+			l, err := c.line(&wire)
+			if err != nil {
+				c.fail("trailer line: %v (after %q)", err, wire.String())
+			}
+			if l == "" {
+				break
+			}
+		}
+		r.Wire = wire.Bytes()
+		return r
+	}
+	r.Body = c.ReadToClose()
+	r.Wire = r.Body
+	return r
+}
+
 // ReadToClose reads until the peer closes the connection and returns
 // what came; a reset counts as a close.
 func (c *Conn) ReadToClose() []byte {
@@ -178,7 +293,7 @@ func isReset(err error) bool {
 type Backend struct {
 	ln    net.Listener
 	mu    sync.Mutex
-	conns map[net.Conn]struct{}
+	conns map[net.Conn]*Conn
 	wg    sync.WaitGroup
 	// accepted counts connections accepted so far.
 	accepted int
@@ -194,7 +309,7 @@ func StartBackend(t testing.TB, handle func(c *Conn)) *Backend {
 	if err != nil {
 		t.Fatalf("listen 127.0.0.1:0: %v", err)
 	}
-	b := &Backend{ln: ln, conns: map[net.Conn]struct{}{}}
+	b := &Backend{ln: ln, conns: map[net.Conn]*Conn{}}
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
@@ -204,12 +319,12 @@ func StartBackend(t testing.TB, handle func(c *Conn)) *Backend {
 				return
 			}
 			b.mu.Lock()
-			b.conns[nc] = struct{}{}
+			c := &Conn{Conn: nc, R: bufio.NewReader(nc), N: b.accepted, t: t}
+			b.conns[nc] = c
 			b.accepted++
 			b.mu.Unlock()
-			c := &Conn{Conn: nc, R: bufio.NewReader(nc), t: t}
 			c.fail = func(format string, args ...any) {
-				if b.stopping.Load() {
+				if b.stopping.Load() || c.cut.Load() {
 					runtime.Goexit()
 				}
 				t.Errorf("backend %s: "+format, append([]any{ln.Addr()}, args...)...)
@@ -239,6 +354,18 @@ func StartBackend(t testing.TB, handle func(c *Conn)) *Backend {
 		b.wg.Wait()
 	})
 	return b
+}
+
+// CloseConns closes every open connection, as a backend that drops idle
+// kept-alive connections does; the listener stays open. A handler's Conn
+// methods failing on a connection so closed end its goroutine quietly.
+func (b *Backend) CloseConns() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for nc, c := range b.conns {
+		c.cut.Store(true)
+		nc.Close()
+	}
 }
 
 // Addr is the backend's host:port.

@@ -1,6 +1,7 @@
 package testkit
 
 import (
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -115,4 +116,74 @@ func TestProxyCutAndResume(t *testing.T) {
 	Dial(t, p.Addr()).ExpectClosed()
 	p.Resume()
 	roundTrip(Dial(t, p.Addr()), "two")
+}
+
+// TestResponsesAndKeepAlive: a scripted backend serves several requests on
+// one connection (NextHead ends at the client's close), in the three
+// framings ReadResponse knows, and numbers its connections; CloseConns
+// closes the open ones under their handlers.
+func TestResponsesAndKeepAlive(t *testing.T) {
+	t.Parallel()
+	answers := []string{
+		"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2;x=y\r\nde\r\n1\r\nf\r\n0\r\nT: v\r\n\r\n",
+		"HTTP/1.1 200 OK\r\n\r\nuntil the close",
+	}
+	served := make(chan int, 8)
+	b := StartBackend(t, func(c *Conn) {
+		for i := 0; ; i++ {
+			if c.NextHead() == nil {
+				served <- i
+				return
+			}
+			c.Send(answers[i])
+			if i == len(answers)-1 {
+				served <- i + 1
+				return
+			}
+		}
+	})
+	c := Dial(t, b.Addr())
+	want := []struct{ body, wire string }{
+		{"abc", "abc"},
+		{"def", "2;x=y\r\nde\r\n1\r\nf\r\n0\r\nT: v\r\n\r\n"},
+		{"until the close", "until the close"},
+	}
+	for i, w := range want {
+		c.Send("GET / HTTP/1.1\r\nHost: h\r\n\r\n")
+		r := c.ReadResponse(false)
+		if r.Status != 200 || string(r.Body) != w.body || string(r.Wire) != w.wire {
+			t.Fatalf("answer %d: status %d, body %q, wire %q", i, r.Status, r.Body, r.Wire)
+		}
+	}
+	if n := <-served; n != 3 {
+		t.Fatalf("first connection served %d requests, want 3", n)
+	}
+	// A second connection, closed by the client before any request.
+	c2 := Dial(t, b.Addr())
+	c2.Close()
+	if n := <-served; n != 0 {
+		t.Fatalf("second connection served %d requests, want 0", n)
+	}
+	// A third, closed by the backend.
+	c3 := Dial(t, b.Addr())
+	WaitUntil(t, "the third connection accepted", func() bool { return b.Accepted() == 3 })
+	b.CloseConns()
+	c3.ExpectClosed()
+	<-served
+}
+
+// TestIsolate: the test runs again in a child process, where IsChild
+// holds and the parent's does not.
+func TestIsolate(t *testing.T) {
+	t.Parallel()
+	if !Isolate(t) {
+		if IsChild(t) {
+			t.Fatal("the parent took itself for the child")
+		}
+		return
+	}
+	if os.Getenv(childEnv) != "TestIsolate" {
+		t.Fatalf("%s=%q in the child", childEnv, os.Getenv(childEnv))
+	}
 }
