@@ -154,3 +154,33 @@ func BenchmarkPickEngineSignals(b *testing.B) {
 		})
 	}
 }
+
+// Engine signals are judged at the request's own instant when it has one
+// (Request.T, an event loop's clock), not at the wall clock: signals read
+// just before a request of long ago are fresh for it.
+func TestEngineSignalsJudgedAtTheRequestsTime(t *testing.T) {
+	t.Parallel()
+	s := newSched(t, 2, "cost")
+	s.SetEngineMaxAge(time.Second)
+	then := time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
+	s.Backends[0].SetEngine(EngineSignals{Running: 2, Foreign: 2, At: then.UnixMilli()})
+	c := chainOf(0, 8)
+	for range 3 {
+		d, res := route(t, s, &Request{Chain: c, T: then.Add(500 * time.Millisecond)})
+		if d.Backend.Index != 1 {
+			t.Fatalf("chose %d despite its engine's foreign load at the request's time", d.Backend.Index)
+		}
+		res.ReleaseActive()
+	}
+	// Without an instant the wall clock is used: the same signals are
+	// years old, so ignored, and the two backends take turns.
+	seen := map[int]bool{}
+	for range 2 {
+		d, res := route(t, s, &Request{Chain: c})
+		seen[d.Backend.Index] = true
+		res.ReleaseActive()
+	}
+	if !seen[0] || !seen[1] {
+		t.Fatalf("signals of 2020 weigh at the wall clock: %v", seen)
+	}
+}
