@@ -22,8 +22,20 @@ func TestReloadedBackendsStayShared(t *testing.T) {
 	if _, err := a.srv.SetBackends([]string{e0, e1, e2}, "", -1); err != nil {
 		t.Fatal(err)
 	}
+	before, err := a.srv.Warm(context.Background(), indexOf(a.srv, e0), canon.Chat, mock.PathChat, chatBody("before"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := b.srv.SetBackends([]string{e1}, "", -1); err != nil {
 		t.Fatal(err)
+	}
+	// Removing e0 from b's configuration is no news of e0's cache: b
+	// tells nobody to forget it, and a keeps what it learned there.
+	if n := int(b.node.m.sent[kindReset].Get()) + len(b.node.resets); n != 0 {
+		t.Fatalf("b sent %d resets for backends it only stopped using", n)
+	}
+	if got := heldCount(a.srv, before, indexOf(a.srv, e0)); got != len(before) {
+		t.Fatalf("a holds %d of %d blocks on e0 after b dropped e0", got, len(before))
 	}
 	if _, err := b.srv.SetBackends([]string{e1, e2}, "", -1); err != nil {
 		t.Fatal(err)

@@ -518,10 +518,19 @@ func (s *Server) learned(chain []uint64, backend int, at int64) {
 // resetBackend drops a backend's locations (its cache is gone) and tells
 // the peers.
 func (s *Server) resetBackend(i int) uint32 {
-	gen := s.table.Reset(i)
+	gen := s.forgetSlot(i)
 	if s.peer != nil {
 		s.peer.Reset(i, gen)
 	}
+	return gen
+}
+
+// forgetSlot drops slot i's locations and bumps its generation without
+// telling the other replicas: a backend removed from this replica's
+// configuration (or the slot a new one takes) lost no cache, and the
+// replicas that still send it traffic keep what they know of it.
+func (s *Server) forgetSlot(i int) uint32 {
+	gen := s.table.Reset(i)
 	s.backendReset(i, gen)
 	return gen
 }

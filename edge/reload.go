@@ -186,7 +186,7 @@ func (s *Server) apply(addrs []backendAddr, policy string, activeWeight int) (Ba
 			u.stop()
 		}
 		u.hc.CloseIdleConnections()
-		s.resetBackend(u.b.Index)
+		s.forgetSlot(u.b.Index)
 		s.table.SetBackendCapacity(u.b.Index, 0)
 		s.m.dropBackend(u)
 		next.DropSeries(u.b)
@@ -194,7 +194,7 @@ func (s *Server) apply(addrs []backendAddr, policy string, activeWeight int) (Ba
 	}
 	for _, u := range added {
 		// A reused slot may hold locations its last requests learned.
-		s.resetBackend(u.b.Index)
+		s.forgetSlot(u.b.Index)
 		s.table.SetBackendCapacity(u.b.Index, 0)
 	}
 	s.adm.SetBackends(bs)

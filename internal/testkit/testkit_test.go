@@ -170,7 +170,8 @@ func TestResponsesAndKeepAlive(t *testing.T) {
 	WaitUntil(t, "the third connection accepted", func() bool { return b.Accepted() == 3 })
 	b.CloseConns()
 	c3.ExpectClosed()
-	<-served
+	// Its handler ends either way: at NextHead's nil, or, closed before
+	// it began, quietly at its first call (a cut connection fails no test).
 }
 
 // TestIsolate: the test runs again in a child process, where IsChild
