@@ -116,11 +116,15 @@ func serveCommand() *cli.Command {
 				return err
 			}
 			defer stopCluster()
+			// Signals are caught before anything listens: a SIGHUP sent
+			// as soon as kvca answers must reload it, not end it (the
+			// default action), and a SIGTERM during start-up drains.
+			sig := make(chan os.Signal, 4)
+			signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+			defer signal.Stop(sig)
 			if err := srv.Start(); err != nil {
 				return err
 			}
-			sig := make(chan os.Signal, 1)
-			signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 			changed := watchFile(c.String("config"), cfg.TLSReloadInterval)
 			var got os.Signal
 			for got == nil {
