@@ -228,7 +228,14 @@ func (s *Server) Reload(cfg Config) (BackendChange, []string, error) {
 	if tokens == nil {
 		tokens = []int64{}
 	}
-	ch, err := s.setBackends(cfg.Backends, tokens, cfg.Policy, cfg.ActiveWeight)
+	// The canonicaliser derives session keys only for session-hash,
+	// fixed at start: a change to or from it waits for a restart.
+	policy, restart := cfg.Policy, restartOnly(s.cfg, cfg)
+	if usesSession(policy) != usesSession(s.cfg.Policy) {
+		policy = ""
+		restart = append(restart, "policy (to or from session-hash)")
+	}
+	ch, err := s.setBackends(cfg.Backends, tokens, policy, cfg.ActiveWeight)
 	if err != nil {
 		return ch, nil, err
 	}
@@ -240,7 +247,7 @@ func (s *Server) Reload(cfg Config) (BackendChange, []string, error) {
 	if err := s.ReloadTLS(); err != nil {
 		s.log.Error("certificate reload failed; the previous certificates stay in service", "err", err)
 	}
-	return ch, restartOnly(s.cfg, cfg), nil
+	return ch, restart, nil
 }
 
 // restartOnly names the settings of next that differ from cur and that

@@ -329,3 +329,27 @@ func TestDiscoveryOneBackendPerAddress(t *testing.T) {
 	}
 	waitIdle(t, s)
 }
+
+// Reload applies a policy change live, except to or from session-hash,
+// whose session keys the canonicaliser derives only when started with it.
+func TestReloadPolicy(t *testing.T) {
+	t.Parallel()
+	a := newTestBackend(t, "a")
+	s := startProxy(t, nil, a)
+	cfg := s.Config()
+	cfg.Policy = "least-loaded"
+	if _, restart, err := s.Reload(cfg); err != nil || len(restart) != 0 {
+		t.Fatalf("restart %v, err %v", restart, err)
+	}
+	if got := s.Scheduler().Policy.Name(); got != "least-loaded" {
+		t.Fatalf("policy %s after the reload, want least-loaded", got)
+	}
+	cfg.Policy = "session-hash"
+	_, restart, err := s.Reload(cfg)
+	if err != nil || len(restart) != 1 || !strings.HasPrefix(restart[0], "policy") {
+		t.Fatalf("restart %v, err %v; want the policy named", restart, err)
+	}
+	if got := s.Scheduler().Policy.Name(); got != "least-loaded" {
+		t.Fatalf("policy %s; a change to session-hash must wait for a restart", got)
+	}
+}
