@@ -387,6 +387,10 @@ func (l *evLoop) accept() {
 			switch err {
 			case syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM:
 				l.pauseAccept(err)
+			case syscall.EINVAL:
+				// The socket no longer listens (shut down): it stays
+				// readable, and would wake the loop for ever.
+				_ = syscall.EpollCtl(l.ep, syscall.EPOLL_CTL_DEL, l.lfd, nil)
 			default:
 				l.acceptOff = 0
 			}

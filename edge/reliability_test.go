@@ -519,3 +519,24 @@ func TestShutdownDeadlineCutsStreams(t *testing.T) {
 		t.Fatalf("load left after shutdown: active %d prefill %d", be.Active(), be.Prefill())
 	}
 }
+
+// A second Shutdown does nothing but return the first's result: it must
+// not shut down or close a listening descriptor that, closed by the first,
+// another server may have been given since.
+func TestShutdownTwiceLeavesOthersAlone(t *testing.T) {
+	t.Parallel()
+	b := newTestBackend(t, "a")
+	for range 5 {
+		first := startProxy(t, nil, b)
+		if err := first.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		second := startProxy(t, nil, b)
+		if err := first.Shutdown(context.Background()); err != nil {
+			t.Fatalf("second Shutdown: %v", err)
+		}
+		if resp, out := post(t, second, "/v1/chat/completions", conversation(1, 0, false)); resp.StatusCode != 200 {
+			t.Fatalf("the other server after a second Shutdown: %d %s", resp.StatusCode, out)
+		}
+	}
+}

@@ -82,7 +82,9 @@ type Server struct {
 	stopKeys  func()
 
 	// upTLS is the client TLS configuration for https backends.
-	upTLS *tls.Config
+	upTLS    *tls.Config
+	shutOnce sync.Once
+	shutErr  error
 	// reloadMu serialises changes to the fleet; started: Start ran.
 	reloadMu     sync.Mutex
 	started      bool
@@ -353,7 +355,16 @@ func (s *Server) AdminAddr() string { return addrOf(s.adln) }
 // until ctx ends, then cuts what is left (streams end with an SSE error
 // event where they can) and stops the background loops. The error says
 // whether anything had to be cut.
+//
+// Only the first call shuts down; later ones wait for it and return its
+// result. (A second run would close the listening descriptor again, by
+// then perhaps another listener's.)
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.shutOnce.Do(func() { s.shutErr = s.shutdown(ctx) })
+	return s.shutErr
+}
+
+func (s *Server) shutdown(ctx context.Context) error {
 	s.notReady.Store(true)
 	if d := s.cfg.DrainDelay; d > 0 {
 		s.log.Info("draining: /ready fails; serving on until the drain delay ends", "drain_delay", d)
