@@ -101,6 +101,8 @@ func TestParseRequestRefuses(t *testing.T) {
 		{"relative target", "GET a/b HTTP/1.1\r\nHost: a\r\n\r\n", ErrTarget},
 		{"absolute form, other scheme", "GET ftp://a/ HTTP/1.1\r\nHost: a\r\n\r\n", ErrTarget},
 		{"absolute form, bad authority", "GET http://a b/ HTTP/1.1\r\nHost: a\r\n\r\n", ErrRequestLine},
+		{"absolute form, pct-encoded authority", "GET http://%00 HTTP/1.0\r\n\r\n", ErrTarget},
+		{"absolute form, pct-encoded authority byte", "GET http://a%41b/ HTTP/1.1\r\nHost: a\r\n\r\n", ErrTarget},
 		{"two spaces", "GET  / HTTP/1.1\r\nHost: a\r\n\r\n", ErrRequestLine},
 		{"no version", "GET /\r\nHost: a\r\n\r\n", ErrRequestLine},
 		{"lower-case version", "GET / http/1.1\r\nHost: a\r\n\r\n", ErrRequestLine},
@@ -259,6 +261,7 @@ func FuzzRequestDifferential(f *testing.F) {
 		"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
 		"GET / HTTP/1.1\r\nHost: a\r\nX: \x80\r\n\r\n",
 		"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n",
+		"0 http://%00 HTTP/1.0\r\n\r\n",
 	} {
 		f.Add([]byte(s))
 	}
