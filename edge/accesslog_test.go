@@ -30,6 +30,8 @@ type fullAccessLine struct {
 	Outcome       string  `json:"outcome"`
 	RequestBytes  int     `json:"request_bytes"`
 	ResponseBytes int64   `json:"response_bytes"`
+	Priority      string  `json:"priority"`
+	QueueMs       float64 `json:"queue_ms"`
 	HeadersMs     float64 `json:"upstream_headers_ms"`
 	TTFTMs        float64 `json:"ttft_ms"`
 	DurationMs    float64 `json:"duration_ms"`
@@ -201,5 +203,43 @@ func TestRetryGoesElsewhereAndIsLogged(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestAccessLogQueueWait: a request that waited in the admission queue is
+// logged with its class and the time it waited; one that did not, with 0.
+func TestAccessLogQueueWait(t *testing.T) {
+	t.Parallel()
+	gate := make(chan struct{})
+	b := newRawBackend(t, func(r rawReq) rawAnswer {
+		a := rawAnswer{resp: "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 7\r\n\r\n{\"a\":1}"}
+		if strings.Contains(r.head, "X-Request-Id: first") {
+			a.hold = gate // the first keeps the one slot until let go
+		}
+		return a
+	})
+	logs := &lockedBuffer{}
+	s, d := startRawProxy(t, edgeModes[0], logs, func(c *Config) {
+		c.Backends = []string{b.url("")}
+		c.MaxInflightPerBackend = 1
+	})
+	req := func(id, class string, n int) string {
+		body := conversation(n, 0, false)
+		return fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: h\r\nX-Request-Id: %s\r\nX-KVCA-Priority: %s\r\nContent-Length: %d\r\n\r\n%s", id, class, len(body), body)
+	}
+	first, second := d.dial(t), d.dial(t)
+	first.send(req("first", "low", 1))
+	b.next(t)
+	second.send(req("second", "high", 2))
+	testkit.WaitUntil(t, "the second request queued", func() bool { return s.adm.Queued() == 1 })
+	close(gate)
+	first.read(false)
+	b.next(t)
+	second.read(false)
+	if l := fullLogged(t, logs, "first"); l.Priority != "low" || l.QueueMs != 0 {
+		t.Fatalf("first: priority %q, queue_ms %v; want low, 0", l.Priority, l.QueueMs)
+	}
+	if l := fullLogged(t, logs, "second"); l.Priority != "high" || l.QueueMs <= 0 || l.QueueMs > l.TTFTMs {
+		t.Fatalf("second: priority %q, queue_ms %v (ttft_ms %v); want high and a wait within its TTFT", l.Priority, l.QueueMs, l.TTFTMs)
 	}
 }

@@ -548,6 +548,7 @@ func (c *cliConn) admitted(seq uint64) {
 		return // stale: the request ended meanwhile
 	}
 	c.state = cliWait
+	c.c.queued += c.c.now().Sub(c.c.qsince)
 	if c.c.tk.State() == admit.Dropped {
 		r := shed(&c.c.tk)
 		c.reply(&r)
@@ -568,6 +569,7 @@ func (c *cliConn) admit() bool {
 	switch s.adm.Admit(tk) {
 	case admit.Queued:
 		c.state = cliQueued
+		call.qsince = call.now()
 		return false
 	case admit.Shed:
 		r := shed(tk)

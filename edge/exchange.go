@@ -55,6 +55,10 @@ type call struct {
 	outcome int
 	allowed chain.Set
 	tk      admit.Ticket // admission, when --max-inflight-per-backend is set
+	// queued is the time spent in the admission queue, qsince when the
+	// current wait began.
+	queued time.Duration
+	qsince time.Time
 	// The front door: the tenant of the request's API key, its quota
 	// decision, the answer's usage read in passing, the trace.
 	tenant   *apikeys.Tenant
@@ -111,7 +115,7 @@ func (s *Server) stamp(c *call) {
 
 func (s *Server) putCall(c *call) {
 	c.h.Reset()
-	c.status, c.ttfb, c.ttft, c.attempt, c.inBytes, c.out, c.outcome = 0, 0, 0, 0, 0, 0, outCompleted
+	c.status, c.ttfb, c.ttft, c.attempt, c.inBytes, c.out, c.outcome, c.queued = 0, 0, 0, 0, 0, 0, outCompleted, 0
 	c.routed = false
 	c.model, c.path, c.client = c.model[:0], c.path[:0], c.client[:0]
 	c.info = canon.Info{Model: c.info.Model[:0], PreviousResponseID: c.info.PreviousResponseID[:0], Priority: c.info.Priority[:0]} // buffers kept
@@ -471,6 +475,10 @@ func (s *Server) accessLog(c *call) {
 	if !c.routed {
 		model = c.model
 	}
+	class := "" // classes matter, and are read, only with admission on
+	if s.adm.Limited() {
+		class = c.tk.Class.String()
+	}
 	backend, phase := "", "none"
 	if c.dec.Backend != nil {
 		backend = c.dec.Backend.Name
@@ -492,6 +500,8 @@ func (s *Server) accessLog(c *call) {
 		slog.String("outcome", outcomeNames[c.outcome]),
 		slog.Int("request_bytes", c.inBytes),
 		slog.Int64("response_bytes", c.out),
+		slog.String("priority", class),
+		slog.Float64("queue_ms", ms(c.queued)),
 		slog.Float64("upstream_headers_ms", ms(c.ttfb)),
 		slog.Float64("ttft_ms", ms(c.ttft)),
 		slog.Float64("duration_ms", ms(c.now().Sub(c.start))),
