@@ -139,6 +139,13 @@ type Ticket struct {
 	Preferred chain.Set
 	// HolderWait overrides Config.HolderWait for this request when > 0.
 	HolderWait time.Duration
+	// Blocks is the request's chain length, Held the blocks of it the
+	// Preferred backends hold, Shared the most any Sharing backend holds
+	// (some other prefix of it, such as a system prompt): what the request
+	// would prefill on each backend, for the grant rule of a backlogged
+	// tenant (Estimate fills them); Blocks 0: unknown.
+	Blocks, Held, Shared int32
+	Sharing              chain.Set
 	// Wake is called once when the ticket leaves the queue (State then
 	// says Granted or Dropped), with the Seq of that wait, from any
 	// goroutine, never under the admitter's lock. It must not block: an
@@ -913,7 +920,8 @@ func (a *Admitter) pick(b int) *Ticket {
 }
 
 func (a *Admitter) book(c Class, t *Ticket, b int) *Ticket {
-	t = a.q[c].take(t, b, a.now()-t.enq >= a.timeout/2)
+	now := a.now()
+	t = a.q[c].take(t, b, now-t.enq >= a.timeout/2, func(x *Ticket) int64 { return a.ttftOn(x, b, now) })
 	a.served(c)
 	return t
 }
@@ -989,4 +997,52 @@ func Holders(table *chain.Table, r *sched.Request) chain.Set {
 	}
 	_, held := table.Prefix(r.Chain, r.Now)
 	return held
+}
+
+// Estimate fills t's Preferred (Holders) and its prefill estimate
+// (Blocks, Held, Shared, Sharing) from the table, with one walk of r's
+// chain.
+func Estimate(table *chain.Table, r *sched.Request, t *Ticket) {
+	t.Preferred, t.Sharing = chain.Set{}, chain.Set{}
+	t.Blocks, t.Held, t.Shared = int32(len(r.Chain)), 0, 0
+	if len(r.Chain) == 0 {
+		return
+	}
+	var match [chain.MaxBackends]int32
+	holders := table.Matches(r.Chain, r.Now, &match)
+	best := int32(0)
+	holders.Each(func(b int) { best = max(best, match[b]) })
+	holders.Each(func(b int) {
+		switch m := match[b]; {
+		case m == best && r.Followup:
+			t.Preferred.Add(b)
+		case m > 0:
+			t.Sharing.Add(b)
+			t.Shared = max(t.Shared, m)
+		}
+	})
+	if r.Followup {
+		t.Held = best
+	}
+}
+
+// ttftOn estimates t's time to its first token if granted b now: what it
+// has waited plus b's prefill of the blocks b lacks (the Preferred hold
+// Held, the Sharing Shared, the others none).
+func (a *Admitter) ttftOn(t *Ticket, b int, now int64) int64 {
+	w := now - t.enq
+	if t.Blocks <= 0 {
+		return w
+	}
+	novel := t.Blocks
+	switch {
+	case t.Preferred.Has(b):
+		novel -= t.Held
+	case t.Sharing.Has(b):
+		novel -= t.Shared
+	}
+	if be := a.slots[b].b.Load(); be != nil {
+		w += int64(be.PrefillTime(int(max(novel, 0))))
+	}
+	return w
 }

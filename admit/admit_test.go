@@ -982,3 +982,65 @@ func TestAdmitWait(t *testing.T) {
 		t.Fatal("slot kept")
 	}
 }
+
+// Once a tenant is stale, a slot no holder waits for goes to the waiter
+// that would see its first token soonest there: its wait so far plus the
+// backend's prefill of what it lacks. A newer request that would
+// recompute a long prompt loses to an older one whose prompt is mostly
+// cached there; with nothing known of their prompts, the newest goes.
+func TestStaleTenantServesTheSoonestFirstToken(t *testing.T) {
+	t.Parallel()
+	bs := fleet(1)
+	s, err := sched.New(bs, chain.NewTable(chain.Config{TTL: time.Minute, MaxBlocks: 1 << 10}), 4, "kvca-cost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetTTFT(sched.TTFTConfig{BlockTime: time.Millisecond, Base: time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	if got := bs[0].PrefillTime(10); got != 11*time.Millisecond {
+		t.Fatalf("prefill of 10 blocks %v, want 11ms", got)
+	}
+	for _, tc := range []struct {
+		name                 string
+		cheapBlocks, cheapAt int32
+		want                 string
+	}{
+		// old: waited 60ms, then 1ms + 2 blocks' prefill (40 blocks, 38
+		// cached there): 63ms. new: nothing waited, 1ms + 40 blocks: 41ms,
+		// it wins; with 80 blocks (81ms) it loses.
+		{"cheap old against short new", 40, 38, "new"},
+		{"cheap old against long new", 40, 38, "old"},
+		{"nothing known", 0, 0, "new"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, Config{Backends: bs, MaxInflight: 1, QueueSize: 8, QueueTimeout: 100 * time.Millisecond})
+			cur := r.ticket(Normal, "", 0)
+			r.hold(t, cur, 0)
+			old, nw := r.ticket(Normal, "a", 0), r.ticket(Normal, "a", 0)
+			old.Blocks, old.Shared, old.Sharing = tc.cheapBlocks, tc.cheapAt, setOf(0)
+			nw.Blocks = 40
+			if tc.name == "cheap old against long new" {
+				nw.Blocks = 80
+			}
+			if tc.cheapBlocks == 0 {
+				nw.Blocks = 0
+			}
+			if r.a.Admit(old) != Queued {
+				t.Fatal("not queued")
+			}
+			r.clk.advance(60 * time.Millisecond) // the tenant is stale
+			if r.a.Admit(nw) != Queued {
+				t.Fatal("not queued")
+			}
+			r.a.Done(cur)
+			want, other := nw, old
+			if tc.want == "old" {
+				want, other = old, nw
+			}
+			if want.State() != Granted || other.State() != Waiting {
+				t.Fatalf("%s not granted first (states: want %d, other %d)", tc.want, want.State(), other.State())
+			}
+		})
+	}
+}

@@ -131,23 +131,28 @@ func before(x, y *Ticket) bool {
 // request has waited that long sends more than it is served, so its older
 // requests would reach the client late or time out anyway: its newest
 // waiter still waiting for b as the holder of its prefix (within its
-// holder wait) is served instead, else its newest that can use b, and the
-// oldest are shed at their timeout. The tags between move down one place,
-// so the tenant's turns stay those of its waiters before, one fewer.
-func (q *classQueue) take(t *Ticket, b int, stale bool) *Ticket {
+// holder wait) is served instead, else, of those that can use b, the one
+// that would see its first token soonest on b (ttft: its wait so far plus
+// b's prefill of what b lacks of its prompt; of equals the newest), and
+// the others are shed at their timeout. So the slot goes to a request
+// that can still be answered fast, not to one that would recompute a long
+// prompt after a long wait. The tags between move down one place, so the
+// tenant's turns stay those of its waiters before, one fewer.
+func (q *classQueue) take(t *Ticket, b int, stale bool, ttft func(*Ticket) int64) *Ticket {
 	q.vt = max(q.vt, t.vstart)
 	if !stale {
 		return t
 	}
 	var w, any *Ticket
+	var anyT int64
 	for x := t.flow.tail; ; x = x.fprev {
 		if x.usable(b) {
 			if x.bound {
 				w = x // bound and usable: b holds its prefix
 				break
 			}
-			if any == nil {
-				any = x
+			if xt := ttft(x); any == nil || xt < anyT {
+				any, anyT = x, xt
 			}
 		}
 		if x == t {

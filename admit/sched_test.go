@@ -30,7 +30,7 @@ func start(t *testing.T, a *Admitter, s *sched.Scheduler, c *call) Verdict {
 	t.Helper()
 	for {
 		c.tk.Eligible = a.Candidates(&c.req)
-		c.tk.Preferred = Holders(s.Table, &c.req)
+		Estimate(s.Table, &c.req, &c.tk)
 		if v := a.Admit(&c.tk); v != Go {
 			return v
 		}
@@ -102,5 +102,31 @@ func TestWithScheduler(t *testing.T) {
 		if a.Inflight(0)+a.Inflight(1) != 0 || bs[0].Active()+bs[1].Active() != 0 {
 			t.Fatal("load left over")
 		}
+	}
+}
+
+// Estimate reads one walk of the chain: a follow-up prefers the holders of
+// its longest known prefix, which hold Held of its Blocks; backends
+// holding a shorter prefix share Shared blocks of it. A first turn
+// prefers none.
+func TestEstimate(t *testing.T) {
+	table := chain.NewTable(chain.Config{TTL: time.Minute, MaxBlocks: 1 << 12})
+	conv := chainOf(10)
+	table.Touch(conv[:3], 0, table.Now()) // a system prompt, on 0 and 1
+	table.Touch(conv[:3], 1, table.Now())
+	table.Touch(conv[:6], 2, table.Now()) // the conversation so far, on 2
+	table.Touch(conv[:2], 3, table.Now())
+	var tk Ticket
+	Estimate(table, &sched.Request{Chain: conv, Followup: true, Now: table.Now()}, &tk)
+	if tk.Blocks != 10 || tk.Held != 6 || tk.Preferred != setOf(2) || tk.Shared != 3 || tk.Sharing != setOf(0, 1, 3) {
+		t.Fatalf("follow-up: blocks %d held %d preferred %v shared %d sharing %v", tk.Blocks, tk.Held, tk.Preferred, tk.Shared, tk.Sharing)
+	}
+	Estimate(table, &sched.Request{Chain: conv, Now: table.Now()}, &tk)
+	if tk.Blocks != 10 || tk.Held != 0 || !tk.Preferred.Empty() || tk.Shared != 6 || tk.Sharing != setOf(0, 1, 2, 3) {
+		t.Fatalf("first turn: blocks %d held %d preferred %v shared %d sharing %v", tk.Blocks, tk.Held, tk.Preferred, tk.Shared, tk.Sharing)
+	}
+	Estimate(table, &sched.Request{Now: table.Now()}, &tk)
+	if tk.Blocks != 0 || !tk.Preferred.Empty() || !tk.Sharing.Empty() {
+		t.Fatal("no chain: an estimate left over")
 	}
 }

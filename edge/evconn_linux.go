@@ -565,7 +565,7 @@ func (c *cliConn) admit() bool {
 	call := c.c
 	tk := &call.tk
 	tk.Eligible = s.adm.Candidates(&call.req)
-	tk.Preferred = admit.Holders(s.table, &call.req)
+	admit.Estimate(s.table, &call.req, tk)
 	switch s.adm.Admit(tk) {
 	case admit.Queued:
 		c.state = cliQueued

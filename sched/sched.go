@@ -62,6 +62,13 @@ func (b *Backend) RemoteLoad() (active, prefill uint32) {
 	return uint32(r >> 32), uint32(r)
 }
 
+// PrefillTime is b's time to first token for a request that must prefill
+// novel blocks with nothing else ahead of it, as learned from its answers
+// (or set by the ttft flags).
+func (b *Backend) PrefillTime(novel int) time.Duration {
+	return time.Duration(b.model.base.Load() + b.model.block.Load()*int64(novel))
+}
+
 // Healthy reports whether b may receive new requests.
 func (b *Backend) Healthy() bool { return b.healthy.Load() }
 
