@@ -71,9 +71,9 @@ func backendOf(resp *http.Response) string { return resp.Header.Get("X-Backend")
 // prefill) is released.
 func waitIdle(t *testing.T, s *Server) {
 	t.Helper()
-	testkit.WaitUntil(t, "every backend's load released", func() bool {
+	testkit.WaitUntil(t, "every backend's load and admission slots released", func() bool {
 		for _, b := range s.fleet().sched.Backends {
-			if b.Active() != 0 || b.Prefill() != 0 {
+			if b.Active() != 0 || b.Prefill() != 0 || s.adm.Inflight(b.Index) != 0 {
 				return false
 			}
 		}
