@@ -55,6 +55,12 @@ type Config struct {
 	// EngineAware lets AdaptToEngine lower a backend's limit while its
 	// engine reports a queue of its own.
 	EngineAware bool
+	// MaxPrefill bounds the prefill a request may find waiting ahead of it
+	// on a backend: while kvca's requests sent there and not yet at their
+	// first byte would take longer than this to prefill (at the backend's
+	// learned rate), it takes no request but of class High; 0: no bound.
+	// The edge calls PrefillDone as answers begin.
+	MaxPrefill time.Duration
 	// Metrics receives the admission metrics; nil: none.
 	Metrics *metrics.Set
 	// Clock returns unix nanoseconds; nil: the real clock. With a Clock
@@ -263,6 +269,7 @@ type Admitter struct {
 	now        func() int64
 	timeout    int64
 	holderWait int64
+	maxPrefill time.Duration
 	k          int
 	size       int
 	seed       maphash.Seed
@@ -314,6 +321,7 @@ func New(cfg Config) (*Admitter, error) {
 		now:        cfg.Clock,
 		timeout:    int64(cfg.QueueTimeout),
 		holderWait: int64(cfg.HolderWait),
+		maxPrefill: cfg.MaxPrefill,
 		k:          cfg.StarvationLimit,
 		size:       cfg.QueueSize,
 		seed:       maphash.MakeSeed(),
@@ -399,7 +407,7 @@ func (a *Admitter) admit(t *Ticket) Verdict {
 			t.idle()
 			t.room = chain.Set{}
 			if !t.moved {
-				a.addRoom(&t.Eligible, &t.room)
+				a.addRoom(&t.Eligible, &t.room, t.Class)
 			}
 			t.room.Add(h)
 			return Go
@@ -415,7 +423,7 @@ func (a *Admitter) admit(t *Ticket) Verdict {
 	t.moved = false
 	t.idle()
 	t.room = chain.Set{}
-	a.addRoom(&t.Eligible, &t.room)
+	a.addRoom(&t.Eligible, &t.room, t.Class)
 	bound := a.binds(t)
 	if !t.room.Empty() && (!bound || intersects(&t.room, &t.Preferred)) {
 		return Go
@@ -514,6 +522,31 @@ func (a *Admitter) done(t *Ticket) {
 	t.reason, t.retryAfter = ReasonNone, 0
 }
 
+// laneOpen reports whether b takes a request of class c as far as the
+// prefill bound goes (Config.MaxPrefill): the prefill of kvca's requests
+// on b not yet at their first byte would take at most the bound, or c is
+// High. A backend with nothing waiting to prefill is always open, so a
+// request larger than the bound still goes.
+func (a *Admitter) laneOpen(b int, c Class) bool {
+	if a.maxPrefill <= 0 || c == High {
+		return true
+	}
+	be := a.slots[b].b.Load()
+	return be == nil || be.PendingPrefillTime() <= a.maxPrefill
+}
+
+// PrefillDone tells the admitter that a request on b reached its first
+// byte (its prefill is done): with a prefill bound, b may have room again
+// for the waiters it held back.
+func (a *Admitter) PrefillDone(b int) {
+	if a.maxPrefill > 0 && a.limited && b >= 0 && b < len(a.slots) && a.waiting.Load() > 0 {
+		// One grant per prefill done: a granted request reserves its own
+		// prefill only once routed, so granting every free slot at once
+		// would overshoot the bound.
+		a.fillUpTo(b, 1)
+	}
+}
+
 // Refill grants b's free slots to the waiters that can use them. Call it
 // when b becomes eligible without a slot being released there (it turned
 // healthy again, or was added): waiters are otherwise granted only when a
@@ -552,13 +585,13 @@ func (a *Admitter) Close() {
 	a.mu.Unlock()
 }
 
-func (a *Admitter) addRoom(elig, room *chain.Set) {
+func (a *Admitter) addRoom(elig, room *chain.Set, c Class) {
 	for wi, word := range elig {
 		for word != 0 {
 			i := wi<<6 | trailingZeros(word)
 			word &= word - 1
 			if i < len(a.slots) {
-				if a.slots[i].free() {
+				if a.slots[i].free() && a.laneOpen(i, c) {
 					room.Add(i)
 				}
 			}
@@ -625,8 +658,11 @@ func (a *Admitter) release(b int) {
 }
 
 // fill grants b's free slots to waiters that can use them.
-func (a *Admitter) fill(b int) {
-	for {
+func (a *Admitter) fill(b int) { a.fillUpTo(b, -1) }
+
+// fillUpTo is fill with at most n grants (n < 0: no limit).
+func (a *Admitter) fillUpTo(b, n int) {
+	for ; n != 0; n-- {
 		a.mu.Lock()
 		if a.n == 0 || !a.slots[b].tryAcquire() {
 			a.mu.Unlock()
@@ -701,7 +737,7 @@ func (a *Admitter) enqueue(t *Ticket, bound bool) Verdict {
 	// before this look, or sees waiting > 0 and fills after this unlock.
 	a.waiting.Add(1)
 	t.room = chain.Set{}
-	a.addRoom(&t.Eligible, &t.room)
+	a.addRoom(&t.Eligible, &t.room, t.Class)
 	if !t.room.Empty() && (!bound || intersects(&t.room, &t.Preferred) || a.n >= a.size) {
 		// Room after all, or the holders are full and so is the queue:
 		// another backend serves it now rather than nobody.
@@ -896,7 +932,7 @@ func (a *Admitter) pick(b int) *Ticket {
 		return nil
 	}
 	for c := Class(NumClasses - 1); c > High; c-- {
-		if a.passed[c] >= a.k && a.q[c].n > 0 {
+		if a.passed[c] >= a.k && a.q[c].n > 0 && a.laneOpen(b, c) {
 			if t, _ := a.q[c].find(b); t != nil {
 				return a.book(c, t, b)
 			}
@@ -905,6 +941,9 @@ func (a *Admitter) pick(b int) *Ticket {
 	var held *Ticket
 	heldClass := High
 	for c := High; c < NumClasses; c++ {
+		if !a.laneOpen(b, c) {
+			break // closed for this class, so for every lower one
+		}
 		t, h := a.q[c].find(b)
 		if t != nil {
 			if held != nil {

@@ -130,3 +130,53 @@ func TestEstimate(t *testing.T) {
 		t.Fatal("no chain: an estimate left over")
 	}
 }
+
+// With a prefill bound, a backend whose pending prefill (kvca's requests
+// there not yet at their first byte) would take longer than the bound
+// takes no new request but a high-priority one, though it has free slots;
+// once that prefill is done, the held-back waiter is granted.
+func TestPrefillBound(t *testing.T) {
+	bs := fleet(1)
+	table := chain.NewTable(chain.Config{TTL: time.Minute, MaxBlocks: 1 << 12})
+	s, err := sched.New(bs, table, 4, "kvca-cost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetTTFT(sched.TTFTConfig{BlockTime: time.Millisecond, Base: time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	r := newRig(t, Config{Backends: bs, MaxInflight: 4, QueueSize: 4, MaxPrefill: 5 * time.Millisecond})
+	a := r.a
+	long := &call{req: sched.Request{Chain: chainOf(10), Now: table.Now()}}
+	long.tk.Class = Normal
+	if start(t, a, s, long) != Go || bs[0].PendingPrefillTime() != 10*time.Millisecond {
+		t.Fatalf("the long prompt: pending prefill %v", bs[0].PendingPrefillTime())
+	}
+	normal := &call{req: sched.Request{Chain: chainOf(2), Now: table.Now()}}
+	normal.tk.Wake, normal.tk.Class = r.w.fn, Normal
+	if v := start(t, a, s, normal); v != Queued {
+		t.Fatalf("normal request: verdict %d with 10 ms of prefill waiting, want queued", v)
+	}
+	high := &call{req: sched.Request{Chain: chainOf(3), Now: table.Now()}}
+	high.tk.Class = High
+	if v := start(t, a, s, high); v != Go {
+		t.Fatalf("high request: verdict %d, want go", v)
+	}
+	// The high request's 3 blocks are still ahead: 3 ms, within the bound.
+	long.res.ReleasePrefill()
+	a.PrefillDone(0)
+	if got := r.w.take(); len(got) != 1 || normal.tk.State() != Granted {
+		t.Fatalf("after the prefill: woken %d, state %d", len(got), normal.tk.State())
+	}
+	for _, c := range []*call{long, high} {
+		finish(a, c)
+	}
+	normal.req.Now = table.Now()
+	if start(t, a, s, normal) != Go {
+		t.Fatal("the granted request did not go")
+	}
+	finish(a, normal)
+	if a.Inflight(0) != 0 || bs[0].Active() != 0 || bs[0].Prefill() != 0 {
+		t.Fatal("load left over")
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kvca/kvca/internal/testkit"
+	"github.com/kvca/kvca/sched"
 )
 
 func postWith(t *testing.T, s *Server, body string, hdr map[string]string) (*http.Response, string) {
@@ -155,4 +156,48 @@ func TestAdmissionClientLeavesWhileQueued(t *testing.T) {
 	if b.hits.Load() != 1 || s.adm.Inflight(0) != 0 {
 		t.Fatalf("backend requests %d, admission slots held %d", b.hits.Load(), s.adm.Inflight(0))
 	}
+}
+
+// With --queue-max-prefill, a request waits in the queue while the prefill
+// of the requests already sent to the backend would take longer than the
+// bound, though the backend has free slots; the first byte of the answer
+// ahead of it (its prefill done) lets it go, while that answer still
+// streams.
+func TestAdmissionPrefillBound(t *testing.T) {
+	t.Parallel()
+	firstOut, restOut := make(chan struct{}), make(chan struct{})
+	head := "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+	chunk := func(s string) string { return fmt.Sprintf("%x\r\n%s\r\n", len(s), s) }
+	b := newRawBackend(t, func(r rawReq) rawAnswer {
+		if strings.Contains(string(r.body), "conversation 1 ") {
+			return rawAnswer{hold: firstOut, resp: head + chunk("data: {\"a\":1}\n\n"), rest: chunk("data: [DONE]\n\n") + "0\r\n\r\n", restHold: restOut}
+		}
+		return rawAnswer{resp: head + chunk("data: [DONE]\n\n") + "0\r\n\r\n"}
+	})
+	s, d := startRawProxy(t, edgeModes[0], nil, func(c *Config) {
+		c.Backends = []string{b.url("")}
+		c.MaxInflightPerBackend = 4
+		c.QueueMaxPrefill = time.Millisecond
+		c.TTFT = sched.TTFTConfig{BlockTime: time.Millisecond, Base: time.Millisecond}
+	})
+	req := func(body string) string {
+		return fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: h\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	}
+	long, short := d.dial(t), d.dial(t)
+	long.send(req(conversation(1, 6, true)))
+	b.next(t)
+	short.send(req(conversation(2, 0, true)))
+	testkit.WaitUntil(t, "the second request held back by the prefill ahead", func() bool { return s.adm.Queued() == 1 })
+	if s.adm.Inflight(0) != 1 {
+		t.Fatalf("%d slots held, want 1 (the backend has room)", s.adm.Inflight(0))
+	}
+	b.none(t)
+	close(firstOut) // the long prompt's first event: its prefill is done
+	if r := b.next(t); !strings.Contains(string(r.body), "conversation 2 ") {
+		t.Fatalf("the backend got %q", r.body)
+	}
+	short.read(false)
+	close(restOut)
+	long.read(false)
+	waitIdle(t, s)
 }

@@ -94,6 +94,9 @@ type Config struct {
 	QueueHolderWait       time.Duration
 	QueueStarvationLimit  int
 	QueueEngineAware      bool
+	// QueueMaxPrefill bounds the prefill a request finds waiting ahead of
+	// it on a backend (high priority excepted); 0: no bound.
+	QueueMaxPrefill time.Duration
 
 	// The front door (docs/frontdoor.md): APIKeys is the keys file
 	// (--api-keys; empty: no keys asked, no quotas); BackendAPIKey is
@@ -371,7 +374,7 @@ func (c *Config) Validate() error {
 	if c.HeaderTimeout == 0 {
 		c.HeaderTimeout = d.HeaderTimeout
 	}
-	if c.MaxInflightPerBackend < 0 || c.QueueSize < 0 || c.QueueTimeout < 0 || c.QueueHolderWait < 0 || c.QueueStarvationLimit < 0 {
+	if c.MaxInflightPerBackend < 0 || c.QueueSize < 0 || c.QueueTimeout < 0 || c.QueueHolderWait < 0 || c.QueueStarvationLimit < 0 || c.QueueMaxPrefill < 0 {
 		return fmt.Errorf("--max-inflight-per-backend, --queue-size, --queue-timeout, --queue-holder-wait and --queue-starvation-limit must not be negative")
 	}
 	if c.MaxClientConns < 0 {

@@ -673,6 +673,7 @@ func (c *cliConn) onHead(up *upConn) {
 		// prefill: a streamed answer keeps its prefill load until its
 		// first body byte (unless --prefill-release headers).
 		call.res.ReleasePrefill()
+		s.adm.PrefillDone(u.b.Index)
 	}
 	if s.answered(call, u, r.Status) {
 		up.close()
@@ -1393,7 +1394,11 @@ func (up *upConn) pump() {
 				up.err, up.bodyDone = err, true
 			}
 			if len(data) > 0 {
+				first := c.c.ttft == 0
 				c.c.firstByte(up.mode == h1.BodyChunked)
+				if first {
+					c.l.s.adm.PrefillDone(up.u.b.Index)
+				}
 				if call := c.c; call.sniffing {
 					call.sn.Feed(data)
 					if c.route == routeResponses && !call.idBound {

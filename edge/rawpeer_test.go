@@ -65,6 +65,10 @@ type rawAnswer struct {
 	// hold, when set, delays the answer until it is closed (or the
 	// backend stops).
 	hold <-chan struct{}
+	// rest, when set, is written after resp once restHold is closed: an
+	// answer that stops after its first bytes.
+	rest     string
+	restHold <-chan struct{}
 }
 
 // rawBackend is a scripted backend on loopback (a testkit.Backend): it
@@ -144,6 +148,16 @@ func (b *rawBackend) conn(c *testkit.Conn) {
 		// closed the connection, which is no failure of the test.
 		if _, err := io.WriteString(c, a.resp); err != nil || a.close {
 			return
+		}
+		if a.rest != "" {
+			select {
+			case <-a.restHold:
+			case <-b.done:
+				return
+			}
+			if _, err := io.WriteString(c, a.rest); err != nil {
+				return
+			}
 		}
 	}
 }

@@ -284,6 +284,7 @@ func restartOnly(cur, next Config) []string {
 	diff("max-inflight-per-backend", cur.MaxInflightPerBackend != next.MaxInflightPerBackend)
 	diff("queue-size", cur.QueueSize != next.QueueSize)
 	diff("queue-timeout", cur.QueueTimeout != next.QueueTimeout)
+	diff("queue-max-prefill", cur.QueueMaxPrefill != next.QueueMaxPrefill)
 	diff("loops", cur.Loops != next.Loops)
 	diff("prefill-release", cur.PrefillAtHeaders != next.PrefillAtHeaders)
 	diff("access-log", cur.AccessLog != next.AccessLog)

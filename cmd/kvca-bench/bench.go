@@ -45,6 +45,7 @@ func proxyFlags() []cli.Flag {
 		&cli.IntFlag{Name: "max-inflight-per-backend", Usage: "proxy: requests in flight on each backend at most, the rest wait in kvca's admission queue (0: no limit, no queue)", EnvVars: env("max-inflight-per-backend")},
 		&cli.IntFlag{Name: "queue-size", Value: d.QueueSize, Usage: "proxy: requests the admission queue holds at most", EnvVars: env("queue-size")},
 		&cli.GenericFlag{Name: "queue-timeout", Value: cliflag.Duration(d.QueueTimeout), Usage: "proxy: longest wait in the admission queue (before --time-scale)", EnvVars: env("queue-timeout")},
+		&cli.GenericFlag{Name: "queue-max-prefill", Value: cliflag.Duration(0), Usage: "proxy: the prefill a request may find waiting ahead of it on a backend, high priority excepted (before --time-scale; 0: no bound)", EnvVars: env("queue-max-prefill")},
 		&cli.GenericFlag{Name: "queue-holder-wait", Value: cliflag.Duration(d.QueueHolderWait), Usage: "proxy: how long a follow-up waits for a holder of its prefix (before --time-scale)", EnvVars: env("queue-holder-wait")},
 		&cli.IntFlag{Name: "queue-starvation-limit", Value: d.QueueStarvationLimit, Usage: "proxy: grants to higher classes a waiting class may be passed over by in a row", EnvVars: env("queue-starvation-limit")},
 		&cli.BoolFlag{Name: "queue-engine-aware", Usage: "proxy: lower a backend's admission limit while its engine reports a queue", EnvVars: env("queue-engine-aware")},
@@ -173,7 +174,7 @@ func proxyFactory(c *cli.Context, timeScale float64) run.ProxyFactory {
 				"--first-token-base", tc.Base.String(), "--resident-window", tc.ResidentWindow.String(),
 				"--resident-epsilon", strconv.FormatFloat(tc.ResidentEpsilon, 'g', -1, 64),
 				"--max-inflight-per-backend", strconv.Itoa(c.Int("max-inflight-per-backend")), "--queue-size", strconv.Itoa(c.Int("queue-size")),
-				"--queue-timeout", scaled("queue-timeout").String(), "--queue-holder-wait", scaled("queue-holder-wait").String(),
+				"--queue-timeout", scaled("queue-timeout").String(), "--queue-holder-wait", scaled("queue-holder-wait").String(), "--queue-max-prefill", scaled("queue-max-prefill").String(),
 				"--queue-starvation-limit", strconv.Itoa(c.Int("queue-starvation-limit")),
 				"--queue-engine-aware="+strconv.FormatBool(c.Bool("queue-engine-aware")))
 			for _, b := range backends {
@@ -203,6 +204,7 @@ func proxyFactory(c *cli.Context, timeScale float64) run.ProxyFactory {
 		cfg.QueueSize = c.Int("queue-size")
 		cfg.QueueTimeout = scaled("queue-timeout")
 		cfg.QueueHolderWait = scaled("queue-holder-wait")
+		cfg.QueueMaxPrefill = scaled("queue-max-prefill")
 		cfg.QueueStarvationLimit = c.Int("queue-starvation-limit")
 		cfg.QueueEngineAware = c.Bool("queue-engine-aware")
 		if n := c.Int("replicas"); n > 1 {
