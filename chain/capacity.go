@@ -121,6 +121,14 @@ func (t *Table) EnforceCapacity() int {
 		c := cutoff[locBackend(l)]
 		return c < 0 || locIsPinned(l) || evictKey(l) > c
 	}
+	var block uint64 // the entry being filtered, for keepOrRemember
+	keepOrRemember := func(l uint64) bool {
+		if keep(l) {
+			return true
+		}
+		t.remember(block, locBackend(l))
+		return false
+	}
 	dropped := 0
 	for si := range t.shards {
 		sh := &t.shards[si]
@@ -129,7 +137,8 @@ func (t *Table) EnforceCapacity() int {
 			if sh.ents[i].loc == 0 {
 				continue
 			}
-			if n := sh.filter(int32(i), keep); n > 0 {
+			block = sh.ents[i].hash
+			if n := sh.filter(int32(i), keepOrRemember); n > 0 {
 				dropped += n
 				if sh.ents[i].loc == 0 {
 					sh.remove(int32(i))
@@ -170,4 +179,30 @@ func (t *Table) CapacityLoop(ctx context.Context, every time.Duration) {
 			t.EnforceCapacity()
 		}
 	}
+}
+
+// departedSlots is the size of the departed-location memory: a direct
+// mapped array, so that a newer departure overwrites an older one in its
+// slot and the memory stays bounded whatever the churn.
+const departedSlots = 1 << 16
+
+// remember notes that backend b's location of block went for capacity.
+// The slot keeps the block's high bits beside b, to tell it from the
+// other blocks that map to the same slot.
+func (t *Table) remember(block uint64, b int) {
+	t.departed[block%departedSlots].Store(block&^0xff | uint64(b))
+}
+
+// Departed returns the backend whose location of block the capacity bound
+// dropped last, if that is still remembered. A follow-up whose chain went
+// that way knows only a shorter prefix, often one many backends share (a
+// system prompt); the backend that held the rest of its conversation is
+// where the engine may still hold part of it, and is the one to prefer
+// among those that hold the prefix.
+func (t *Table) Departed(block uint64) (int, bool) {
+	v := t.departed[block%departedSlots].Load()
+	if v == 0 || v&^0xff != block&^0xff {
+		return 0, false
+	}
+	return int(v & 0xff), true
 }

@@ -352,3 +352,42 @@ func TestHeldCountsEveryLocation(t *testing.T) {
 		})
 	}
 }
+
+// The capacity bound remembers which backend each dropped location was on;
+// a block it did not drop is not remembered, and a later drop of the same
+// block from another backend replaces the memory.
+func TestBackendCapacityRemembersDeparted(t *testing.T) {
+	tb, clk := newTestTable(time.Hour, 1<<12)
+	a, b := []uint64{0x1100, 0x1200, 0x1300, 0x1400}, []uint64{0x2100, 0x2200, 0x2300, 0x2400}
+	tb.SetBackendCapacity(3, 6)
+	tb.Touch(a, 3, tb.Now())
+	clk.add(time.Second)
+	tb.Touch(b, 3, tb.Now())
+	// 8 > 6: a's last two blocks go (one enforcement frees a 32nd of the
+	// bound below it, none here).
+	if n := tb.EnforceCapacity(); n != 2 {
+		t.Fatalf("dropped %d", n)
+	}
+	for _, h := range a[2:] {
+		if got, ok := tb.Departed(h); !ok || got != 3 {
+			t.Fatalf("block %#x: departed %d %v, want backend 3", h, got, ok)
+		}
+	}
+	for _, h := range append(a[:2:2], b...) {
+		if got, ok := tb.Departed(h); ok {
+			t.Fatalf("block %#x, still held, remembered as departed from %d", h, got)
+		}
+	}
+	// A block of the same slot but another value is not taken for it.
+	if _, ok := tb.Departed(a[2] + departedSlots<<8); ok {
+		t.Fatal("a colliding block taken for a departed one")
+	}
+	tb.SetBackendCapacity(7, 1)
+	tb.Touch(a[:3], 7, tb.Now())
+	clk.add(time.Second)
+	tb.Touch(a[:1], 7, tb.Now())
+	tb.EnforceCapacity()
+	if got, ok := tb.Departed(a[2]); !ok || got != 7 {
+		t.Fatalf("block %#x: departed %d %v, want backend 7 now", a[2], got, ok)
+	}
+}

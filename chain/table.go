@@ -119,8 +119,11 @@ type Table struct {
 	// capBlocks bounds each backend's locations (capacity.go); 0: none.
 	capBlocks       [MaxBackends]atomic.Int64
 	evictBackendCap atomic.Uint64
-	vacuumRuns      atomic.Uint64
-	vacuumNext      atomic.Int64 // ms since epoch of the vacuum's next wake
+	// departed remembers, for blocks whose location the capacity bound
+	// dropped, the backend that held them (capacity.go).
+	departed   [departedSlots]atomic.Uint64
+	vacuumRuns atomic.Uint64
+	vacuumNext atomic.Int64 // ms since epoch of the vacuum's next wake
 }
 
 // NewTable returns an empty table. TTL and MaxBlocks must be positive.

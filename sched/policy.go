@@ -80,6 +80,15 @@ func phase2(s *Scheduler, r *Request, elig chain.Set, d *Decision) bool {
 		return false
 	}
 	s.avoidFull(&prev, d, func(int) int { return len(r.Chain) - div })
+	if div < len(r.Chain) && prev.Len() > 1 {
+		// The rest of the conversation was dropped for capacity: go back
+		// to the holder it was dropped from, as a table without the bound
+		// would.
+		if b, ok := s.Table.Departed(r.Chain[div]); ok && prev.Has(b) {
+			prev = chain.Set{}
+			prev.Add(b)
+		}
+	}
 	var match [chain.MaxBackends]int32
 	prev.Each(func(b int) { match[b] = int32(div) })
 	d.Phase = PhaseFollowup
