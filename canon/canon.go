@@ -406,12 +406,8 @@ func (c *Canonicalizer) run(st *state, api API, body []byte, sink Sink, info *In
 			}
 			continue
 		}
-		if !first {
-			st.writeByte(',')
-		}
+		st.writeKey(k, first)
 		first = false
-		st.writeQuoted(k)
-		st.writeByte(':')
 		if err := st.value(top[i].val); err != nil {
 			return err
 		}
@@ -551,6 +547,20 @@ func lastMember(o *fastjson.Object, key string) *fastjson.Value {
 // sortMembers sorts by key and keeps only the last of equal keys, as the
 // backend's JSON parser would see them. It returns the deduplicated prefix.
 func sortMembers(ms []member) []member {
+	switch len(ms) {
+	case 0, 1:
+		return ms
+	case 2:
+		// Most objects of a chat body (a message: role and content).
+		switch bytes.Compare(ms[0].key, ms[1].key) {
+		case 0:
+			ms[0] = ms[1]
+			return ms[:1]
+		case 1:
+			ms[0], ms[1] = ms[1], ms[0]
+		}
+		return ms
+	}
 	slices.SortStableFunc(ms, func(a, b member) int { return bytes.Compare(a.key, b.key) })
 	out := ms[:0]
 	for i := range ms {
@@ -610,12 +620,8 @@ func (st *state) value(v *fastjson.Value) error {
 				}
 				continue
 			}
-			if !first {
-				st.writeByte(',')
-			}
+			st.writeKey(ms[i].key, first)
 			first = false
-			st.writeQuoted(ms[i].key)
-			st.writeByte(':')
 			// The recursion may grow st.members; ms aliases the old array,
 			// which stays valid because nothing below base+len(ms) moves.
 			if err := st.value(ms[i].val); err != nil {
