@@ -271,6 +271,7 @@ type member struct {
 type state struct {
 	p       fastjson.Parser
 	members []member
+	roles   []*fastjson.Value // each message's role (validatePrompt)
 	num     []byte
 	lit     []byte // a scalar's JSON text as fastjson marshals it
 	// decodeStrings turns off the literal fast path (tests compare both).
@@ -308,6 +309,8 @@ func (c *Canonicalizer) Canonicalize(api API, body []byte, sink Sink, info *Info
 	err := c.run(st, api, body, sink, info)
 	st.sink, st.lsink = nil, nil
 	st.members = st.members[:0]
+	clear(st.roles)
+	st.roles = st.roles[:0]
 	c.pool.Put(st)
 	return err
 }
@@ -385,7 +388,7 @@ func (c *Canonicalizer) run(st *state, api API, body []byte, sink Sink, info *In
 			}
 		}
 	}
-	if err := c.validatePrompt(api, prompt); err != nil {
+	if err := st.validatePrompt(api, prompt); err != nil {
 		return err
 	}
 
@@ -436,7 +439,11 @@ func (c *Canonicalizer) run(st *state, api API, body []byte, sink Sink, info *In
 	return nil
 }
 
-func (c *Canonicalizer) validatePrompt(api API, prompt *fastjson.Value) error {
+// validatePrompt checks the prompt's shape before anything is written;
+// for chat and messages it keeps each message's role in st.roles, where
+// lines finds it again.
+func (st *state) validatePrompt(api API, prompt *fastjson.Value) error {
+	st.roles = st.roles[:0]
 	if api == Chat || api == Messages {
 		if prompt == nil || prompt.Type() != fastjson.TypeArray || len(prompt.GetArray()) == 0 {
 			return ErrNoMessages
@@ -449,6 +456,7 @@ func (c *Canonicalizer) validatePrompt(api API, prompt *fastjson.Value) error {
 			if r == nil || r.Type() != fastjson.TypeString {
 				return ErrBadMessage
 			}
+			st.roles = append(st.roles, r)
 		}
 		return nil
 	}
@@ -472,7 +480,11 @@ func (st *state) lines(arr *fastjson.Value, info *Info, api API) error {
 	sessionSet := false
 	var firstHash uint64
 	for i, m := range arr.GetArray() {
-		output, isUser := classify(m, api)
+		var role *fastjson.Value
+		if i < len(st.roles) {
+			role = st.roles[i]
+		}
+		output, isUser := classify(m, role, api)
 		info.Followup = info.Followup || output
 		user := !sessionSet && isUser
 		if user || i == 0 {
@@ -503,14 +515,17 @@ func (st *state) lines(arr *fastjson.Value, info *Info, api API) error {
 // Responses API items also by type: function_call, function_call_output,
 // reasoning and the like are output, the input_* parts and plain messages
 // are not. A Messages API user turn that carries a tool_result block
-// answers earlier model output.
-func classify(m *fastjson.Value, api API) (output, user bool) {
+// answers earlier model output. role is m's role member if known (nil:
+// looked up).
+func classify(m, role *fastjson.Value, api API) (output, user bool) {
 	if m.Type() != fastjson.TypeObject {
 		return false, false
 	}
 	o := m.GetObject()
-	role := lastMember(o, "role").GetStringBytes()
-	switch string(role) {
+	if role == nil {
+		role = lastMember(o, "role")
+	}
+	switch string(role.GetStringBytes()) {
 	case "assistant", "tool", "function":
 		return true, false
 	case "user":
