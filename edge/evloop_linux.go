@@ -50,13 +50,10 @@ type evLoop struct {
 	// events can hold one for a descriptor closed earlier in the batch
 	// whose number a new connection has taken since, and that event must
 	// not reach the new connection (nginx's "instance" bit).
-	gens   map[int32]int32
-	gen    int32
-	idle   [][]*upConn // per backend: keep-alive connections
-	events [128]syscall.EpollEvent
-	// blocked: wait blocked (through the runtime, which can hand the P
-	// to other goroutines meanwhile) since the loop last yielded.
-	blocked  bool
+	gens     map[int32]int32
+	gen      int32
+	idle     [][]*upConn // per backend: keep-alive connections
+	events   [128]syscall.EpollEvent
 	now      int64       // unix ns, at the last wake-up
 	scanAt   int64       // when deadlines are next checked
 	bufs     [8][][]byte // free buffers by size class (bufClass)
@@ -273,17 +270,12 @@ func (l *evLoop) run() {
 		// on virtual machines, and a request would otherwise take several).
 		l.clock = time.Now()
 		l.now = l.clock.UnixNano()
-		if l.blocked {
-			l.blocked = false
-			yielded = l.now
-		} else if l.now-yielded > int64(yieldEvery) {
+		if l.now-yielded > int64(yieldEvery) {
 			// A loop under load never blocks, and would keep its P from
 			// the process's other goroutines (health checks, the admin
 			// listener, handed-over connections) until the runtime
 			// preempts it every 10 ms: it makes way itself, which costs a
-			// scheduler round (and waking a thread for the idle spare P,
-			// several µs). A loop that blocked in epoll_wait since has
-			// made way already, and does not.
+			// scheduler round now and then.
 			runtime.Gosched()
 			yielded = l.now
 		}
@@ -373,7 +365,6 @@ func (l *evLoop) wait() int {
 	if l.nCli == 0 && len(l.fds) == 0 && l.acceptAt == 0 {
 		ms = -1
 	}
-	l.blocked = true
 	n, err := syscall.EpollWait(l.ep, l.events[:], ms)
 	if err != nil {
 		return 0 // EINTR
