@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 const epollSupported = true
@@ -59,7 +61,9 @@ type evLoop struct {
 	scanAt   int64       // when deadlines are next checked
 	bufs     [8][][]byte // free buffers by size class (bufClass)
 	bufBytes int
-	iov      [2]syscall.Iovec
+	iov      [2]unix.Iovec
+	msg      unix.Msghdr  // rawWritev's, over iov
+	small    [8192]byte   // rawWritev's, for a head and a short body
 	nCli     int          // client connections open
 	open     atomic.Int32 // nCli as other loops see it, plus those given to l
 	peers    []*evLoop    // every loop of the server, l included
