@@ -453,7 +453,7 @@ func (st *state) validatePrompt(api API, prompt *fastjson.Value) error {
 				return ErrBadMessage
 			}
 			r := lastMember(m.GetObject(), "role")
-			if r == nil || r.Type() != fastjson.TypeString {
+			if r == nil || !st.isString(r) {
 				return ErrBadMessage
 			}
 			st.roles = append(st.roles, r)
@@ -472,6 +472,31 @@ func (st *state) validatePrompt(api API, prompt *fastjson.Value) error {
 	return ErrNoPrompt
 }
 
+// isString reports whether v is a string without decoding it: a string
+// fastjson has decoded is written by value() by escaping it again, which
+// costs more than copying its literal (the roles, checked here, are
+// written as they came).
+func (st *state) isString(v *fastjson.Value) bool {
+	if v.GetObject() != nil || v.GetArray() != nil {
+		return false
+	}
+	st.num = v.MarshalTo(st.num[:0])
+	return len(st.num) > 0 && st.num[0] == '"'
+}
+
+// stringText is the text of v, a string (nil: none), decoded only if its
+// literal has an escape. The bytes are valid until st.num is used again.
+func (st *state) stringText(v *fastjson.Value) []byte {
+	if v == nil {
+		return nil
+	}
+	st.num = v.MarshalTo(st.num[:0])
+	if len(st.num) < 2 || st.num[0] != '"' || bytes.IndexByte(st.num, '\\') >= 0 {
+		return v.GetStringBytes()
+	}
+	return st.num[1 : len(st.num)-1]
+}
+
 // lines writes one canonical line per element of arr: chat or Messages API
 // messages, or Responses API input items. Earlier model output makes the
 // request a follow-up; the first user turn (else the first line) identifies
@@ -484,7 +509,7 @@ func (st *state) lines(arr *fastjson.Value, info *Info, api API) error {
 		if i < len(st.roles) {
 			role = st.roles[i]
 		}
-		output, isUser := classify(m, role, api)
+		output, isUser := classify(m, st.stringText(role), role != nil, api)
 		info.Followup = info.Followup || output
 		user := !sessionSet && isUser
 		if user || i == 0 {
@@ -515,17 +540,17 @@ func (st *state) lines(arr *fastjson.Value, info *Info, api API) error {
 // Responses API items also by type: function_call, function_call_output,
 // reasoning and the like are output, the input_* parts and plain messages
 // are not. A Messages API user turn that carries a tool_result block
-// answers earlier model output. role is m's role member if known (nil:
+// answers earlier model output. role is m's role if known (else it is
 // looked up).
-func classify(m, role *fastjson.Value, api API) (output, user bool) {
+func classify(m *fastjson.Value, role []byte, known bool, api API) (output, user bool) {
 	if m.Type() != fastjson.TypeObject {
 		return false, false
 	}
 	o := m.GetObject()
-	if role == nil {
-		role = lastMember(o, "role")
+	if !known {
+		role = lastMember(o, "role").GetStringBytes()
 	}
-	switch string(role.GetStringBytes()) {
+	switch string(role) {
 	case "assistant", "tool", "function":
 		return true, false
 	case "user":
