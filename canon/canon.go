@@ -271,6 +271,7 @@ type member struct {
 type state struct {
 	p       fastjson.Parser
 	members []member
+	roles   []*fastjson.Value // each message's role (validatePrompt)
 	num     []byte
 	lit     []byte // a scalar's JSON text as fastjson marshals it
 	// decodeStrings turns off the literal fast path (tests compare both).
@@ -308,6 +309,8 @@ func (c *Canonicalizer) Canonicalize(api API, body []byte, sink Sink, info *Info
 	err := c.run(st, api, body, sink, info)
 	st.sink, st.lsink = nil, nil
 	st.members = st.members[:0]
+	clear(st.roles)
+	st.roles = st.roles[:0]
 	c.pool.Put(st)
 	return err
 }
@@ -385,7 +388,7 @@ func (c *Canonicalizer) run(st *state, api API, body []byte, sink Sink, info *In
 			}
 		}
 	}
-	if err := c.validatePrompt(api, prompt); err != nil {
+	if err := st.validatePrompt(api, prompt); err != nil {
 		return err
 	}
 
@@ -406,12 +409,8 @@ func (c *Canonicalizer) run(st *state, api API, body []byte, sink Sink, info *In
 			}
 			continue
 		}
-		if !first {
-			st.writeByte(',')
-		}
+		st.writeKey(k, first)
 		first = false
-		st.writeQuoted(k)
-		st.writeByte(':')
 		if err := st.value(top[i].val); err != nil {
 			return err
 		}
@@ -440,7 +439,11 @@ func (c *Canonicalizer) run(st *state, api API, body []byte, sink Sink, info *In
 	return nil
 }
 
-func (c *Canonicalizer) validatePrompt(api API, prompt *fastjson.Value) error {
+// validatePrompt checks the prompt's shape before anything is written;
+// for chat and messages it keeps each message's role in st.roles, where
+// lines finds it again.
+func (st *state) validatePrompt(api API, prompt *fastjson.Value) error {
+	st.roles = st.roles[:0]
 	if api == Chat || api == Messages {
 		if prompt == nil || prompt.Type() != fastjson.TypeArray || len(prompt.GetArray()) == 0 {
 			return ErrNoMessages
@@ -450,9 +453,10 @@ func (c *Canonicalizer) validatePrompt(api API, prompt *fastjson.Value) error {
 				return ErrBadMessage
 			}
 			r := lastMember(m.GetObject(), "role")
-			if r == nil || r.Type() != fastjson.TypeString {
+			if r == nil || !st.isString(r) {
 				return ErrBadMessage
 			}
+			st.roles = append(st.roles, r)
 		}
 		return nil
 	}
@@ -468,6 +472,31 @@ func (c *Canonicalizer) validatePrompt(api API, prompt *fastjson.Value) error {
 	return ErrNoPrompt
 }
 
+// isString reports whether v is a string without decoding it: a string
+// fastjson has decoded is written by value() by escaping it again, which
+// costs more than copying its literal (the roles, checked here, are
+// written as they came).
+func (st *state) isString(v *fastjson.Value) bool {
+	if v.GetObject() != nil || v.GetArray() != nil {
+		return false
+	}
+	st.num = v.MarshalTo(st.num[:0])
+	return len(st.num) > 0 && st.num[0] == '"'
+}
+
+// stringText is the text of v, a string (nil: none), decoded only if its
+// literal has an escape. The bytes are valid until st.num is used again.
+func (st *state) stringText(v *fastjson.Value) []byte {
+	if v == nil {
+		return nil
+	}
+	st.num = v.MarshalTo(st.num[:0])
+	if len(st.num) < 2 || st.num[0] != '"' || bytes.IndexByte(st.num, '\\') >= 0 {
+		return v.GetStringBytes()
+	}
+	return st.num[1 : len(st.num)-1]
+}
+
 // lines writes one canonical line per element of arr: chat or Messages API
 // messages, or Responses API input items. Earlier model output makes the
 // request a follow-up; the first user turn (else the first line) identifies
@@ -476,7 +505,11 @@ func (st *state) lines(arr *fastjson.Value, info *Info, api API) error {
 	sessionSet := false
 	var firstHash uint64
 	for i, m := range arr.GetArray() {
-		output, isUser := classify(m, api)
+		var role *fastjson.Value
+		if i < len(st.roles) {
+			role = st.roles[i]
+		}
+		output, isUser := classify(m, st.stringText(role), role != nil, api)
 		info.Followup = info.Followup || output
 		user := !sessionSet && isUser
 		if user || i == 0 {
@@ -507,13 +540,16 @@ func (st *state) lines(arr *fastjson.Value, info *Info, api API) error {
 // Responses API items also by type: function_call, function_call_output,
 // reasoning and the like are output, the input_* parts and plain messages
 // are not. A Messages API user turn that carries a tool_result block
-// answers earlier model output.
-func classify(m *fastjson.Value, api API) (output, user bool) {
+// answers earlier model output. role is m's role if known (else it is
+// looked up).
+func classify(m *fastjson.Value, role []byte, known bool, api API) (output, user bool) {
 	if m.Type() != fastjson.TypeObject {
 		return false, false
 	}
 	o := m.GetObject()
-	role := lastMember(o, "role").GetStringBytes()
+	if !known {
+		role = lastMember(o, "role").GetStringBytes()
+	}
 	switch string(role) {
 	case "assistant", "tool", "function":
 		return true, false
@@ -551,6 +587,20 @@ func lastMember(o *fastjson.Object, key string) *fastjson.Value {
 // sortMembers sorts by key and keeps only the last of equal keys, as the
 // backend's JSON parser would see them. It returns the deduplicated prefix.
 func sortMembers(ms []member) []member {
+	switch len(ms) {
+	case 0, 1:
+		return ms
+	case 2:
+		// Most objects of a chat body (a message: role and content).
+		switch bytes.Compare(ms[0].key, ms[1].key) {
+		case 0:
+			ms[0] = ms[1]
+			return ms[:1]
+		case 1:
+			ms[0], ms[1] = ms[1], ms[0]
+		}
+		return ms
+	}
 	slices.SortStableFunc(ms, func(a, b member) int { return bytes.Compare(a.key, b.key) })
 	out := ms[:0]
 	for i := range ms {
@@ -610,12 +660,8 @@ func (st *state) value(v *fastjson.Value) error {
 				}
 				continue
 			}
-			if !first {
-				st.writeByte(',')
-			}
+			st.writeKey(ms[i].key, first)
 			first = false
-			st.writeQuoted(ms[i].key)
-			st.writeByte(':')
 			// The recursion may grow st.members; ms aliases the old array,
 			// which stays valid because nothing below base+len(ms) moves.
 			if err := st.value(ms[i].val); err != nil {

@@ -69,7 +69,18 @@ func (st *state) writeString(s string) {
 	st.n += copy(st.out[st.n:], s)
 }
 
+// writeByte is small enough to inline: it is called for every brace,
+// comma and colon of the CBR.
 func (st *state) writeByte(b byte) {
+	if st.hashing || st.n == len(st.out) {
+		st.writeByteSlow(b)
+		return
+	}
+	st.out[st.n] = b
+	st.n++
+}
+
+func (st *state) writeByteSlow(b byte) {
 	if st.n == len(st.out) {
 		st.flush()
 	}
@@ -82,6 +93,41 @@ func (st *state) writeByte(b byte) {
 	}
 	st.out[st.n] = b
 	st.n++
+}
+
+// writeKey writes canonString(k) and a colon, after a comma unless first.
+// Member names are short and need no escaping: they go into the buffer
+// in one piece, without writeQuoted's scan and writes.
+func (st *state) writeKey(k []byte, first bool) {
+	if st.hashing || len(k) > 64 || st.n+len(k)+4 > len(st.out) || !plainKey(k) {
+		if !first {
+			st.writeByte(',')
+		}
+		st.writeQuoted(k)
+		st.writeByte(':')
+		return
+	}
+	o := st.out[st.n:]
+	i := 0
+	if !first {
+		o[0] = ','
+		i = 1
+	}
+	o[i] = '"'
+	i += 1 + copy(o[i+1:], k)
+	o[i] = '"'
+	o[i+1] = ':'
+	st.n += i + 2
+}
+
+// plainKey reports whether k needs no escaping.
+func plainKey(k []byte) bool {
+	for _, c := range k {
+		if needsEscape[c] {
+			return false
+		}
+	}
+	return true
 }
 
 const hexDigits = "0123456789abcdef"

@@ -2,7 +2,6 @@ package chain
 
 import (
 	"bytes"
-	"encoding/binary"
 	"hash/maphash"
 	"math/bits"
 	"sync"
@@ -90,20 +89,33 @@ func NewMemo(maxBytes int) *Memo {
 	return &Memo{seed: maphash.MakeSeed(), max: maxBytes, slots: make([]atomic.Pointer[memoEntry], n), mask: uint64(n - 1)}
 }
 
-// fingerprint hashes the state and a sample of the literal: its length
-// and 16 bytes at each end and at three points between. Equal
-// fingerprints are only a hint; lookups compare the whole literal.
+// fingerprint hashes a sample of the state and of the literal: the
+// previous block's hash, the partial block's length and last 16 bytes,
+// the literal's length and 16 bytes at each end and at three points
+// between. Equal fingerprints are only a hint; lookups compare the whole
+// state and literal. The sample is gathered and hashed in one call:
+// mixing its words one by one, and hashing the whole partial block, was a
+// tenth of canonicalising a chat body whose strings all hit.
 func (m *Memo) fingerprint(state, lit []byte) uint64 {
-	fp := maphash.Bytes(m.seed, state) ^ uint64(len(lit))*0x9e3779b97f4a7c15
 	const s = 16
+	var b [8 + s + 5*s]byte
+	copy(b[:8], state)
+	if t := state[8:]; len(t) > s {
+		copy(b[8:8+s], t[len(t)-s:])
+	} else {
+		copy(b[8:8+s], t)
+	}
+	lens := uint64(len(state))<<32 ^ uint64(len(lit))
 	if len(lit) < 8*s {
-		return mix(fp ^ maphash.Bytes(m.seed, lit))
+		return mix(maphash.Bytes(m.seed, b[:8+s]) ^ maphash.Bytes(m.seed, lit) ^ lens*0x9e3779b97f4a7c15)
 	}
-	for _, at := range [...]int{0, len(lit) / 4, len(lit) / 2, 3 * len(lit) / 4, len(lit) - s} {
-		fp = mix(fp ^ binary.LittleEndian.Uint64(lit[at:]))
-		fp = mix(fp ^ binary.LittleEndian.Uint64(lit[at+8:]))
-	}
-	return fp
+	o := b[8+s:]
+	copy(o[0*s:], lit[:s])
+	copy(o[1*s:], lit[len(lit)/4:len(lit)/4+s])
+	copy(o[2*s:], lit[len(lit)/2:len(lit)/2+s])
+	copy(o[3*s:], lit[3*len(lit)/4:3*len(lit)/4+s])
+	copy(o[4*s:], lit[len(lit)-s:])
+	return mix(maphash.Bytes(m.seed, b[:]) ^ lens*0x9e3779b97f4a7c15)
 }
 
 // mix is a 64-bit finaliser (splitmix64's): every input bit moves about

@@ -5,6 +5,8 @@ package edge
 import (
 	"syscall"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // sock is a loop's non-blocking socket: plain, or TLS over it (tls.go).
@@ -57,9 +59,14 @@ func (s *sock) writev(l *evLoop, a, b []byte) (int, syscall.Errno) {
 func (s *sock) pendingOut() bool { return s.tls != nil && s.tls.pending() }
 
 // Raw non-blocking system calls: they never block, so they keep the P.
+// They are the socket calls (recvfrom, sendto, sendmsg), not read, write
+// and writev: those go through the file layer first (position lock, access
+// and permission checks), ~3.5% of kvca's CPU at 4 KB for nothing a
+// socket needs. MSG_NOSIGNAL: a peer that has gone is an EPIPE, not a
+// SIGPIPE for the runtime to field.
 func rawRead(fd int, p []byte) (int, syscall.Errno) {
 	for {
-		n, _, e := syscall.RawSyscall(syscall.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+		n, _, e := syscall.RawSyscall6(unix.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)), 0, 0, 0)
 		if e == 0 {
 			return int(n), 0
 		}
@@ -71,7 +78,7 @@ func rawRead(fd int, p []byte) (int, syscall.Errno) {
 
 func rawWrite(fd int, p []byte) (int, syscall.Errno) {
 	for {
-		n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+		n, _, e := syscall.RawSyscall6(unix.SYS_SENDTO, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)), syscall.MSG_NOSIGNAL, 0, 0)
 		if e == 0 {
 			return int(n), 0
 		}
@@ -98,10 +105,30 @@ func (l *evLoop) rawWritev(fd int, a, b []byte) (int, syscall.Errno) {
 	if n == 0 {
 		return 0, 0
 	}
+	if n == 2 && len(a)+len(b) <= len(l.small) {
+		// A head and a short body (most answers): copied into one piece
+		// and sent with sendto, which costs less than sendmsg's two
+		// vectors. The bytes taken count the same way.
+		l.iov[0].Base, l.iov[1].Base = nil, nil
+		k := copy(l.small[:], a)
+		k += copy(l.small[k:], b)
+		return rawWrite(fd, l.small[:k])
+	}
+	if n == 1 {
+		p := a
+		if len(p) == 0 {
+			p = b
+		}
+		l.iov[0].Base = nil
+		return rawWrite(fd, p)
+	}
+	l.msg.Iov = &l.iov[0]
+	l.msg.SetIovlen(n)
 	for {
-		r, _, e := syscall.RawSyscall(syscall.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&l.iov[0])), uintptr(n))
+		r, _, e := syscall.RawSyscall(unix.SYS_SENDMSG, uintptr(fd), uintptr(unsafe.Pointer(&l.msg)), syscall.MSG_NOSIGNAL)
 		if e != syscall.EINTR {
 			l.iov[0].Base, l.iov[1].Base = nil, nil
+			l.msg.Iov = nil
 			if e != 0 {
 				return 0, e
 			}

@@ -12,7 +12,10 @@
 // over MaxHeadBytes or MaxFields are all refused.
 package h1
 
-import "bytes"
+import (
+	"bytes"
+	"encoding/binary"
+)
 
 // Span is a byte range of the buffer a head was parsed from.
 type Span struct{ Off, End int32 }
@@ -500,7 +503,24 @@ func nextToken(v []byte) (tok, rest []byte) {
 
 // validValue reports whether v holds only field-value bytes: VCHAR,
 // obs-text, SP and HTAB.
+//
+// Eight bytes are tested at a time (the classic SWAR tests for a byte
+// below 0x20 and a byte equal to 0x7f, exact as to whether there is one);
+// only a word that has one, a tab most likely, is looked at byte by byte.
 func validValue(v []byte) bool {
+	const lsb, msb = 0x0101010101010101, 0x8080808080808080
+	i := 0
+	for ; i+8 <= len(v); i += 8 {
+		x := binary.LittleEndian.Uint64(v[i:])
+		del := x ^ (0x7f * lsb)
+		if ((x-0x20*lsb)&^x|(del-lsb)&^del)&msb != 0 && !validBytes(v[i:i+8]) {
+			return false
+		}
+	}
+	return validBytes(v[i:])
+}
+
+func validBytes(v []byte) bool {
 	for _, c := range v {
 		if c < 0x20 && c != '\t' || c == 0x7f {
 			return false

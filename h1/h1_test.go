@@ -294,3 +294,25 @@ func FuzzRequestDifferential(f *testing.F) {
 		}
 	})
 }
+
+// TestParseResponseReused: a Response parsed before holds nothing of the
+// earlier answer.
+func TestParseResponseReused(t *testing.T) {
+	t.Parallel()
+	var r Response
+	first := "HTTP/1.0 201 Created\r\nConnection: keep-alive, X-A\r\nX-Request-Id: q\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+	if st, err := ParseResponse([]byte(first), &r); st != OK {
+		t.Fatalf("first: %d %v", st, err)
+	}
+	if !r.Chunked || !r.SSE || !r.RequestID || r.NN != 2 || r.NF != 4 || r.Reason.Len() != 7 || r.Minor != 0 {
+		t.Fatalf("first: %+v", r)
+	}
+	second := "HTTP/1.1 200\r\nContent-Length: 3\r\n\r\n"
+	if st, err := ParseResponse([]byte(second), &r); st != OK {
+		t.Fatalf("second: %d %v", st, err)
+	}
+	if r.Size != len(second) || r.Status != 200 || r.Minor != 1 || r.Reason != (Span{}) || r.ContentLength != 3 ||
+		r.Chunked || r.Close || r.SSE || r.RequestID || r.NF != 1 || r.NN != 0 || r.Framing(false) != BodyFixed {
+		t.Fatalf("second: %+v", r)
+	}
+}
