@@ -1027,18 +1027,9 @@ func (a *Admitter) Candidates(r *sched.Request) chain.Set {
 	return e
 }
 
-// Holders returns the backends holding the longest known prefix of r's
-// chain when r is a follow-up (those its routing would prefer), else an
-// empty set: what Ticket.Preferred wants.
-func Holders(table *chain.Table, r *sched.Request) chain.Set {
-	if !r.Followup || len(r.Chain) == 0 {
-		return chain.Set{}
-	}
-	_, held := table.Prefix(r.Chain, r.Now)
-	return held
-}
-
-// Estimate fills t's Preferred (Holders) and its prefill estimate
+// Estimate fills t's Preferred (the backends holding the longest known
+// prefix of r's chain when r is a follow-up: those its routing would
+// prefer) and its prefill estimate
 // (Blocks, Held, Shared, Sharing) from the table, with one walk of r's
 // chain.
 func Estimate(table *chain.Table, r *sched.Request, t *Ticket) {
