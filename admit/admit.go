@@ -1029,9 +1029,8 @@ func (a *Admitter) Candidates(r *sched.Request) chain.Set {
 
 // Estimate fills t's Preferred (the backends holding the longest known
 // prefix of r's chain when r is a follow-up: those its routing would
-// prefer) and its prefill estimate
-// (Blocks, Held, Shared, Sharing) from the table, with one walk of r's
-// chain.
+// prefer) and its prefill estimate (Blocks, Held, Shared, Sharing) from
+// the table, with one walk of r's chain.
 func Estimate(table *chain.Table, r *sched.Request, t *Ticket) {
 	t.Preferred, t.Sharing = chain.Set{}, chain.Set{}
 	t.Blocks, t.Held, t.Shared = int32(len(r.Chain)), 0, 0

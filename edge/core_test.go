@@ -426,8 +426,11 @@ func TestFirstByteTeachesOnlyStreamedSuccesses(t *testing.T) {
 			s := offlineCore(t, 1, nil)
 			c, _ := planned(t, s, conversation(1, 0, tc.streamed))
 			c.status = tc.status
-			c.firstByte(tc.streamed)
-			c.firstByte(tc.streamed)
+			// The first call releases the prefill (and says so, for the
+			// admission's prefill bound), a later one does not.
+			if !c.firstByte(tc.streamed) || c.firstByte(tc.streamed) {
+				t.Fatal("the prefill release not reported exactly once")
+			}
 			if p := s.fleet().sched.Backends[0].Prefill(); p != 0 {
 				t.Fatalf("prefill %d after the first byte, want 0", p)
 			}

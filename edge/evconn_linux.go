@@ -672,8 +672,9 @@ func (c *cliConn) onHead(up *upConn) {
 		// Streaming servers (vLLM, SGLang) send headers before they
 		// prefill: a streamed answer keeps its prefill load until its
 		// first body byte (unless --prefill-release headers).
-		call.res.ReleasePrefill()
-		s.adm.PrefillDone(u.b.Index)
+		if call.res.ReleasePrefill() {
+			s.adm.PrefillDone(u.b.Index)
+		}
 	}
 	if s.answered(call, u, r.Status) {
 		up.close()
@@ -1394,9 +1395,7 @@ func (up *upConn) pump() {
 				up.err, up.bodyDone = err, true
 			}
 			if len(data) > 0 {
-				first := c.c.ttft == 0
-				c.c.firstByte(up.mode == h1.BodyChunked)
-				if first {
+				if c.c.firstByte(up.mode == h1.BodyChunked) {
 					c.l.s.adm.PrefillDone(up.u.b.Index)
 				}
 				if call := c.c; call.sniffing {

@@ -393,15 +393,17 @@ func (s *Server) hasAlternative(c *call, u *upstream) bool {
 
 // firstByte marks the answer's first body byte: the backend has prefilled.
 // A streamed success teaches the backend's TTFT model (a whole answer's
-// first byte comes after its decoding too).
-func (c *call) firstByte(streamed bool) {
+// first byte comes after its decoding too). It reports whether the
+// prefill load was released by this call (not already at the head).
+func (c *call) firstByte(streamed bool) bool {
 	if c.ttft == 0 {
 		c.ttft = c.now().Sub(c.start)
 	}
-	c.res.ReleasePrefill()
+	released := c.res.ReleasePrefill()
 	if streamed && c.status == 200 {
 		c.res.FirstByteAt(c.now())
 	}
+	return released
 }
 
 // streamFailed books an answer that broke off after it began.

@@ -404,11 +404,15 @@ func (r *Reservation) arm(b *Backend, novel, before uint64, pred time.Duration, 
 // Backend returns the reserved backend.
 func (r *Reservation) Backend() *Backend { return r.b }
 
-// ReleasePrefill releases the novel-block load (the backend answered).
-func (r *Reservation) ReleasePrefill() {
+// ReleasePrefill releases the novel-block load (the backend answered); it
+// reports whether this call released it (false: released before, or
+// nothing reserved).
+func (r *Reservation) ReleasePrefill() bool {
 	if r.b != nil && r.done.Or(1)&1 == 0 {
 		r.b.state.Add(-r.novel)
+		return true
 	}
+	return false
 }
 
 // ReleaseActive releases the active-request unit, and the prefill load if
