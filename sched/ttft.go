@@ -84,6 +84,7 @@ type ttftState struct {
 	gaps atomic.Uint64
 	// moves counts follow-ups sent away from their prefix's holders.
 	moves atomic.Uint64
+	fleet fleetFit
 	set   *metrics.Set
 	// fixed is what SetTTFT set, for backends added later.
 	fixed TTFTConfig
@@ -100,6 +101,8 @@ type predictor struct {
 	// did not wait for a batch slot.
 	sw, sm, sy, smm, smy float64
 	obs                  uint64
+	// fleet pools the sums of every backend of the scheduler.
+	fleet *fleetFit
 	// ev[a] is the decayed share of answers dispatched with a requests
 	// already in flight that waited for a batch slot; seen[a] counts them.
 	ev   [capLevels]float32
@@ -154,6 +157,7 @@ func (s *Scheduler) initTTFT() {
 func (s *Scheduler) initModel(b *Backend) {
 	set := s.ttft.set
 	m := &b.model
+	m.fleet = &s.ttft.fleet
 	m.base.Store(int64(priorBase))
 	m.block.Store(int64(priorBlock))
 	m.fix(s.ttft.fixed)
@@ -333,32 +337,77 @@ func (m *predictor) learn(blocks int64, inflight int, ttft, pred int64) {
 	m.smm = m.smm*decay + x*x
 	m.smy = m.smy*decay + x*y
 	m.obs++
+	if m.fleet != nil {
+		m.fleet.add(x, y)
+	}
 	m.solve()
+}
+
+// fleetWeight is how many observations the fleet's pooled fit counts for
+// in each backend's own: a backend that has answered a handful of
+// requests leans on the fleet (one model on like hardware, as a fleet
+// usually is), instead of fitting a slope to its noise; one with the
+// last few hundred answers of its own is barely moved by it.
+const fleetWeight = 16
+
+// fleetFit is the decayed least-squares sums over every backend's answers.
+type fleetFit struct {
+	mu                   sync.Mutex
+	sw, sm, sy, smm, smy float64
+}
+
+func (f *fleetFit) add(x, y float64) {
+	f.mu.Lock()
+	f.sw = f.sw*decay + 1
+	f.sm = f.sm*decay + x
+	f.sy = f.sy*decay + y
+	f.smm = f.smm*decay + x*x
+	f.smy = f.smy*decay + x*y
+	f.mu.Unlock()
+}
+
+// sums are m's own sums plus the fleet's, scaled to fleetWeight
+// observations at most.
+func (m *predictor) sums() (sw, sm, sy, smm, smy float64) {
+	sw, sm, sy, smm, smy = m.sw, m.sm, m.sy, m.smm, m.smy
+	f := m.fleet
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	fw, fm, fy, fmm, fmy := f.sw, f.sm, f.sy, f.smm, f.smy
+	f.mu.Unlock()
+	if fw <= 0 {
+		return
+	}
+	k := min(1, fleetWeight/fw)
+	return sw + k*fw, sm + k*fm, sy + k*fy, smm + k*fmm, smy + k*fmy
 }
 
 // solve refits base and block time from the sums, honouring fixed values.
 func (m *predictor) solve() {
 	base, blk := float64(m.base.Load()), float64(m.block.Load())
+	sw, sm, sy, smm, smy := m.sums()
 	switch {
 	case m.fixBase > 0 && m.fixBlock > 0:
 		return
 	case m.fixBlock > 0:
 		blk = float64(m.fixBlock)
-		base = (m.sy - blk*m.sm) / m.sw
+		base = (sy - blk*sm) / sw
 	case m.fixBase > 0:
 		base = float64(m.fixBase)
-		if m.smm > 0 {
-			blk = (m.smy - base*m.sm) / m.smm
+		if smm > 0 {
+			blk = (smy - base*sm) / smm
 		}
 	default:
 		// A slope needs answers of different sizes: a spread of more than
 		// half a block (variance over 1/4) before the block time moves.
-		den := m.sw*m.smm - m.sm*m.sm
-		if den > 0.25*m.sw*m.sw {
-			blk = (m.sw*m.smy - m.sm*m.sy) / den
+		den := sw*smm - sm*sm
+		if den > 0.25*sw*sw {
+			blk = (sw*smy - sm*sy) / den
 		}
 		blk = max(blk, 0)
-		base = (m.sy - blk*m.sm) / m.sw
+		base = (sy - blk*sm) / sw
 	}
 	m.base.Store(int64(math.Round(max(base, 0))))
 	m.block.Store(int64(math.Round(max(blk, 0))))

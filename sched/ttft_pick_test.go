@@ -108,8 +108,9 @@ func TestTTFTMoveDecision(t *testing.T) {
 		{name: "exactly moveFactor times slower stays", others: []int{0}, service: 179 * ms, inflight: 3, want: 0},
 		// Backends 1 and 2 are both predicted 14ms; the first, losing 20
 		// blocks (20ms, × 8 = 160ms), is the one compared with the holder
-		// (2 + 3 + 3×55 = 170ms): move, and the two tie by turns.
-		{name: "equal alternatives: the first is compared", others: []int{10, 0}, pending: []uint32{10, 0}, service: 110 * ms, inflight: 4, want: 2},
+		// (2 + 3 + 3×55 = 170ms): move, and of the two, equal by their
+		// predictions, the one holding more of the chain wins.
+		{name: "equal alternatives: the first is compared", others: []int{10, 0}, pending: []uint32{10, 0}, service: 110 * ms, inflight: 4, want: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newFixed(t, 1+len(tc.others), "ttft")
@@ -148,18 +149,22 @@ func TestTTFTMoveDecision(t *testing.T) {
 }
 
 // TestTTFTNearTheBest: predictions up to a quarter above the best count as
-// equal, the bound included; among them the least resident wins, then
-// turns.
+// equal, the bound included; among them the one holding the longest
+// prefix wins, then the least resident, then turns.
 func TestTTFTNearTheBest(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name     string
 		resident [2]float32
+		held     int // blocks of the chain backend 1 holds
 		want     int
 	}{
 		{name: "the less resident, predicted at the bound", resident: [2]float32{1, 0}, want: 1},
 		// The tie's first turn is its second member.
 		{name: "equally resident: turns include the bound", want: 1},
+		// Backend 1 holds one block of two: 2 + 1 + 1 queued = 4ms, equal
+		// to backend 0's 4ms, and more resident; the held block decides.
+		{name: "the longer prefix before residency", resident: [2]float32{0, 1}, held: 1, want: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newFixed(t, 2, "ttft")
@@ -173,11 +178,15 @@ func TestTTFTNearTheBest(t *testing.T) {
 			// Backend 0: 2 + 2 = 4ms; backend 1, one block queued: 5ms,
 			// which is 4 + 4/4.
 			s.Backends[1].state.Store(pack(0, 1))
-			d, res := route(t, s, &Request{Chain: chainOf(0, 2)})
+			c := chainOf(0, 2)
+			if tc.held > 0 {
+				s.Table.Touch(c[:tc.held], 1, now)
+			}
+			d, res := route(t, s, &Request{Chain: c})
 			if d.Backend.Index != tc.want {
 				t.Fatalf("%+v on %d, want %d", d, d.Backend.Index, tc.want)
 			}
-			if want := []time.Duration{4 * time.Millisecond, 5 * time.Millisecond}[tc.want]; d.Predicted != want {
+			if want := []time.Duration{4 * time.Millisecond, 5*time.Millisecond - time.Duration(tc.held)*time.Millisecond}[tc.want]; d.Predicted != want {
 				t.Fatalf("predicted %v, want %v", d.Predicted, want)
 			}
 			res.ReleaseActive()

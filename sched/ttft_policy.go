@@ -12,9 +12,11 @@ import (
 // there. A follow-up stays with the holders of its longest known prefix
 // (Phase 2) unless waiting there is predicted to cost more than
 // recomputing elsewhere; a new conversation goes only where resident work
-// stays within (1+ε)× the mean. Predictions within a quarter of the best
-// count as equal, and among equals the least resident, then the least
-// busy, backend wins, in turns on a full tie.
+// stays within (1+ε)× the mean, unless the holders of its prompt take it
+// as fast (promptHolders). Predictions within a quarter of the best
+// count as equal, and among equals the one holding the longest prefix,
+// then the least resident, then the least busy, backend wins, in turns on
+// a full tie.
 type ttftPolicy struct{}
 
 func (ttftPolicy) Name() string { return "ttft" }
@@ -56,6 +58,9 @@ func (ttftPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 		open = s.residentBound(&elig, r.Now, &res)
 	}
 	unix := s.unixNow(r)
+	if !follow && best > 0 {
+		open = s.promptHolders(&elig, &open, r, &match, best, unix)
+	}
 	n := len(r.Chain)
 	for attempt := 0; ; attempt++ {
 		cand := &open
@@ -82,6 +87,7 @@ func (ttftPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 		var pickPred int64
 		var pickRes float32
 		var pickAct uint64
+		var pickMatch int32
 		eachIn(cand, func(i int) {
 			b := s.Backends[i]
 			st := b.state.Load()
@@ -90,10 +96,11 @@ func (ttftPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 				return
 			}
 			act := st >> 32
+			mi := match[i]
 			switch {
-			case pick < 0 || res[i] < pickRes || (res[i] == pickRes && act < pickAct):
-				pick, pickSt, pickPred, pickRes, pickAct, ties = i, st, p, res[i], act, 1
-			case res[i] == pickRes && act == pickAct:
+			case pick < 0 || mi > pickMatch || (mi == pickMatch && (res[i] < pickRes || (res[i] == pickRes && act < pickAct))):
+				pick, pickSt, pickPred, pickRes, pickAct, pickMatch, ties = i, st, p, res[i], act, mi, 1
+			case mi == pickMatch && res[i] == pickRes && act == pickAct:
 				ties++
 			}
 		})
@@ -117,7 +124,7 @@ func (ttftPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 				b := s.Backends[i]
 				st := b.state.Load()
 				p := s.predict(b, st, n-int(match[i]), unix)
-				if p <= limit && res[i] == pickRes && st>>32 == pickAct {
+				if p <= limit && res[i] == pickRes && st>>32 == pickAct && match[i] == pickMatch {
 					if k == 0 {
 						pick, pickSt, pickPred = i, st, p
 					}
@@ -142,6 +149,35 @@ func (ttftPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 			return true
 		}
 	}
+}
+
+// promptHolders returns where a new conversation may go, open being the
+// backends the resident bound leaves it: the holders of its longest known prefix
+// (its system prompt, most often) if they are predicted about as fast as
+// the best open backend (within the near margin) and the prefix is worth
+// more than that margin; else open. Sending the conversation elsewhere
+// would recompute the prompt for no gain in this request's first token,
+// and spread the prompt over more backends, each new one a cold first
+// turn; the prediction still sends it away once the holders are full.
+// A short shared opening (a template's first block) is worth too little
+// to override the bound.
+func (s *Scheduler) promptHolders(elig, open *chain.Set, r *Request, match *[chain.MaxBackends]int32, best int, unix int64) chain.Set {
+	var held chain.Set
+	blk := int64(-1)
+	elig.Each(func(i int) {
+		if int(match[i]) == best {
+			held.Add(i)
+			if b := s.Backends[i].model.block.Load(); blk < 0 || b < blk {
+				blk = b
+			}
+		}
+	})
+	po, _ := s.minPred(open, r, match, unix)
+	ph, _ := s.minPred(&held, r, match, unix)
+	if ph <= po+po/nearDiv && int64(best)*blk > po/nearDiv {
+		return held
+	}
+	return *open
 }
 
 // minPred is the smallest prediction over set and where it is.

@@ -58,6 +58,26 @@ func TestTTFTLearnsBaseAndBlockTime(t *testing.T) {
 	}
 }
 
+// TestTTFTLeansOnTheFleet: a backend with two answers of its own, both of
+// one size (no slope of their own), takes the block time the fleet has
+// learned; one with hundreds of answers of its own keeps its own rates.
+func TestTTFTLeansOnTheFleet(t *testing.T) {
+	s := newFixed(t, 3, "ttft")
+	teach(&s.Backends[0].model, 2*ms, 300_000, 0)
+	m := &s.Backends[1].model
+	m.learn(4, 0, 2*ms+4*300_000, 0)
+	m.learn(4, 0, 2*ms+4*300_000, 0)
+	if m.block.Load() != 300_000 || m.base.Load() != 2*ms {
+		t.Fatalf("pooled: base %d block %d, want 2000000 300000", m.base.Load(), m.block.Load())
+	}
+	// A slower backend's own history outweighs the fleet's 16 answers.
+	slow := &s.Backends[2].model
+	teach(slow, 10*ms, 900_000, 0)
+	if b := slow.block.Load(); b < 880_000 || b > 900_000 {
+		t.Fatalf("own block %d, want about 900000", b)
+	}
+}
+
 func TestTTFTFixedRatesAreKept(t *testing.T) {
 	s := newFixed(t, 1, "ttft")
 	if err := s.SetTTFT(TTFTConfig{BlockTime: 300 * time.Microsecond}); err != nil {
@@ -250,11 +270,12 @@ func TestResidentBound(t *testing.T) {
 	if res[0] != 5 || res[1] != 1 {
 		t.Fatalf("resident %v", res[:4])
 	}
-	// A first turn sharing backend 0's prefix still goes elsewhere.
-	prime(t, s, 0)
+	// A first turn sharing only a short opening with backend 0 (one
+	// block, worth 0.3ms against a near margin of 2ms/4) goes elsewhere.
+	prime(t, s, 2)
 	c := chainOf(0, 20)
-	s.Table.Touch(c[:18], 0, now)
-	d, rs := route(t, s, &Request{Chain: c})
+	s.Table.Touch(c[:1], 0, now)
+	d, rs := route(t, s, &Request{Chain: c, Now: now})
 	if d.Backend.Index == 0 {
 		t.Fatalf("bound ignored: %+v", d)
 	}
@@ -270,6 +291,47 @@ func TestResidentBound(t *testing.T) {
 	e2 := s2.Eligible(&Request{})
 	if open := s2.residentBound(&e2, now, &res); open.Len() != 3 {
 		t.Fatalf("open %v", open)
+	}
+}
+
+// TestPromptHoldersPassTheResidentBound: a new conversation whose prompt
+// a backend holds goes there, beyond the resident bound, while that
+// backend is predicted about as fast as the best open one; once its batch
+// is full the prediction sends the conversation to an open backend.
+func TestPromptHoldersPassTheResidentBound(t *testing.T) {
+	s := newFixed(t, 3, "ttft")
+	prime(t, s, 2)
+	now := s.Table.Now()
+	for k := 0; k < 6; k++ {
+		s.noteResident(s.Backends[0], &Request{Chain: chainOf(0, 1), Now: now})
+	}
+	sys := chainOf(0, 20)
+	s.Table.Touch(sys, 0, now)
+	first := append(append([]uint64(nil), sys...), chainOf(900, 2)...)
+	elig := s.Eligible(&Request{})
+	var res [chain.MaxBackends]float32
+	if open := s.residentBound(&elig, now, &res); open.Has(0) {
+		t.Fatalf("backend 0 within the bound: %v", res[:3])
+	}
+	// Holder: 2ms + 2 blocks; elsewhere 2ms + 22 blocks.
+	d, r1 := route(t, s, &Request{Chain: first, Now: now})
+	if d.Backend.Index != 0 || d.Cached != 20 || d.Novel != 2 {
+		t.Fatalf("%+v", d)
+	}
+	// One running, one slot left; the same prompt arrives again while
+	// the first still prefills there: 2ms + (2 pending + 2) blocks,
+	// against 2ms + 22 blocks elsewhere.
+	d, r2 := route(t, s, &Request{Chain: first, Now: now})
+	if d.Backend.Index != 0 {
+		t.Fatalf("second: %+v", d)
+	}
+	// Full: a slot wait of 50ms is slower than recomputing the prompt.
+	d, r3 := route(t, s, &Request{Chain: first, Now: now})
+	if d.Backend.Index == 0 || d.Novel != 22 {
+		t.Fatalf("third: %+v", d)
+	}
+	for _, r := range []*Reservation{r1, r2, r3} {
+		r.ReleaseActive()
 	}
 }
 

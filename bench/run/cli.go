@@ -75,6 +75,7 @@ func Flags() []cli.Flag {
 		&cli.IntFlag{Name: "max-turns", Value: 8, Usage: "synthetic: most user turns per conversation", EnvVars: env("max-turns")},
 		&cli.GenericFlag{Name: "think-time", Value: cliflag.Duration(5 * time.Second), Usage: "synthetic: mean gap between a conversation's requests", EnvVars: env("think-time")},
 		&cli.IntFlag{Name: "system-prompts", Value: 4, Usage: "synthetic: distinct shared system prompts", EnvVars: env("system-prompts")},
+		&cli.BoolFlag{Name: "cycle-prompts", Usage: "synthetic: conversation i gets system prompt i mod --system-prompts instead of a random one (equal shares; the sticky oracle then deals each prompt to one engine when there are as many engines as prompts)", EnvVars: env("cycle-prompts")},
 		&cli.IntFlag{Name: "system-tokens", Value: 2048, Usage: "synthetic: tokens per system prompt", EnvVars: env("system-tokens")},
 		&cli.IntFlag{Name: "user-tokens", Value: 256, Usage: "synthetic: mean tokens per user message", EnvVars: env("user-tokens")},
 		&cli.IntFlag{Name: "output-tokens", Value: 128, Usage: "synthetic: output tokens per request", EnvVars: env("output-tokens")},
@@ -126,7 +127,7 @@ func SpecFromCLI(c *cli.Context) (Spec, error) {
 	s.Synth = workload.Synthetic{
 		Seed: c.Uint64("seed"), Sessions: c.Int("sessions"), Rate: c.Float64("rate"),
 		MinTurns: c.Int("min-turns"), MaxTurns: c.Int("max-turns"), ThinkTime: c.Duration("think-time"),
-		SystemPrompts: c.Int("system-prompts"), SystemPromptTokens: c.Int("system-tokens"),
+		SystemPrompts: c.Int("system-prompts"), CyclePrompts: c.Bool("cycle-prompts"), SystemPromptTokens: c.Int("system-tokens"),
 		UserTokens: c.Int("user-tokens"), OutputTokens: c.Int("output-tokens"), ToolRate: c.Float64("tool-rate"),
 	}
 	s.Kind = c.String("workload")

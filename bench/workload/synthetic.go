@@ -24,7 +24,12 @@ type Synthetic struct {
 	// typing. Default 2s.
 	ThinkTime time.Duration
 
-	SystemPrompts      int // distinct shared system prompts; default 4
+	SystemPrompts int // distinct shared system prompts; default 4
+	// CyclePrompts gives conversation i system prompt i mod SystemPrompts
+	// instead of a random one (the other draws stay the same): prompts
+	// then take equal shares, and a client dealing conversations in turn
+	// over as many engines as prompts deals each prompt to one engine.
+	CyclePrompts       bool
 	SystemPromptTokens int // default 1024
 	UserTokens         int // mean tokens of a user message; default 128
 	OutputTokens       int // max_tokens of every request, and the history's answer length; default 64
@@ -90,6 +95,9 @@ func (s Synthetic) Generate() *Workload {
 			tools = toolsJSON
 		}
 		sys := rng.IntN(len(systems))
+		if s.CyclePrompts {
+			sys = sess % len(systems)
+		}
 		msgs := []message{{role: "system", content: systems[sys]}}
 		turns := s.MinTurns + rng.IntN(s.MaxTurns-s.MinTurns+1)
 		t := at

@@ -35,7 +35,7 @@ func proxyFlags() []cli.Flag {
 		&cli.IntFlag{Name: "max-blocks", Value: d.MaxBlocks, Usage: "proxy: block table bound", EnvVars: env("max-blocks")},
 		&cli.IntFlag{Name: "active-weight", Value: d.ActiveWeight, Usage: "proxy: load of one active request, in blocks", EnvVars: env("active-weight")},
 		&cli.StringFlag{Name: "prefill-release", Value: "first-byte", Usage: "proxy: first-byte or headers", EnvVars: env("prefill-release")},
-		&cli.GenericFlag{Name: "predict-ttl", Value: cliflag.Duration(0), Usage: "proxy: predicted locations at routing time (before --time-scale; 0: off)", EnvVars: env("predict-ttl")},
+		&cli.GenericFlag{Name: "predict-ttl", Value: cliflag.Duration(10 * time.Second), Usage: "proxy: predicted locations at routing time (before --time-scale; 0: off)", EnvVars: env("predict-ttl")},
 		&cli.IntFlag{Name: "replicas", Value: 1, Usage: "kvca replicas sharing state through an embedded NATS server; requests are spread over them in turn", EnvVars: env("replicas")},
 		&cli.BoolFlag{Name: "no-cluster", Usage: "with --replicas N: replicas do not share state (the baseline clustering fixes)", EnvVars: env("no-cluster")},
 		&cli.BoolFlag{Name: "engine-metrics", Value: true, Usage: "proxy: scrape the engines' /metrics (--engine-metrics=false: kvca's own view only)", EnvVars: env("engine-metrics")},

@@ -84,7 +84,7 @@ func serveFlags() []cli.Flag {
 		&cli.StringFlag{Name: "upstream-cert", Usage: "client certificate `FILE` for mutual TLS to backends", EnvVars: env("upstream-cert")},
 		&cli.StringFlag{Name: "upstream-key", Usage: "client key `FILE` for --upstream-cert", EnvVars: env("upstream-key")},
 		&cli.BoolFlag{Name: "upstream-insecure", Usage: "do NOT verify backends' certificates (logged loudly; for tests only)", EnvVars: env("upstream-insecure")},
-		&cli.GenericFlag{Name: "predict-ttl", Value: cliflag.Duration(0), Usage: "record the chosen backend as holding a request's prefix at routing time, for this long unless its answer confirms it (0: learn only from answers)", EnvVars: env("predict-ttl")},
+		&cli.GenericFlag{Name: "predict-ttl", Value: cliflag.Duration(10 * time.Second), Usage: "record the chosen backend as holding a request's prefix at routing time, for this long unless its answer confirms it (0: learn only from answers)", EnvVars: env("predict-ttl")},
 		&cli.BoolFlag{Name: "pprof", Usage: "serve /debug/pprof on the admin listener", EnvVars: env("pprof")},
 	}
 }
