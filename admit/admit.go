@@ -296,6 +296,14 @@ type Admitter struct {
 	timer        *time.Timer
 	timerAt      int64
 	closed       bool
+	// shedAt is when a waiter was last shed for its timeout or a full
+	// queue: the queue is over capacity (see Sweep).
+	shedAt int64
+}
+
+// overloaded reports whether a waiter was shed within the last second.
+func (a *Admitter) overloaded(now int64) bool {
+	return a.shedAt != 0 && now-a.shedAt < int64(time.Second)
 }
 
 // New builds an admitter.
@@ -618,13 +626,46 @@ func (a *Admitter) binds(t *Ticket) bool {
 // holderWaitOf is t's holder wait, at most half the queue timeout: a
 // request whose holders stay full then still has the rest of its wait to
 // be granted any backend, instead of being shed with other backends
-// freeing slots meanwhile.
+// freeing slots meanwhile. Unless leaving its holders would cost it more
+// than that half in prefill (it would recompute what they hold): then its
+// first token would come later elsewhere, after half its wait, than on a
+// holder at the end of it, so it waits for them until just before its
+// timeout, and only then takes another backend's free slot if one has
+// room and the queue is not shedding (Sweep; else it is shed at the
+// timeout). Not a high-priority request: it
+// is served first wherever a slot frees, so the rest of its wait would
+// serve it elsewhere, where waiting on for its holders could shed it.
 func (a *Admitter) holderWaitOf(t *Ticket) int64 {
 	w := a.holderWait
 	if t.HolderWait > 0 {
 		w = int64(t.HolderWait)
 	}
+	if w > 0 && t.Class != High && a.timeout > 1 && a.leaving(t) > a.timeout/2 {
+		return a.timeout - 1
+	}
 	return min(w, a.timeout/2)
+}
+
+// leaving is what t's first token would lose by going elsewhere than its
+// holders: the prefill of the blocks they hold, at the fastest holder's
+// learned rate.
+func (a *Admitter) leaving(t *Ticket) int64 {
+	if t.Held <= 0 {
+		return 0
+	}
+	cost := int64(-1)
+	t.Preferred.Each(func(b int) {
+		if b >= len(a.slots) {
+			return
+		}
+		if be := a.slots[b].b.Load(); be != nil {
+			c := int64(be.PrefillTime(int(t.Held)) - be.PrefillTime(0))
+			if cost < 0 || c < cost {
+				cost = c
+			}
+		}
+	})
+	return max(cost, 0)
 }
 
 func intersects(x, y *chain.Set) bool {
@@ -723,6 +764,9 @@ func (a *Admitter) grant(t *Ticket, b int) wake {
 
 // drop sheds a queued t for r.
 func (a *Admitter) drop(t *Ticket, r Reason, now int64) wake {
+	if r == ReasonTimeout || r == ReasonQueueFull {
+		a.shedAt = now
+	}
 	a.remove(t)
 	t.reason = r
 	t.retryAfter = a.retryAfterLocked(now)
@@ -754,6 +798,7 @@ func (a *Admitter) enqueue(t *Ticket, bound bool) Verdict {
 			t.reason = ReasonQueueFull
 			t.retryAfter = a.retryAfterLocked(now)
 			t.state.Store(Dropped)
+			a.shedAt = now
 			a.mu.Unlock()
 			a.m.shed(t.Class, ReasonQueueFull)
 			return Shed

@@ -1044,3 +1044,103 @@ func TestStaleTenantServesTheSoonestFirstToken(t *testing.T) {
 		})
 	}
 }
+
+// TestHolderWaitWorthTheTimeout: a follow-up whose holders hold more than
+// half the queue timeout's worth of its prefill waits for them until just
+// before its timeout, then takes a free slot elsewhere rather than be
+// shed; one that would lose less, or of high priority, gives up at half
+// the timeout.
+func TestHolderWaitWorthTheTimeout(t *testing.T) {
+	t.Parallel()
+	bs := fleet(2)
+	s, err := sched.New(bs, chain.NewTable(chain.Config{TTL: time.Minute, MaxBlocks: 1 << 10}), 4, "kvca-cost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetTTFT(sched.TTFTConfig{BlockTime: time.Millisecond, Base: time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		held int32 // blocks of 60 its holder holds: 1ms each
+		wait time.Duration
+	}{
+		{"25ms held, half of 50ms: gives up at the half", 25, 25 * time.Millisecond},
+		{"40ms held: waits to the end", 40, 50*time.Millisecond - 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, Config{Backends: bs, MaxInflight: 1, QueueSize: 4, QueueTimeout: 50 * time.Millisecond, HolderWait: time.Second})
+			h0, h1 := r.ticket(Normal, "", 0), r.ticket(Normal, "", 1)
+			r.hold(t, h0, 0)
+			r.hold(t, h1, 1)
+			f := r.ticket(Normal, "", 0, 1)
+			f.Preferred, f.Blocks, f.Held = setOf(0), 60, tc.held
+			if r.a.Admit(f) != Queued {
+				t.Fatal("not queued")
+			}
+			r.a.Done(h1) // room on 1, not on its holder
+			r.clk.advance(tc.wait - 1)
+			r.a.Sweep()
+			if f.State() != Waiting {
+				t.Fatalf("gave up on its holder after %v", tc.wait-1)
+			}
+			// The timer fires a little late, past the timeout: the holder
+			// wait ends first, and the free slot on 1 serves it.
+			r.clk.advance(time.Millisecond + 1)
+			r.a.Sweep()
+			if f.State() != Granted || f.Backend() != 1 {
+				t.Fatalf("state %d backend %d, want granted on 1", f.State(), f.Backend())
+			}
+			r.a.Done(f)
+			r.a.Done(h0)
+		})
+	}
+	// While the queue sheds (a waiter timed out within the last second),
+	// the waiter at the end of its long holder wait is shed too rather
+	// than recompute past its timeout.
+	{
+		r := newRig(t, Config{Backends: bs, MaxInflight: 1, QueueSize: 4, QueueTimeout: 50 * time.Millisecond, HolderWait: time.Second})
+		h0, h1 := r.ticket(Normal, "", 0), r.ticket(Normal, "", 1)
+		r.hold(t, h0, 0)
+		r.hold(t, h1, 1)
+		lost := r.ticket(Normal, "", 1)
+		if r.a.Admit(lost) != Queued {
+			t.Fatal("not queued")
+		}
+		r.clk.advance(50 * time.Millisecond)
+		r.a.Sweep()
+		if lost.State() != Dropped || lost.Reason() != ReasonTimeout {
+			t.Fatalf("state %d reason %v", lost.State(), lost.Reason())
+		}
+		r.a.Done(lost)
+		f := r.ticket(Normal, "", 0, 1)
+		f.Preferred, f.Blocks, f.Held = setOf(0), 60, 40
+		if r.a.Admit(f) != Queued {
+			t.Fatal("not queued")
+		}
+		r.a.Done(h1)
+		r.clk.advance(51 * time.Millisecond)
+		r.a.Sweep()
+		if f.State() != Dropped || f.Reason() != ReasonTimeout || r.a.Inflight(1) != 0 {
+			t.Fatalf("state %d reason %v inflight on 1: %d", f.State(), f.Reason(), r.a.Inflight(1))
+		}
+		r.a.Done(f)
+		r.a.Done(h0)
+	}
+	// High priority gives up at the half, whatever its holders hold.
+	r := newRig(t, Config{Backends: bs, MaxInflight: 1, QueueSize: 4, QueueTimeout: 50 * time.Millisecond, HolderWait: time.Second})
+	h0, h1 := r.ticket(Normal, "", 0), r.ticket(Normal, "", 1)
+	r.hold(t, h0, 0)
+	r.hold(t, h1, 1)
+	f := r.ticket(High, "", 0, 1)
+	f.Preferred, f.Blocks, f.Held = setOf(0), 60, 40
+	if r.a.Admit(f) != Queued {
+		t.Fatal("not queued")
+	}
+	r.clk.advance(25 * time.Millisecond)
+	r.a.Sweep()
+	r.a.Done(h1)
+	if f.State() != Granted || f.Backend() != 1 {
+		t.Fatalf("high: state %d backend %d, want granted on 1", f.State(), f.Backend())
+	}
+}

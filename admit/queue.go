@@ -228,6 +228,23 @@ func (a *Admitter) Sweep() {
 		n := 0
 		a.mu.Lock()
 		now := a.now()
+		// Holder waits first: one that ends just before its timeout (see
+		// holderWaitOf) takes a free slot rather than be shed when the
+		// timer fires a little late, past both; unless the queue sheds
+		// requests: it would then recompute its prefix past its timeout
+		// in a slot that a cheaper request, or the next one, serves better.
+		for n < len(ws) && a.phead != nil && a.phead.until <= now {
+			t := a.phead
+			late := t.until == t.deadline-1
+			a.unbind(t)
+			if late && a.overloaded(now) {
+				continue
+			}
+			if b := a.freeFor(t); b >= 0 {
+				ws[n] = a.grant(t, b)
+				n++
+			}
+		}
 		for c := range a.q {
 			for n < len(ws) {
 				h := a.q[c].head
@@ -235,14 +252,6 @@ func (a *Admitter) Sweep() {
 					break
 				}
 				ws[n] = a.drop(h, ReasonTimeout, now)
-				n++
-			}
-		}
-		for n < len(ws) && a.phead != nil && a.phead.until <= now {
-			t := a.phead
-			a.unbind(t)
-			if b := a.freeFor(t); b >= 0 {
-				ws[n] = a.grant(t, b)
 				n++
 			}
 		}

@@ -9,6 +9,8 @@
 #
 #   scripts/vllmsim.sh                          # build (once) and run
 #   scripts/vllmsim.sh --policies kvca-cost,round-robin --json out.json
+#   VLLMSIM_ARGS="--block-size 16 --kv-cache-size 4096 --max-num-seqs 6 ..." \
+#     scripts/vllmsim.sh --sessions 96 ...   # other engines (docs/placement.md)
 #
 # Extra arguments go to `kvca-bench bench` and override the defaults below.
 # The simulator is built at a pinned commit into $VLLMSIM_DIR (default
@@ -69,10 +71,12 @@ while read -r v; do unset "$v"; done < <(compgen -e | grep '^KVCA_' || true)
 # does not fit the KV blocks still free fails with a 500 there, where vLLM
 # would queue it), prefill 5 ms + 100 µs per uncached token, 2 ms per
 # output token. Its durations are real time: --time-scale 1.
-# --engine-command is split at spaces, hence no quoting inside it.
-engine="env POD_IP=127.0.0.1 $sim --port {port} --model mock --force-dummy-tokenizer --enable-kvcache --zmq-endpoint= \
---block-size 16 --kv-cache-size 768 --max-num-seqs 4 --max-model-len 65536 \
---prefill-overhead 5ms --prefill-time-per-token 100us --inter-token-latency 2ms"
+# VLLMSIM_ARGS replaces the cache, batch and timing flags (the part from
+# --block-size on). --engine-command is split at spaces, hence no quoting
+# inside it.
+sim_args=${VLLMSIM_ARGS:-"--block-size 16 --kv-cache-size 768 --max-num-seqs 4 --max-model-len 65536 \
+--prefill-overhead 5ms --prefill-time-per-token 100us --inter-token-latency 2ms"}
+engine="env POD_IP=127.0.0.1 $sim --port {port} --model mock --force-dummy-tokenizer --enable-kvcache --zmq-endpoint= $sim_args"
 
 exec "$dir/kvca-bench" bench --engines 4 --engine-command "$engine" --block-tokens 16 \
 	--time-scale 1 --arrival-scale 0.5 --sessions 300 --rate 5 --system-tokens 1024 \
