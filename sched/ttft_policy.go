@@ -155,7 +155,10 @@ func (ttftPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 // backends the resident bound leaves it: the holders of its longest known prefix
 // (its system prompt, most often) if they are predicted about as fast as
 // the best open backend (within the near margin) and the prefix is worth
-// more than that margin; else open. Sending the conversation elsewhere
+// more than that margin (its recomputation on that open backend, at that
+// backend's learned rate) or is at least half the request (rates learned
+// from few answers, or from engines whose concurrent prefills do not
+// queue behind each other, can put a block's time near zero); else open. Sending the conversation elsewhere
 // would recompute the prompt for no gain in this request's first token,
 // and spread the prompt over more backends, each new one a cold first
 // turn; the prediction still sends it away once the holders are full.
@@ -163,18 +166,20 @@ func (ttftPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 // to override the bound.
 func (s *Scheduler) promptHolders(elig, open *chain.Set, r *Request, match *[chain.MaxBackends]int32, best int, unix int64) chain.Set {
 	var held chain.Set
-	blk := int64(-1)
 	elig.Each(func(i int) {
 		if int(match[i]) == best {
 			held.Add(i)
-			if b := s.Backends[i].model.block.Load(); blk < 0 || b < blk {
-				blk = b
-			}
 		}
 	})
-	po, _ := s.minPred(open, r, match, unix)
+	po, at := s.minPred(open, r, match, unix)
+	if at < 0 {
+		return held
+	}
+	// The prefix is worth what the best open backend would spend
+	// recomputing it, at its own rate.
+	worth := int64(best-int(match[at])) * s.Backends[at].model.block.Load()
 	ph, _ := s.minPred(&held, r, match, unix)
-	if ph <= po+po/nearDiv && int64(best)*blk > po/nearDiv {
+	if ph <= po+po/nearDiv && (worth > po/nearDiv || 2*best >= len(r.Chain)) {
 		return held
 	}
 	return *open

@@ -333,6 +333,17 @@ func TestPromptHoldersPassTheResidentBound(t *testing.T) {
 	for _, r := range []*Reservation{r1, r2, r3} {
 		r.ReleaseActive()
 	}
+	// Rates that put a block's time at zero (learned from engines whose
+	// prefills do not queue behind each other) make the prompt worth
+	// nothing by the clock; being most of the request, it still decides.
+	for _, b := range s.Backends {
+		b.model.block.Store(0)
+	}
+	d, r4 := route(t, s, &Request{Chain: first, Now: now})
+	if d.Backend.Index != 0 {
+		t.Fatalf("no block time: %+v", d)
+	}
+	r4.ReleaseActive()
 }
 
 func TestResidentDecays(t *testing.T) {
