@@ -632,9 +632,9 @@ func (a *Admitter) binds(t *Ticket) bool {
 // holder at the end of it, so it waits for them until just before its
 // timeout, and only then takes another backend's free slot if one has
 // room and the queue is not shedding (Sweep; else it is shed at the
-// timeout). Not a high-priority request: it
-// is served first wherever a slot frees, so the rest of its wait would
-// serve it elsewhere, where waiting on for its holders could shed it.
+// timeout). Not a high-priority request: it is served first wherever a
+// slot frees, so the rest of its wait would serve it elsewhere, where
+// waiting on for its holders could shed it.
 func (a *Admitter) holderWaitOf(t *Ticket) int64 {
 	w := a.holderWait
 	if t.HolderWait > 0 {

@@ -1060,24 +1060,43 @@ func TestHolderWaitWorthTheTimeout(t *testing.T) {
 	if err := s.SetTTFT(sched.TTFTConfig{BlockTime: time.Millisecond, Base: time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
+	// Both backends busy; f, of class c, wants 60 blocks, held of which
+	// backend 0 holds (1ms each), and may use either. lost, when asked
+	// for, times out first, so that the queue has just shed.
+	setup := func(t *testing.T, c Class, held int32, shed bool) (r *rig, h0, h1, f *Ticket) {
+		r = newRig(t, Config{Backends: bs, MaxInflight: 1, QueueSize: 4, QueueTimeout: 50 * time.Millisecond, HolderWait: time.Second})
+		h0, h1 = r.ticket(Normal, "", 0), r.ticket(Normal, "", 1)
+		r.hold(t, h0, 0)
+		r.hold(t, h1, 1)
+		if shed {
+			lost := r.ticket(Normal, "", 1)
+			if r.a.Admit(lost) != Queued {
+				t.Fatal("not queued")
+			}
+			r.clk.advance(50 * time.Millisecond)
+			r.a.Sweep()
+			if lost.State() != Dropped || lost.Reason() != ReasonTimeout {
+				t.Fatalf("state %d reason %v", lost.State(), lost.Reason())
+			}
+			r.a.Done(lost)
+		}
+		f = r.ticket(c, "", 0, 1)
+		f.Preferred, f.Blocks, f.Held = setOf(0), 60, held
+		if r.a.Admit(f) != Queued {
+			t.Fatal("not queued")
+		}
+		return r, h0, h1, f
+	}
 	for _, tc := range []struct {
 		name string
-		held int32 // blocks of 60 its holder holds: 1ms each
+		held int32
 		wait time.Duration
 	}{
 		{"25ms held, half of 50ms: gives up at the half", 25, 25 * time.Millisecond},
 		{"40ms held: waits to the end", 40, 50*time.Millisecond - 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newRig(t, Config{Backends: bs, MaxInflight: 1, QueueSize: 4, QueueTimeout: 50 * time.Millisecond, HolderWait: time.Second})
-			h0, h1 := r.ticket(Normal, "", 0), r.ticket(Normal, "", 1)
-			r.hold(t, h0, 0)
-			r.hold(t, h1, 1)
-			f := r.ticket(Normal, "", 0, 1)
-			f.Preferred, f.Blocks, f.Held = setOf(0), 60, tc.held
-			if r.a.Admit(f) != Queued {
-				t.Fatal("not queued")
-			}
+			r, h0, h1, f := setup(t, Normal, tc.held, false)
 			r.a.Done(h1) // room on 1, not on its holder
 			r.clk.advance(tc.wait - 1)
 			r.a.Sweep()
@@ -1095,29 +1114,8 @@ func TestHolderWaitWorthTheTimeout(t *testing.T) {
 			r.a.Done(h0)
 		})
 	}
-	// While the queue sheds (a waiter timed out within the last second),
-	// the waiter at the end of its long holder wait is shed too rather
-	// than recompute past its timeout.
-	{
-		r := newRig(t, Config{Backends: bs, MaxInflight: 1, QueueSize: 4, QueueTimeout: 50 * time.Millisecond, HolderWait: time.Second})
-		h0, h1 := r.ticket(Normal, "", 0), r.ticket(Normal, "", 1)
-		r.hold(t, h0, 0)
-		r.hold(t, h1, 1)
-		lost := r.ticket(Normal, "", 1)
-		if r.a.Admit(lost) != Queued {
-			t.Fatal("not queued")
-		}
-		r.clk.advance(50 * time.Millisecond)
-		r.a.Sweep()
-		if lost.State() != Dropped || lost.Reason() != ReasonTimeout {
-			t.Fatalf("state %d reason %v", lost.State(), lost.Reason())
-		}
-		r.a.Done(lost)
-		f := r.ticket(Normal, "", 0, 1)
-		f.Preferred, f.Blocks, f.Held = setOf(0), 60, 40
-		if r.a.Admit(f) != Queued {
-			t.Fatal("not queued")
-		}
+	t.Run("while the queue sheds, shed rather than recompute past the timeout", func(t *testing.T) {
+		r, h0, h1, f := setup(t, Normal, 40, true)
 		r.a.Done(h1)
 		r.clk.advance(51 * time.Millisecond)
 		r.a.Sweep()
@@ -1126,21 +1124,16 @@ func TestHolderWaitWorthTheTimeout(t *testing.T) {
 		}
 		r.a.Done(f)
 		r.a.Done(h0)
-	}
-	// High priority gives up at the half, whatever its holders hold.
-	r := newRig(t, Config{Backends: bs, MaxInflight: 1, QueueSize: 4, QueueTimeout: 50 * time.Millisecond, HolderWait: time.Second})
-	h0, h1 := r.ticket(Normal, "", 0), r.ticket(Normal, "", 1)
-	r.hold(t, h0, 0)
-	r.hold(t, h1, 1)
-	f := r.ticket(High, "", 0, 1)
-	f.Preferred, f.Blocks, f.Held = setOf(0), 60, 40
-	if r.a.Admit(f) != Queued {
-		t.Fatal("not queued")
-	}
-	r.clk.advance(25 * time.Millisecond)
-	r.a.Sweep()
-	r.a.Done(h1)
-	if f.State() != Granted || f.Backend() != 1 {
-		t.Fatalf("high: state %d backend %d, want granted on 1", f.State(), f.Backend())
-	}
+	})
+	t.Run("high priority gives up at the half, whatever its holders hold", func(t *testing.T) {
+		r, h0, h1, f := setup(t, High, 40, false)
+		r.clk.advance(25 * time.Millisecond)
+		r.a.Sweep()
+		r.a.Done(h1)
+		if f.State() != Granted || f.Backend() != 1 {
+			t.Fatalf("high: state %d backend %d, want granted on 1", f.State(), f.Backend())
+		}
+		r.a.Done(f)
+		r.a.Done(h0)
+	})
 }
