@@ -24,6 +24,20 @@ func fleet(n int) []*sched.Backend {
 	return bs
 }
 
+// ratedFleet is n healthy backends whose learned prefill is fixed at 1ms
+// plus 1ms per novel block.
+func ratedFleet(t testing.TB, n int) []*sched.Backend {
+	bs := fleet(n)
+	s, err := sched.New(bs, chain.NewTable(chain.Config{TTL: time.Minute, MaxBlocks: 1 << 10}), 4, "kvca-cost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetTTFT(sched.TTFTConfig{BlockTime: time.Millisecond, Base: time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	return bs
+}
+
 // clock is a manual clock: tests move time, Sweep applies it.
 type clock struct{ ns atomic.Int64 }
 
@@ -990,14 +1004,7 @@ func TestAdmitWait(t *testing.T) {
 // cached there; with nothing known of their prompts, the newest goes.
 func TestStaleTenantServesTheSoonestFirstToken(t *testing.T) {
 	t.Parallel()
-	bs := fleet(1)
-	s, err := sched.New(bs, chain.NewTable(chain.Config{TTL: time.Minute, MaxBlocks: 1 << 10}), 4, "kvca-cost")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.SetTTFT(sched.TTFTConfig{BlockTime: time.Millisecond, Base: time.Millisecond}); err != nil {
-		t.Fatal(err)
-	}
+	bs := ratedFleet(t, 1)
 	if got := bs[0].PrefillTime(10); got != 11*time.Millisecond {
 		t.Fatalf("prefill of 10 blocks %v, want 11ms", got)
 	}
@@ -1052,14 +1059,7 @@ func TestStaleTenantServesTheSoonestFirstToken(t *testing.T) {
 // the timeout.
 func TestHolderWaitWorthTheTimeout(t *testing.T) {
 	t.Parallel()
-	bs := fleet(2)
-	s, err := sched.New(bs, chain.NewTable(chain.Config{TTL: time.Minute, MaxBlocks: 1 << 10}), 4, "kvca-cost")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.SetTTFT(sched.TTFTConfig{BlockTime: time.Millisecond, Base: time.Millisecond}); err != nil {
-		t.Fatal(err)
-	}
+	bs := ratedFleet(t, 2)
 	// Both backends busy; f, of class c, wants 60 blocks, held of which
 	// backend 0 holds (1ms each), and may use either. lost, when asked
 	// for, times out first, so that the queue has just shed.

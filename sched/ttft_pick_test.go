@@ -156,15 +156,18 @@ func TestTTFTNearTheBest(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		resident [2]float32
+		blocks   int // of the chain; 2 unless set
 		held     int // blocks of the chain backend 1 holds
 		want     int
 	}{
 		{name: "the less resident, predicted at the bound", resident: [2]float32{1, 0}, want: 1},
 		// The tie's first turn is its second member.
 		{name: "equally resident: turns include the bound", want: 1},
-		// Backend 1 holds one block of two: 2 + 1 + 1 queued = 4ms, equal
-		// to backend 0's 4ms, and more resident; the held block decides.
-		{name: "the longer prefix before residency", resident: [2]float32{0, 1}, held: 1, want: 1},
+		// Backend 1 holds one block of three (too little to pass for the
+		// prompt: promptHolders does not decide): 2 + 2 + 1 queued = 5ms,
+		// equal to backend 0's 5ms, and more resident; the held block
+		// decides.
+		{name: "the longer prefix before residency", resident: [2]float32{0, 1}, blocks: 3, held: 1, want: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newFixed(t, 2, "ttft")
@@ -178,7 +181,8 @@ func TestTTFTNearTheBest(t *testing.T) {
 			// Backend 0: 2 + 2 = 4ms; backend 1, one block queued: 5ms,
 			// which is 4 + 4/4.
 			s.Backends[1].state.Store(pack(0, 1))
-			c := chainOf(0, 2)
+			n := max(tc.blocks, 2)
+			c := chainOf(0, n)
 			if tc.held > 0 {
 				s.Table.Touch(c[:tc.held], 1, now)
 			}
@@ -186,7 +190,9 @@ func TestTTFTNearTheBest(t *testing.T) {
 			if d.Backend.Index != tc.want {
 				t.Fatalf("%+v on %d, want %d", d, d.Backend.Index, tc.want)
 			}
-			if want := []time.Duration{4 * time.Millisecond, 5*time.Millisecond - time.Duration(tc.held)*time.Millisecond}[tc.want]; d.Predicted != want {
+			// 2ms + the novel blocks, and on backend 1 its queued one.
+			novel := []int{n, n - tc.held + 1}[tc.want]
+			if want := 2*time.Millisecond + time.Duration(novel)*time.Millisecond; d.Predicted != want {
 				t.Fatalf("predicted %v, want %v", d.Predicted, want)
 			}
 			res.ReleaseActive()
