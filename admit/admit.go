@@ -61,6 +61,10 @@ type Config struct {
 	// learned rate), it takes no request but of class High; 0: no bound.
 	// The edge calls PrefillDone as answers begin.
 	MaxPrefill time.Duration
+	// HighReserve is how many of each backend's MaxInflight slots only
+	// class High may take: a lower class is granted a slot there only
+	// while more than HighReserve stay free; 0: none.
+	HighReserve int
 	// Metrics receives the admission metrics; nil: none.
 	Metrics *metrics.Set
 	// Clock returns unix nanoseconds; nil: the real clock. With a Clock
@@ -270,6 +274,7 @@ type Admitter struct {
 	timeout    int64
 	holderWait int64
 	maxPrefill time.Duration
+	reserve    int32
 	k          int
 	size       int
 	seed       maphash.Seed
@@ -317,6 +322,9 @@ func New(cfg Config) (*Admitter, error) {
 	if cfg.MaxInflight > 1<<30 {
 		return nil, errors.New("admit: max in-flight per backend is too large")
 	}
+	if cfg.HighReserve < 0 || cfg.MaxInflight > 0 && cfg.HighReserve >= cfg.MaxInflight {
+		return nil, errors.New("admit: the high-priority reserve must be below the in-flight limit")
+	}
 	if cfg.QueueTimeout == 0 {
 		cfg.QueueTimeout = DefaultQueueTimeout
 	}
@@ -330,6 +338,7 @@ func New(cfg Config) (*Admitter, error) {
 		timeout:    int64(cfg.QueueTimeout),
 		holderWait: int64(cfg.HolderWait),
 		maxPrefill: cfg.MaxPrefill,
+		reserve:    int32(cfg.HighReserve),
 		k:          cfg.StarvationLimit,
 		size:       cfg.QueueSize,
 		seed:       maphash.MakeSeed(),
@@ -530,13 +539,25 @@ func (a *Admitter) done(t *Ticket) {
 	t.reason, t.retryAfter = ReasonNone, 0
 }
 
-// laneOpen reports whether b takes a request of class c as far as the
-// prefill bound goes (Config.MaxPrefill): the prefill of kvca's requests
-// on b not yet at their first byte would take at most the bound, or c is
-// High. A backend with nothing waiting to prefill is always open, so a
-// request larger than the bound still goes.
-func (a *Admitter) laneOpen(b int, c Class) bool {
-	if a.maxPrefill <= 0 || c == High {
+// laneOpen reports whether b takes a request of class c in a slot while
+// others of its slots are held: c is High, or the slots left free would
+// be more than the high-priority reserve (Config.HighReserve), and the
+// prefill of kvca's requests on b not yet at their first byte would take
+// at most the prefill bound (Config.MaxPrefill). A backend with nothing
+// waiting to prefill is open to the bound, so a request larger than the
+// bound still goes.
+func (a *Admitter) laneOpen(b int, c Class, others int32) bool {
+	if c == High {
+		return true
+	}
+	if a.reserve > 0 {
+		// A limit an engine's queue lowered keeps one slot for every class.
+		limit := a.slots[b].limit.Load()
+		if others+min(a.reserve, limit-1) >= limit {
+			return false
+		}
+	}
+	if a.maxPrefill <= 0 {
 		return true
 	}
 	be := a.slots[b].b.Load()
@@ -599,7 +620,7 @@ func (a *Admitter) addRoom(elig, room *chain.Set, c Class) {
 			i := wi<<6 | trailingZeros(word)
 			word &= word - 1
 			if i < len(a.slots) {
-				if a.slots[i].free() && a.laneOpen(i, c) {
+				if s := &a.slots[i]; s.free() && a.laneOpen(i, c, s.inflight.Load()) {
 					room.Add(i)
 				}
 			}
@@ -976,8 +997,9 @@ func (a *Admitter) pick(b int) *Ticket {
 	if !a.healthy(b) {
 		return nil
 	}
+	others := a.slots[b].inflight.Load() - 1 // the slot to give is counted
 	for c := Class(NumClasses - 1); c > High; c-- {
-		if a.passed[c] >= a.k && a.q[c].n > 0 && a.laneOpen(b, c) {
+		if a.passed[c] >= a.k && a.q[c].n > 0 && a.laneOpen(b, c, others) {
 			if t, _ := a.q[c].find(b); t != nil {
 				return a.book(c, t, b)
 			}
@@ -986,7 +1008,7 @@ func (a *Admitter) pick(b int) *Ticket {
 	var held *Ticket
 	heldClass := High
 	for c := High; c < NumClasses; c++ {
-		if !a.laneOpen(b, c) {
+		if !a.laneOpen(b, c, others) {
 			break // closed for this class, so for every lower one
 		}
 		t, h := a.q[c].find(b)

@@ -812,11 +812,63 @@ func TestTenantKey(t *testing.T) {
 	}
 }
 
+// With a reserve, lower classes leave the last HighReserve slots of each
+// backend free: they see no room there and queue, a freed slot within the
+// reserve goes to a high-priority waiter and not to an older normal one,
+// and a slot freed above the reserve goes to the normal waiter.
+func TestHighReserve(t *testing.T) {
+	r := newRig(t, Config{Backends: fleet(2), MaxInflight: 3, QueueSize: 8, HighReserve: 1})
+	a := r.a
+	var held []*Ticket
+	for _, b := range []int{0, 0, 1, 1} {
+		tk := r.ticket(Normal, "", 0, 1)
+		r.hold(t, tk, b)
+		held = append(held, tk)
+	}
+	// Each backend has one free slot, the reserve: closed to normal and low.
+	for _, c := range []Class{Normal, Low} {
+		if tk := r.ticket(c, "", 0, 1); a.Admit(tk) != Queued {
+			t.Fatalf("class %v: verdict not queued with only the reserve free", c)
+		}
+	}
+	hi := r.ticket(High, "", 0, 1)
+	if a.Admit(hi) != Go || *hi.Room() != setOf(0, 1) || !a.Take(hi, 0) {
+		t.Fatalf("high: room %v, want both reserves", *hi.Room())
+	}
+	late := r.ticket(High, "", 0, 1)
+	r.hold(t, late, 1)
+	// Both backends full. A third high request queues behind the normal
+	// and low waiters, and takes the first slot freed.
+	hi2 := r.ticket(High, "", 0, 1)
+	if a.Admit(hi2) != Queued {
+		t.Fatal("high: not queued on a full fleet")
+	}
+	a.Done(hi)
+	if got := r.w.take(); len(got) != 1 || got[0] != hi2 || hi2.Backend() != 0 {
+		t.Fatalf("a freed reserve slot went to %v, want the high waiter", got)
+	}
+	// A normal request done on 0 frees a slot within the reserve again
+	// (two held of three): no normal waiter may have it.
+	a.Done(held[0])
+	if got := r.w.take(); len(got) != 0 || a.Inflight(0) != 2 {
+		t.Fatalf("a reserve slot went to a lower class: %d wakes, inflight %d", len(got), a.Inflight(0))
+	}
+	// Two slots free on 0 (one held): the normal waiter takes one.
+	a.Done(held[1])
+	if got := r.w.take(); len(got) != 1 || got[0].Class != Normal || got[0].Backend() != 0 {
+		t.Fatalf("the slot above the reserve: wakes %v", got)
+	}
+	if a.Queued() != 1 || a.Inflight(0) != 2 {
+		t.Fatalf("queued %d inflight %d, want the low waiter left and 2 held", a.Queued(), a.Inflight(0))
+	}
+}
+
 func TestConfigRejected(t *testing.T) {
 	swapped := fleet(2)
 	swapped[0], swapped[1] = swapped[1], swapped[0]
 	for _, c := range []Config{{}, {Backends: fleet(chain.MaxBackends + 1)}, {Backends: swapped},
-		{Backends: fleet(1), MaxInflight: -1}, {Backends: fleet(1), QueueTimeout: -1}} {
+		{Backends: fleet(1), MaxInflight: -1}, {Backends: fleet(1), QueueTimeout: -1},
+		{Backends: fleet(1), MaxInflight: 2, HighReserve: 2}, {Backends: fleet(1), MaxInflight: 2, HighReserve: -1}} {
 		if _, err := New(c); err == nil {
 			t.Errorf("accepted %+v", c)
 		}

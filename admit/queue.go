@@ -284,7 +284,7 @@ func (a *Admitter) freeFor(t *Ticket) int {
 					continue
 				}
 				s := &a.slots[i]
-				if n := s.inflight.Load(); s.free() && a.laneOpen(i, t.Class) && (best < 0 || n < bestN) {
+				if n := s.inflight.Load(); s.free() && a.laneOpen(i, t.Class, n) && (best < 0 || n < bestN) {
 					best, bestN = i, n
 				}
 			}

@@ -97,6 +97,9 @@ type Config struct {
 	// QueueMaxPrefill bounds the prefill a request finds waiting ahead of
 	// it on a backend (high priority excepted); 0: no bound.
 	QueueMaxPrefill time.Duration
+	// QueueHighReserve is how many of each backend's slots only high
+	// priority may take; 0: none.
+	QueueHighReserve int
 
 	// The front door (docs/frontdoor.md): APIKeys is the keys file
 	// (--api-keys; empty: no keys asked, no quotas); BackendAPIKey is
@@ -374,8 +377,11 @@ func (c *Config) Validate() error {
 	if c.HeaderTimeout == 0 {
 		c.HeaderTimeout = d.HeaderTimeout
 	}
-	if c.MaxInflightPerBackend < 0 || c.QueueSize < 0 || c.QueueTimeout < 0 || c.QueueHolderWait < 0 || c.QueueStarvationLimit < 0 || c.QueueMaxPrefill < 0 {
-		return fmt.Errorf("--max-inflight-per-backend, --queue-size, --queue-timeout, --queue-holder-wait and --queue-starvation-limit must not be negative")
+	if c.MaxInflightPerBackend < 0 || c.QueueSize < 0 || c.QueueTimeout < 0 || c.QueueHolderWait < 0 || c.QueueStarvationLimit < 0 || c.QueueMaxPrefill < 0 || c.QueueHighReserve < 0 {
+		return fmt.Errorf("--max-inflight-per-backend, --queue-size, --queue-timeout, --queue-holder-wait, --queue-starvation-limit, --queue-max-prefill and --queue-high-reserve must not be negative")
+	}
+	if c.MaxInflightPerBackend > 0 && c.QueueHighReserve >= c.MaxInflightPerBackend {
+		return fmt.Errorf("--queue-high-reserve must be below --max-inflight-per-backend")
 	}
 	if c.MaxClientConns < 0 {
 		return fmt.Errorf("--max-client-conns must not be negative (0: no bound)")

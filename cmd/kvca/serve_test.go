@@ -33,6 +33,7 @@ func TestServeRefusesBadSettings(t *testing.T) {
 		{[]string{"serve", "--backend", "http://a:1", "--log-format", "xml"}, "--log-format"},
 		{[]string{"serve", "--backend", "http://a:1", "--prefill-release", "never"}, "--prefill-release"},
 		{[]string{"serve", "--backend", "http://a:1", "--loops", "-1"}, "--loops must not be negative"},
+		{[]string{"serve", "--backend", "http://a:1", "--max-inflight-per-backend", "2", "--queue-high-reserve", "2"}, "--queue-high-reserve must be below"},
 		{[]string{"serve", "--config", cfg}, `unknown setting "blok-size"`},
 		{[]string{"serve", "--config", cfg2}, "--block-size"},
 	} {
