@@ -114,7 +114,7 @@ func (kvcaCost) Pick(s *Scheduler, r *Request, d *Decision) bool {
 	if r.Followup && len(r.Chain) > 0 && phase2(s, r, s.Eligible(r), d) {
 		return true
 	}
-	return costPolicy{}.Pick(s, r, d)
+	return pickCost(s, r, d, true)
 }
 
 // costPolicy weighs load against the prefill a cached prefix saves:
@@ -124,12 +124,26 @@ type costPolicy struct{}
 func (costPolicy) Name() string { return "cost" }
 
 func (costPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
+	return pickCost(s, r, d, false)
+}
+
+// pickCost is the cost policy's choice. With holders, a new conversation
+// whose prompt some backends hold goes to one of them while they are
+// predicted to answer it about as fast as any other (promptHolders):
+// counted as load, the prompt's first prefill there, or a few
+// conversations more than elsewhere, would otherwise outweigh the prompt
+// and send it to recompute the prompt on an engine with as much batch
+// room, a cold first turn that spreads the prompt over one more backend.
+func pickCost(s *Scheduler, r *Request, d *Decision, holders bool) bool {
 	elig := s.Eligible(r)
 	var match [chain.MaxBackends]int32
 	best := prefixMatch(s, r, elig, &match)
 	d.prefer = r.Bound
 	if boundDecides(r, best) && s.pickBound(r, d) {
 		return true
+	}
+	if holders && !r.Followup && best > 0 {
+		elig = s.promptHolders(&elig, &elig, r, &match, best, s.unixNow(r))
 	}
 	switch {
 	case !r.Followup:

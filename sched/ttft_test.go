@@ -411,3 +411,38 @@ func BenchmarkPickTTFT(b *testing.B) {
 		res.ReleaseActive()
 	}
 }
+
+// kvca-cost sends a new conversation to the holders of its prompt while
+// they are predicted to answer it about as fast as any other backend,
+// although their load (here the prompt's first prefill, still pending)
+// outweighs the prompt's blocks in the cost; once they are full it goes
+// elsewhere. cost, the baseline, weighs load and blocks alone.
+func TestKvcaCostFirstTurnToThePromptsHolders(t *testing.T) {
+	for _, policy := range []string{"kvca-cost", "cost"} {
+		s := newFixed(t, 3, policy)
+		prime(t, s, 2)
+		sys := chainOf(0, 20)
+		s.Table.Touch(sys, 0, s.Table.Now())
+		first := append(append([]uint64(nil), sys...), chainOf(900, 2)...)
+		s.Backends[0].state.Add(activeUnit + 22) // the prompt's first sight
+		// Costs: 4 + 22 + 2 on 0, 22 elsewhere. Predictions: 2ms + 24
+		// blocks on 0, 2ms + 22 elsewhere, within a quarter.
+		d, r1 := route(t, s, &Request{Chain: first})
+		if policy == "cost" {
+			if d.Backend.Index == 0 {
+				t.Fatalf("cost: %+v, want the least cost", d)
+			}
+			continue
+		}
+		if d.Backend.Index != 0 || d.Cached != 20 || d.Novel != 2 || d.Phase != PhaseBootstrap {
+			t.Fatalf("kvca-cost: %+v, want the prompt's holder", d)
+		}
+		// 0 now runs its 2 sequences: a slot wait of 50ms beats nothing.
+		d, r2 := route(t, s, &Request{Chain: first})
+		if d.Backend.Index == 0 || d.Novel != 22 {
+			t.Fatalf("kvca-cost, holder full: %+v", d)
+		}
+		r1.ReleaseActive()
+		r2.ReleaseActive()
+	}
+}
