@@ -129,11 +129,14 @@ func (costPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 
 // pickCost is the cost policy's choice. With holders, a new conversation
 // whose prompt some backends hold goes to one of them while they are
-// predicted to answer it about as fast as any other (promptHolders):
-// counted as load, the prompt's first prefill there, or a few
-// conversations more than elsewhere, would otherwise outweigh the prompt
-// and send it to recompute the prompt on an engine with as much batch
-// room, a cold first turn that spreads the prompt over one more backend.
+// predicted to answer it about as fast as any other (promptHolders) and
+// their resident work stays within its bound (residentBound): counted as
+// load, the prompt's first prefill there, or a conversation or two more
+// than elsewhere, would otherwise outweigh the prompt and send it to
+// recompute the prompt on an engine with as much batch room, a cold first
+// turn that spreads the prompt over one more backend. The bound keeps the
+// holders of a popular prompt from gathering more conversations than
+// their batches serve once the follow-ups, which stay, come back.
 func pickCost(s *Scheduler, r *Request, d *Decision, holders bool) bool {
 	elig := s.Eligible(r)
 	var match [chain.MaxBackends]int32
@@ -143,7 +146,16 @@ func pickCost(s *Scheduler, r *Request, d *Decision, holders bool) bool {
 		return true
 	}
 	if holders && !r.Followup && best > 0 {
-		elig = s.promptHolders(&elig, &elig, r, &match, best, s.unixNow(r))
+		if held := s.promptHolders(&elig, &elig, r, &match, best, s.unixNow(r)); held != elig {
+			var res [chain.MaxBackends]float32
+			open := s.residentBound(&elig, r.Now, &res)
+			for w := range held {
+				held[w] &= open[w]
+			}
+			if !held.Empty() {
+				elig = held
+			}
+		}
 	}
 	switch {
 	case !r.Followup:

@@ -413,36 +413,47 @@ func BenchmarkPickTTFT(b *testing.B) {
 }
 
 // kvca-cost sends a new conversation to the holders of its prompt while
-// they are predicted to answer it about as fast as any other backend,
-// although their load (here the prompt's first prefill, still pending)
-// outweighs the prompt's blocks in the cost; once they are full it goes
-// elsewhere. cost, the baseline, weighs load and blocks alone.
+// they are predicted to answer it about as fast as any other backend and
+// stay within the resident bound, although their load (here the prompt's
+// first prefill, still pending) outweighs the prompt's blocks in the cost;
+// past the bound, or once they are full, the cost decides. cost, the
+// baseline, weighs load and blocks alone.
 func TestKvcaCostFirstTurnToThePromptsHolders(t *testing.T) {
-	for _, policy := range []string{"kvca-cost", "cost"} {
+	setup := func(policy string, eps float64) (*Scheduler, []uint64) {
 		s := newFixed(t, 3, policy)
 		prime(t, s, 2)
+		if err := s.SetTTFT(TTFTConfig{Capacity: 2, BlockTime: 300 * time.Microsecond, Base: 2 * time.Millisecond, ResidentEpsilon: eps}); err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range s.Backends {
+			setResident(b, 2, s.Table.Now())
+		}
 		sys := chainOf(0, 20)
 		s.Table.Touch(sys, 0, s.Table.Now())
-		first := append(append([]uint64(nil), sys...), chainOf(900, 2)...)
 		s.Backends[0].state.Add(activeUnit + 22) // the prompt's first sight
-		// Costs: 4 + 22 + 2 on 0, 22 elsewhere. Predictions: 2ms + 24
-		// blocks on 0, 2ms + 22 elsewhere, within a quarter.
-		d, r1 := route(t, s, &Request{Chain: first})
-		if policy == "cost" {
-			if d.Backend.Index == 0 {
-				t.Fatalf("cost: %+v, want the least cost", d)
-			}
-			continue
+		return s, append(append([]uint64(nil), sys...), chainOf(900, 2)...)
+	}
+	// Costs: 4 + 22 + 2 on 0, 22 elsewhere. Predictions: 2ms + 24
+	// blocks on 0, 2ms + 22 elsewhere, within a quarter.
+	s, first := setup("cost", DefaultResidentEpsilon)
+	if d, _ := route(t, s, &Request{Chain: first}); d.Backend.Index == 0 {
+		t.Fatalf("cost: %+v, want the least cost", d)
+	}
+	s, first = setup("kvca-cost", DefaultResidentEpsilon)
+	d, _ := route(t, s, &Request{Chain: first})
+	if d.Backend.Index != 0 || d.Cached != 20 || d.Novel != 2 || d.Phase != PhaseBootstrap {
+		t.Fatalf("kvca-cost: %+v, want the prompt's holder", d)
+	}
+	// 0 now holds 3 resident turns against 2 and 2: past the bound.
+	if d, _ = route(t, s, &Request{Chain: first}); d.Backend.Index == 0 || d.Novel != 22 {
+		t.Fatalf("kvca-cost, holder past the resident bound: %+v", d)
+	}
+	// Without the bound the holder takes it while it has a free slot,
+	// and not once both of its slots are taken (a 50ms wait).
+	s, first = setup("kvca-cost", -1)
+	for k, want := range []bool{true, false} {
+		if d, _ = route(t, s, &Request{Chain: first}); (d.Backend.Index == 0) != want {
+			t.Fatalf("kvca-cost without a bound, request %d: %+v", k, d)
 		}
-		if d.Backend.Index != 0 || d.Cached != 20 || d.Novel != 2 || d.Phase != PhaseBootstrap {
-			t.Fatalf("kvca-cost: %+v, want the prompt's holder", d)
-		}
-		// 0 now runs its 2 sequences: a slot wait of 50ms beats nothing.
-		d, r2 := route(t, s, &Request{Chain: first})
-		if d.Backend.Index == 0 || d.Novel != 22 {
-			t.Fatalf("kvca-cost, holder full: %+v", d)
-		}
-		r1.ReleaseActive()
-		r2.ReleaseActive()
 	}
 }
