@@ -68,8 +68,8 @@ hit rate: share of prompt tokens the engines found in their KV cache (token weig
 of ideal: against one engine with an infinite cache. kvca-cost (the default)
 and kvca keep each conversation on the engine holding its prefix; round-robin
 and least-loaded scatter turns, so engines recompute history and time to
-first token grows. Full suite: make bench (Mooncake trace, 8 engines, seven
-policies, charts).`)
+first token grows. Full suite: make bench (Mooncake trace, 8 engines, every
+policy and the precise baseline, charts).`)
 			return nil
 		},
 	}
