@@ -75,7 +75,7 @@ func TestRoutePathNoAllocs(t *testing.T) {
 		t.Skip("allocation counts need a build without -race")
 	}
 	names, bs := pathBodies()
-	for _, policy := range []string{"kvca-cost", "kvca", "cost", "round-robin", "least-loaded", "random", "session-hash"} {
+	for _, policy := range []string{"kvca-cost", "kvca", "cost", "round-robin", "least-loaded", "random", "session-hash", "ttft"} {
 		s := newOfflineServer(t, policy)
 		for i, body := range bs {
 			// Warm the pools, and the table: baselines spread a chain over
