@@ -1177,6 +1177,23 @@ func TestHolderWaitWorthTheTimeout(t *testing.T) {
 		r.a.Done(f)
 		r.a.Done(h0)
 	})
+	t.Run("while the queue sheds, the end of its holder wait is its timeout", func(t *testing.T) {
+		// The timer fires at the end of the holder wait, just before the
+		// timeout: the waiter is shed there, not left for a slot that
+		// frees elsewhere before the next firing.
+		r, h0, h1, f := setup(t, Normal, 40, true)
+		r.clk.advance(50*time.Millisecond - 1)
+		r.a.Sweep()
+		if f.State() != Dropped || f.Reason() != ReasonTimeout {
+			t.Fatalf("state %d reason %v, want shed at the end of its holder wait", f.State(), f.Reason())
+		}
+		r.a.Done(h1)
+		if r.a.Inflight(1) != 0 {
+			t.Fatal("the slot freed on 1 went to the shed waiter")
+		}
+		r.a.Done(f)
+		r.a.Done(h0)
+	})
 	t.Run("high priority gives up at the half, whatever its holders hold", func(t *testing.T) {
 		r, h0, h1, f := setup(t, High, 40, false)
 		r.clk.advance(25 * time.Millisecond)

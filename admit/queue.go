@@ -232,12 +232,16 @@ func (a *Admitter) Sweep() {
 		// holderWaitOf) takes a free slot rather than be shed when the
 		// timer fires a little late, past both; unless the queue sheds
 		// requests: it would then recompute its prefix past its timeout
-		// in a slot that a cheaper request, or the next one, serves better.
+		// in a slot that a cheaper request, or the next one, serves better,
+		// so it is shed now, before a slot freed elsewhere until the timer
+		// fires again could go to it.
 		for n < len(ws) && a.phead != nil && a.phead.until <= now {
 			t := a.phead
 			late := t.until == t.deadline-1
 			a.unbind(t)
 			if late && a.overloaded(now) {
+				ws[n] = a.drop(t, ReasonTimeout, now)
+				n++
 				continue
 			}
 			if b := a.freeFor(t); b >= 0 {
