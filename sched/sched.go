@@ -62,13 +62,13 @@ func (b *Backend) RemoteLoad() (active, prefill uint32) {
 	return uint32(r >> 32), uint32(r)
 }
 
-// PendingPrefillTime is how long what kvca's requests on b (this
-// replica's and the others') have reserved and not yet seen answered
-// delays a new request's first token there, at b's learned rate per
-// pending block: the prefill a new request finds ahead of it.
+// PendingPrefillTime is how long b's engine takes, at b's learned rate, to
+// prefill what kvca's requests there (this replica's and the others') have
+// reserved and not yet seen answered: the prefill a new request finds
+// ahead of it.
 func (b *Backend) PendingPrefillTime() time.Duration {
 	_, rp := b.RemoteLoad()
-	return time.Duration(b.model.pend.Load() * (b.Prefill() + int64(rp)))
+	return time.Duration(b.model.block.Load() * (b.Prefill() + int64(rp)))
 }
 
 // PrefillTime is b's time to first token for a request that must prefill

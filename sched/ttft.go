@@ -95,11 +95,12 @@ type ttftState struct {
 // published atomics only.
 type predictor struct {
 	mu sync.Mutex
-	// fit sums the answers that did not wait for a batch slot: their
-	// TTFT against the request's own novel blocks and the blocks reserved
-	// on the backend before it and not yet answered.
-	fit fitSums
-	obs uint64
+	// Decayed least-squares sums of TTFT y (ns) against m, the blocks the
+	// engine had to prefill before answering (this request's novel blocks
+	// plus those reserved on it and not yet answered), over answers that
+	// did not wait for a batch slot.
+	sw, sm, sy, smm, smy float64
+	obs                  uint64
 	// fleet pools the sums of every backend of the scheduler.
 	fleet *fleetFit
 	// ev[a] is the decayed share of answers dispatched with a requests
@@ -112,12 +113,8 @@ type predictor struct {
 	fixBase, fixBlock int64
 	fixCap            int32
 
-	base  atomic.Int64 // ns
-	block atomic.Int64 // ns per novel block of the request
-	// pend is ns per block pending ahead of the request: the block time
-	// where the engine prefills one prompt after another, less where it
-	// prefills concurrent prompts side by side.
-	pend     atomic.Int64
+	base     atomic.Int64 // ns
+	block    atomic.Int64 // ns per block
 	capacity atomic.Int32 // learned; 0: unknown
 	service  atomic.Int64 // ns, dispatch to end; 0: unknown
 	observed atomic.Uint64
@@ -163,14 +160,12 @@ func (s *Scheduler) initModel(b *Backend) {
 	m.fleet = &s.ttft.fleet
 	m.base.Store(int64(priorBase))
 	m.block.Store(int64(priorBlock))
-	m.pend.Store(int64(priorBlock))
 	m.fix(s.ttft.fixed)
 	l := fmt.Sprintf("{backend=%q}", b.Name)
 	m.mRatio = set.GetOrCreateHistogram("kvca_ttft_observed_over_predicted" + l)
 	m.series = l
 	set.GetOrCreateGauge("kvca_ttft_first_token_base_seconds"+l, func() float64 { return float64(m.base.Load()) / 1e9 })
 	set.GetOrCreateGauge("kvca_ttft_prefill_block_seconds"+l, func() float64 { return float64(m.block.Load()) / 1e9 })
-	set.GetOrCreateGauge("kvca_ttft_pending_block_seconds"+l, func() float64 { return float64(m.pend.Load()) / 1e9 })
 	set.GetOrCreateGauge("kvca_ttft_batch_capacity"+l, func() float64 { return float64(m.cap()) })
 	set.GetOrCreateGauge("kvca_ttft_service_seconds"+l, func() float64 { return float64(m.service.Load()) / 1e9 })
 	set.GetOrCreateGauge("kvca_ttft_observations_total"+l, func() float64 { return float64(m.observed.Load()) })
@@ -182,7 +177,7 @@ func (s *Scheduler) initModel(b *Backend) {
 
 // ttftSeries are the per-backend series initModel registers.
 var ttftSeries = []string{"kvca_ttft_observed_over_predicted", "kvca_ttft_first_token_base_seconds",
-	"kvca_ttft_prefill_block_seconds", "kvca_ttft_pending_block_seconds", "kvca_ttft_batch_capacity", "kvca_ttft_service_seconds",
+	"kvca_ttft_prefill_block_seconds", "kvca_ttft_batch_capacity", "kvca_ttft_service_seconds",
 	"kvca_ttft_observations_total", "kvca_ttft_slot_waits_total", "kvca_backend_resident"}
 
 // DropSeries removes a removed backend's series from the scheduler's
@@ -221,7 +216,6 @@ func (m *predictor) fix(c TTFTConfig) {
 	}
 	if c.BlockTime > 0 {
 		m.block.Store(int64(c.BlockTime))
-		m.pend.Store(int64(c.BlockTime))
 	}
 	m.mu.Unlock()
 }
@@ -268,18 +262,13 @@ func (r *Reservation) FirstByteAt(t time.Time) {
 
 // observe learns from one answer that took ttft ns to its first byte.
 func (m *predictor) observe(r *Reservation, ttft int64) {
-	m.learnSplit(int64(r.novel), int64(uint32(r.before)), int(r.before>>32), ttft, r.pred)
+	inflight := int(r.before >> 32)
+	blocks := int64(r.novel) + int64(uint32(r.before))
+	m.learn(blocks, inflight, ttft, r.pred)
 }
 
-// learn is observe of a request with blocks to prefill and nothing
-// pending ahead of it (tests call it).
+// learn is observe with the reservation taken apart (tests call it).
 func (m *predictor) learn(blocks int64, inflight int, ttft, pred int64) {
-	m.learnSplit(blocks, 0, inflight, ttft, pred)
-}
-
-// learnSplit is observe with the reservation taken apart: novel blocks of
-// the request's own, pending blocks reserved before it.
-func (m *predictor) learnSplit(novel, pending int64, inflight int, ttft, pred int64) {
 	m.observed.Add(1)
 	if pred > 0 && m.mRatio != nil {
 		m.mRatio.Update(float64(ttft) / float64(pred))
@@ -290,7 +279,7 @@ func (m *predictor) learnSplit(novel, pending int64, inflight int, ttft, pred in
 		m.ratio = m.ratio*decay + float64(ttft)/float64(pred)
 		m.ratioW = m.ratioW*decay + 1
 	}
-	expect := m.base.Load() + m.block.Load()*novel + m.pend.Load()*pending
+	expect := m.base.Load() + m.block.Load()*blocks
 	// A wait for a batch slot is at least as long as a sequence takes to
 	// free one, far longer than prefill noise: twice the expected time
 	// plus a millisecond is read as one. Before a few answers the model
@@ -341,68 +330,17 @@ func (m *predictor) learnSplit(novel, pending int64, inflight int, ttft, pred in
 	if waited {
 		return
 	}
-	n, p, y := float64(novel), float64(pending), float64(ttft)
-	m.fit.add(n, p, y)
+	x, y := float64(blocks), float64(ttft)
+	m.sw = m.sw*decay + 1
+	m.sm = m.sm*decay + x
+	m.sy = m.sy*decay + y
+	m.smm = m.smm*decay + x*x
+	m.smy = m.smy*decay + x*y
 	m.obs++
 	if m.fleet != nil {
-		m.fleet.add(n, p, y)
+		m.fleet.add(x, y)
 	}
 	m.solve()
-}
-
-// fitSums are decayed least-squares sums of first-token times y against
-// novel blocks n and pending blocks p.
-type fitSums struct {
-	w, n, p, y, nn, np, pp, ny, py float64
-}
-
-func (f *fitSums) add(n, p, y float64) {
-	f.w = f.w*decay + 1
-	f.n = f.n*decay + n
-	f.p = f.p*decay + p
-	f.y = f.y*decay + y
-	f.nn = f.nn*decay + n*n
-	f.np = f.np*decay + n*p
-	f.pp = f.pp*decay + p*p
-	f.ny = f.ny*decay + n*y
-	f.py = f.py*decay + p*y
-}
-
-// plus is f + k·g.
-func (f fitSums) plus(g fitSums, k float64) fitSums {
-	return fitSums{f.w + k*g.w, f.n + k*g.n, f.p + k*g.p, f.y + k*g.y, f.nn + k*g.nn,
-		f.np + k*g.np, f.pp + k*g.pp, f.ny + k*g.ny, f.py + k*g.py}
-}
-
-// minSpread is the variance, in blocks², a variable needs before a slope
-// is fitted to it: a spread of more than half a block.
-const minSpread = 0.25
-
-// slopes fits y = base + block·n + pend·p, starting from the current
-// block and pend, which stay where the answers cannot tell them: one
-// slope for n + p together until n and p each vary, and apart from each
-// other; then apart, with 0 ≤ pend ≤ block (pending blocks cannot delay
-// a request more than computing them itself would).
-func (f fitSums) slopes(block, pend float64) (float64, float64, float64) {
-	mn, mp, my := f.n/f.w, f.p/f.w, f.y/f.w
-	vnn, vpp, vnp := f.nn/f.w-mn*mn, f.pp/f.w-mp*mp, f.np/f.w-mn*mp
-	cny, cpy := f.ny/f.w-mn*my, f.py/f.w-mp*my
-	if v := vnn + 2*vnp + vpp; v > minSpread {
-		block = max((cny+cpy)/v, 0)
-		pend = block
-	}
-	// Apart only when n and p are not nearly proportional to each other.
-	if det := vnn*vpp - vnp*vnp; vnn > minSpread && vpp > minSpread && det > 0.1*vnn*vpp {
-		a := (cny*vpp - cpy*vnp) / det
-		c := (cpy*vnn - cny*vnp) / det
-		switch {
-		case a > 0 && c >= 0 && c <= a:
-			block, pend = a, c
-		case c < 0 && cny > 0:
-			block, pend = cny/vnn, 0
-		}
-	}
-	return max(my-block*mn-pend*mp, 0), block, pend
 }
 
 // fleetWeight is how many observations the fleet's pooled fit counts for
@@ -414,57 +352,65 @@ const fleetWeight = 16
 
 // fleetFit is the decayed least-squares sums over every backend's answers.
 type fleetFit struct {
-	mu sync.Mutex
-	s  fitSums
+	mu                   sync.Mutex
+	sw, sm, sy, smm, smy float64
 }
 
-func (f *fleetFit) add(n, p, y float64) {
+func (f *fleetFit) add(x, y float64) {
 	f.mu.Lock()
-	f.s.add(n, p, y)
+	f.sw = f.sw*decay + 1
+	f.sm = f.sm*decay + x
+	f.sy = f.sy*decay + y
+	f.smm = f.smm*decay + x*x
+	f.smy = f.smy*decay + x*y
 	f.mu.Unlock()
 }
 
 // sums are m's own sums plus the fleet's, scaled to fleetWeight
 // observations at most.
-func (m *predictor) sums() fitSums {
+func (m *predictor) sums() (sw, sm, sy, smm, smy float64) {
+	sw, sm, sy, smm, smy = m.sw, m.sm, m.sy, m.smm, m.smy
 	f := m.fleet
 	if f == nil {
-		return m.fit
+		return
 	}
 	f.mu.Lock()
-	fs := f.s
+	fw, fm, fy, fmm, fmy := f.sw, f.sm, f.sy, f.smm, f.smy
 	f.mu.Unlock()
-	if fs.w <= 0 {
-		return m.fit
+	if fw <= 0 {
+		return
 	}
-	return m.fit.plus(fs, min(1, fleetWeight/fs.w))
+	k := min(1, fleetWeight/fw)
+	return sw + k*fw, sm + k*fm, sy + k*fy, smm + k*fmm, smy + k*fmy
 }
 
-// solve refits base and block times from the sums, honouring fixed
-// values. A fixed block time holds for pending blocks too, and so does
-// the one slope fitted through a fixed base: that fit reads n + p.
+// solve refits base and block time from the sums, honouring fixed values.
 func (m *predictor) solve() {
-	base, blk, pend := float64(m.base.Load()), float64(m.block.Load()), float64(m.pend.Load())
-	f := m.sums()
+	base, blk := float64(m.base.Load()), float64(m.block.Load())
+	sw, sm, sy, smm, smy := m.sums()
 	switch {
 	case m.fixBase > 0 && m.fixBlock > 0:
 		return
 	case m.fixBlock > 0:
 		blk = float64(m.fixBlock)
-		pend = blk
-		base = (f.y - blk*(f.n+f.p)) / f.w
+		base = (sy - blk*sm) / sw
 	case m.fixBase > 0:
 		base = float64(m.fixBase)
-		if sxx := f.nn + 2*f.np + f.pp; sxx > 0 {
-			blk = (f.ny + f.py - base*(f.n+f.p)) / sxx
+		if smm > 0 {
+			blk = (smy - base*sm) / smm
 		}
-		pend = blk
 	default:
-		base, blk, pend = f.slopes(blk, pend)
+		// A slope needs answers of different sizes: a spread of more than
+		// half a block (variance over 1/4) before the block time moves.
+		den := sw*smm - sm*sm
+		if den > 0.25*sw*sw {
+			blk = (sw*smy - sm*sy) / den
+		}
+		blk = max(blk, 0)
+		base = (sy - blk*sm) / sw
 	}
 	m.base.Store(int64(math.Round(max(base, 0))))
 	m.block.Store(int64(math.Round(max(blk, 0))))
-	m.pend.Store(int64(math.Round(max(pend, 0))))
 }
 
 // observeService learns how long a request holds its batch slot.
@@ -492,7 +438,7 @@ func (s *Scheduler) predict(b *Backend, st uint64, novel int, unix int64) int64 
 	ra, rp := b.RemoteLoad()
 	inflight := int64(st>>32) + int64(ra)
 	pending := int64(uint32(st)) + int64(rp)
-	t := m.base.Load() + m.block.Load()*int64(novel) + m.pend.Load()*pending
+	t := m.base.Load() + m.block.Load()*(pending+int64(novel))
 	c := int64(m.cap())
 	if unix != 0 {
 		if e, ok := b.Engine(unix, s.ttft.engineAge); ok {
@@ -534,7 +480,6 @@ type TTFTBackend struct {
 	Backend               string  `json:"backend"`
 	BaseMs                float64 `json:"first_token_base_ms"`
 	BlockMs               float64 `json:"prefill_block_ms"`
-	PendingBlockMs        float64 `json:"pending_block_ms"`
 	Capacity              int     `json:"batch_capacity"`
 	CapacitySource        string  `json:"batch_capacity_source"` // flag, learned or unknown
 	ServiceMs             float64 `json:"service_ms"`
@@ -580,8 +525,7 @@ func (s *Scheduler) TTFTSnapshot() TTFTState {
 		m.mu.Unlock()
 		st.Backends = append(st.Backends, TTFTBackend{
 			Backend: b.Name, BaseMs: float64(m.base.Load()) / 1e6, BlockMs: float64(m.block.Load()) / 1e6,
-			PendingBlockMs: float64(m.pend.Load()) / 1e6,
-			Capacity:       int(m.cap()), CapacitySource: src, ServiceMs: float64(m.service.Load()) / 1e6,
+			Capacity: int(m.cap()), CapacitySource: src, ServiceMs: float64(m.service.Load()) / 1e6,
 			Observations: m.observed.Load(), SlotWaits: m.waits.Load(), ObservedOverPredicted: ratio,
 			Resident: m.residentAt(now, float64(s.residentWindow())),
 		})

@@ -229,7 +229,7 @@ func TestSolve(t *testing.T) {
 			s := newFixed(t, 1, "ttft")
 			m := &s.Backends[0].model
 			m.fixBase, m.fixBlock = tc.fixBase, tc.fixBlock
-			m.fit = fitSums{w: tc.sw, n: tc.sm, y: tc.sy, nn: tc.smm, ny: tc.smy}
+			m.sw, m.sm, m.sy, m.smm, m.smy = tc.sw, tc.sm, tc.sy, tc.smm, tc.smy
 			m.solve()
 			if m.base.Load() != tc.wantBase || m.block.Load() != tc.wantBlock {
 				t.Fatalf("base %d block %d, want %d %d", m.base.Load(), m.block.Load(), tc.wantBase, tc.wantBlock)
@@ -367,7 +367,6 @@ func TestTTFTMetricsAndSnapshot(t *testing.T) {
 	m := &s.Backends[0].model
 	m.base.Store(3 * ms)
 	m.block.Store(250_000)
-	m.pend.Store(50_000)
 	m.capacity.Store(5)
 	m.service.Store(1500 * ms)
 	m.observed.Store(7)
@@ -379,9 +378,9 @@ func TestTTFTMetricsAndSnapshot(t *testing.T) {
 
 	snap := s.TTFTSnapshot()
 	want := TTFTState{ResidentWindowMs: 2000, TurnGapMs: 250, ResidentEpsilon: 0.25, Moves: 9, Backends: []TTFTBackend{
-		{Backend: "b", BaseMs: 3, BlockMs: 0.25, PendingBlockMs: 0.05, Capacity: 5, CapacitySource: "learned", ServiceMs: 1500,
+		{Backend: "b", BaseMs: 3, BlockMs: 0.25, Capacity: 5, CapacitySource: "learned", ServiceMs: 1500,
 			Observations: 7, SlotWaits: 2, Resident: 3},
-		{Backend: "c", BaseMs: 20, BlockMs: 1, PendingBlockMs: 1, Capacity: 2, CapacitySource: "flag"},
+		{Backend: "c", BaseMs: 20, BlockMs: 1, Capacity: 2, CapacitySource: "flag"},
 	}}
 	if len(snap.Backends) != 2 || snap.ResidentWindowMs != want.ResidentWindowMs || snap.TurnGapMs != want.TurnGapMs ||
 		snap.ResidentEpsilon != want.ResidentEpsilon || snap.Moves != want.Moves ||
@@ -398,7 +397,6 @@ func TestTTFTMetricsAndSnapshot(t *testing.T) {
 	for _, line := range []string{
 		`kvca_ttft_first_token_base_seconds{backend="b"} 0.003`,
 		`kvca_ttft_prefill_block_seconds{backend="b"} 0.00025`,
-		`kvca_ttft_pending_block_seconds{backend="b"} 5e-05`,
 		`kvca_ttft_batch_capacity{backend="b"} 5`,
 		`kvca_ttft_service_seconds{backend="b"} 1.5`,
 		`kvca_ttft_observations_total{backend="b"} 7`,
@@ -410,63 +408,5 @@ func TestTTFTMetricsAndSnapshot(t *testing.T) {
 		if !strings.Contains(buf.String(), line+"\n") {
 			t.Errorf("metrics lack %q:\n%s", line, buf.String())
 		}
-	}
-}
-
-// The fit tells a request's own novel blocks from those pending ahead of
-// it where the answers vary both apart: an engine that prefills one
-// prompt after another delays a request by every pending block as by its
-// own, one that prefills them side by side by less, or not at all. Where
-// they move together, one slope serves both; a pending block never costs
-// more than an own block.
-func TestTTFTFitsPendingApart(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		name               string
-		own, pend          int64 // the engine's ns per block
-		together           bool  // pending = novel in every answer
-		wantBlock, wantPnd int64
-	}{
-		{name: "serial prefill", own: 300_000, pend: 300_000, wantBlock: 300_000, wantPnd: 300_000},
-		{name: "side by side", own: 300_000, pend: 0, wantBlock: 300_000, wantPnd: 0},
-		{name: "partly shared", own: 300_000, pend: 100_000, wantBlock: 300_000, wantPnd: 100_000},
-		{name: "moving together", own: 300_000, pend: 100_000, together: true, wantBlock: 200_000, wantPnd: 200_000},
-		// No engine delays a request more per pending block than per own
-		// block: the answers are read with one slope for both.
-		{name: "pending dearer", own: 100_000, pend: 500_000, wantBlock: 300_000, wantPnd: 300_000},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			s := newFixed(t, 1, "ttft")
-			m := &s.Backends[0].model
-			for k := 0; k < 4; k++ {
-				for n := int64(0); n < 10; n++ {
-					for p := int64(0); p < 10; p++ {
-						if tc.together {
-							p = n
-						}
-						m.learnSplit(n, p, 0, 2*ms+tc.own*n+tc.pend*p, 0)
-						if tc.together {
-							break
-						}
-					}
-				}
-			}
-			if tc.pend > tc.own {
-				// One slope through answers off its line: near, not exact.
-				if blk := m.block.Load(); m.pend.Load() != blk || blk < tc.wantBlock*99/100 || blk > tc.wantBlock*101/100 {
-					t.Fatalf("block %d pending %d, want both about %d", blk, m.pend.Load(), tc.wantBlock)
-				}
-				return
-			}
-			if m.base.Load() != 2*ms || m.block.Load() != tc.wantBlock || m.pend.Load() != tc.wantPnd {
-				t.Fatalf("base %d block %d pending %d, want %d %d %d", m.base.Load(), m.block.Load(), m.pend.Load(), 2*ms, tc.wantBlock, tc.wantPnd)
-			}
-			// The prediction charges each block at its own rate (a load
-			// word of 3 pending blocks, nothing in flight).
-			b := s.Backends[0]
-			if got, want := s.predict(b, 3, 4, 0), 2*ms+4*tc.wantBlock+3*tc.wantPnd; got != want {
-				t.Fatalf("predicted %d, want %d", got, want)
-			}
-		})
 	}
 }
