@@ -421,11 +421,11 @@ func BenchmarkPickTTFT(b *testing.B) {
 func TestKvcaCostFirstTurnToThePromptsHolders(t *testing.T) {
 	setup := func(policy string, eps float64) (*Scheduler, []uint64) {
 		s := newFixed(t, 3, policy)
-		prime(t, s, 2)
 		if err := s.SetTTFT(TTFTConfig{Capacity: 2, BlockTime: 300 * time.Microsecond, Base: 2 * time.Millisecond, ResidentEpsilon: eps}); err != nil {
 			t.Fatal(err)
 		}
 		for _, b := range s.Backends {
+			b.model.service.Store(100 * ms)
 			setResident(b, 2, s.Table.Now())
 		}
 		sys := chainOf(0, 20)
