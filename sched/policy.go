@@ -79,6 +79,7 @@ func phase2(s *Scheduler, r *Request, elig chain.Set, d *Decision) bool {
 	if prev.Empty() {
 		return false
 	}
+	s.noteGap(r, &prev, div)
 	s.avoidFull(&prev, d, func(int) int { return len(r.Chain) - div })
 	if div < len(r.Chain) && prev.Len() > 1 {
 		// The rest of the conversation was dropped for capacity: go back
@@ -130,13 +131,15 @@ func (costPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 // pickCost is the cost policy's choice. With holders, a new conversation
 // whose prompt some backends hold goes to one of them while they are
 // predicted to answer it about as fast as any other (promptHolders) and
-// their resident work stays within its bound (residentBound): counted as
+// their resident work stays within its bound (residentBound) or their
+// batch is expected to stay at most half full with it (roomy): counted as
 // load, the prompt's first prefill there, or a conversation or two more
 // than elsewhere, would otherwise outweigh the prompt and send it to
 // recompute the prompt on an engine with as much batch room, a cold first
 // turn that spreads the prompt over one more backend. The bound keeps the
 // holders of a popular prompt from gathering more conversations than
-// their batches serve once the follow-ups, which stay, come back.
+// their batches serve once the follow-ups, which stay, come back; below
+// half their batch there is no such risk to bound.
 func pickCost(s *Scheduler, r *Request, d *Decision, holders bool) bool {
 	elig := s.Eligible(r)
 	var match [chain.MaxBackends]int32
@@ -148,12 +151,15 @@ func pickCost(s *Scheduler, r *Request, d *Decision, holders bool) bool {
 	if holders && !r.Followup && best > 0 {
 		if held := s.promptHolders(&elig, &elig, r, &match, best, s.unixNow(r)); held != elig {
 			var res [chain.MaxBackends]float32
-			open := s.residentBound(&elig, r.Now, &res)
-			for w := range held {
-				held[w] &= open[w]
-			}
-			if !held.Empty() {
-				elig = held
+			open := s.residentBound(&elig, r.Now, &res, residentSlack)
+			var take chain.Set
+			held.Each(func(i int) {
+				if open.Has(i) || s.roomy(s.Backends[i], float64(res[i])) {
+					take.Add(i)
+				}
+			})
+			if !take.Empty() {
+				elig = take
 			}
 		}
 	}

@@ -96,10 +96,49 @@ func (s *Scheduler) noteGap(r *Request, holders *chain.Set, best int) {
 	}
 }
 
+// roomy reports whether b, with res resident turns and one conversation
+// more, is expected to keep its batch at most half full: by Little's law
+// the decayed count is the turn rate times the window, so the turns in
+// flight are res × service / window, and the new conversation adds
+// service / gap. Half full is read against the batch capacity, or, while
+// none is known, the most requests b was seen to run without a slot wait.
+// Far below its batch, concentrating conversations costs a backend
+// nothing, and a new conversation is better kept with the holders of its
+// prompt than sent to recompute it elsewhere.
+func (s *Scheduler) roomy(b *Backend, res float64) bool {
+	m := &b.model
+	svc := float64(m.service.Load()) / 1e6
+	if svc <= 0 || s.ttft.gaps.Load() < 16 {
+		return false
+	}
+	c := float64(m.cap())
+	if c <= 0 {
+		c = float64(m.served.Load())
+	}
+	// Half the batch leaves room for the bursts of the turns' arrivals.
+	c /= 2
+	g := math.Float64frombits(s.ttft.gap.Load())
+	w := float64(s.residentWindow())
+	if c <= 0 || g <= 0 || w <= 0 {
+		return false
+	}
+	return res*svc/w+svc/g <= c
+}
+
+// residentSlack is how many turns above the mean resident work the
+// holders of a new conversation's prompt may always go (kvca-cost): with
+// a few conversations per backend, (1+ε)× the mean is below one
+// conversation more than the mean, and would send every second
+// conversation of a prompt away from its holder. Backends without the
+// prompt get no slack: there the strict bound is what spreads the first
+// sights of different prompts over different backends.
+const residentSlack = 2
+
 // residentBound returns the backends of elig a new conversation may go to:
-// those it would leave at most (1+ε)× the mean resident work, and always
-// the least resident one. res receives each backend's resident work.
-func (s *Scheduler) residentBound(elig *chain.Set, now int64, res *[chain.MaxBackends]float32) chain.Set {
+// those it would leave at most (1+ε)× the mean resident work, or at most
+// slack turns above it, and always the least resident one. res receives
+// each backend's resident work.
+func (s *Scheduler) residentBound(elig *chain.Set, now int64, res *[chain.MaxBackends]float32, slack float64) chain.Set {
 	tau := float64(s.residentWindow())
 	sum, n := 0.0, 0
 	least := -1
@@ -117,7 +156,8 @@ func (s *Scheduler) residentBound(elig *chain.Set, now int64, res *[chain.MaxBac
 	}
 	// The least resident backends are always open: even work is never
 	// out of bounds, however small ε.
-	limit := max((1+s.ttft.eps)*(sum+1)/float64(n), float64(res[least])+1)
+	mean := (sum + 1) / float64(n)
+	limit := max((1+s.ttft.eps)*mean, mean+slack, float64(res[least])+1)
 	var open chain.Set
 	elig.Each(func(i int) {
 		if float64(res[i])+1 <= limit {

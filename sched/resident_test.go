@@ -121,28 +121,32 @@ func TestNoteGap(t *testing.T) {
 	}
 }
 
-// TestTTFTFollowupLearnsTheGap: routing a follow-up by its prefix is what
-// teaches the gap.
-func TestTTFTFollowupLearnsTheGap(t *testing.T) {
+// TestFollowupLearnsTheGap: routing a follow-up by its prefix is what
+// teaches the gap, under every policy whose placement reads the resident
+// window (kvca-cost's prompt holders, ttft's bound), and kvca's Phase 2
+// that kvca-cost shares.
+func TestFollowupLearnsTheGap(t *testing.T) {
 	t.Parallel()
-	s := newFixed(t, 2, "ttft")
-	c := chainOf(0, 8)
-	s.Table.TouchAt(c[:6], 0, 100)
-	var d Decision
-	var res Reservation
-	if !s.Route(&Request{Chain: c, Followup: true, Now: 2100}, &d, &res) {
-		t.Fatal("no backend")
+	for _, policy := range []string{"ttft", "kvca-cost", "kvca"} {
+		s := newFixed(t, 2, policy)
+		c := chainOf(0, 8)
+		s.Table.TouchAt(c[:6], 0, 100)
+		var d Decision
+		var res Reservation
+		if !s.Route(&Request{Chain: c, Followup: true, Now: 2100}, &d, &res) {
+			t.Fatal("no backend")
+		}
+		if d.Backend.Index != 0 || d.Phase != PhaseFollowup || d.Cached != 6 {
+			t.Fatalf("%s: %+v", policy, d)
+		}
+		if s.ttft.gaps.Load() != 1 || math.Float64frombits(s.ttft.gap.Load()) != 2000 {
+			t.Fatalf("%s: gap %v after %d", policy, math.Float64frombits(s.ttft.gap.Load()), s.ttft.gaps.Load())
+		}
+		if snap := s.TTFTSnapshot(); snap.TurnGapMs != 2000 {
+			t.Fatalf("%s: snapshot gap %v", policy, snap.TurnGapMs)
+		}
+		res.ReleaseActive()
 	}
-	if d.Backend.Index != 0 || d.Phase != PhaseFollowup || d.Cached != 6 {
-		t.Fatalf("%+v", d)
-	}
-	if s.ttft.gaps.Load() != 1 || math.Float64frombits(s.ttft.gap.Load()) != 2000 {
-		t.Fatalf("gap %v after %d", math.Float64frombits(s.ttft.gap.Load()), s.ttft.gaps.Load())
-	}
-	if snap := s.TTFTSnapshot(); snap.TurnGapMs != 2000 {
-		t.Fatalf("snapshot gap %v", snap.TurnGapMs)
-	}
-	res.ReleaseActive()
 }
 
 // TestResidentBoundLimits: a new conversation may go where it leaves at
@@ -153,19 +157,29 @@ func TestResidentBoundLimits(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		eps       float64
+		slack     float64
 		res       []float32 // per backend; -1: not eligible
 		wantOpen  []int
 		wantState []float32
 	}{
-		// limit max(2·6/4, 1+1) = 3: 2+1 fits exactly.
+		// The limit is max((1+ε)·m, m+slack, least+1), m being the mean
+		// with one more turn.
+		// m = 6/4: max(3, 2) = 3: 2+1 fits exactly.
 		{name: "ε 1 lets a busier backend in", eps: 1, res: []float32{2, 1, 1, 1}, wantOpen: []int{0, 1, 2, 3}},
-		// limit max(1.25·9/4, 2) = 2.8125.
+		// m = 9/4: max(2.8125, 2) = 2.8125.
 		{name: "far above the mean", eps: 0.25, res: []float32{5, 1, 1, 1}, wantOpen: []int{1, 2, 3}},
-		// limit max(1.25·7/4, 2) = 2.1875: 3+1 does not fit.
+		// m = 7/4: max(2.1875, 2): 3+1 does not fit.
 		{name: "just above the mean", eps: 0.25, res: []float32{3, 1, 1, 1}, wantOpen: []int{1, 2, 3}},
-		// limit max(5/3, 0+1) = 5/3: only the idle backend.
+		// m = 7/4 with slack: max(2.1875, 3.75, 2) = 3.75, still not.
+		{name: "just above the mean with slack", eps: 0.25, slack: residentSlack, res: []float32{3, 1, 1, 1}, wantOpen: []int{1, 2, 3}},
+		// m = 2/4: max(0.625, 1) = 1: the strict bound spreads.
+		{name: "a turn above the mean at small counts", eps: 0.25, res: []float32{1, 0, 0, 0}, wantOpen: []int{1, 2, 3}},
+		// m = 2/4 with slack: max(0.625, 2.5, 1) = 2.5: a prompt's
+		// second conversation may join its first.
+		{name: "a turn above the mean at small counts with slack", eps: 0.25, slack: residentSlack, res: []float32{1, 0, 0, 0}, wantOpen: []int{0, 1, 2, 3}},
+		// m = 5/3: max(5/3, 0+1): only the idle backend.
 		{name: "ε 0 bounds too", eps: 0, res: []float32{0, 2, 2}, wantOpen: []int{0}},
-		// limit max(5/2, 2+1) = 3: even work is never out of bounds.
+		// m = 5/2: max(2.5, 2+1) = 3: even work is never out of bounds.
 		{name: "the least resident of the eligible", eps: 0, res: []float32{2, -1, 2}, wantOpen: []int{0, 2}},
 		{name: "negative ε: no bound", eps: -1, res: []float32{9, 0, 1}, wantOpen: []int{0, 1, 2}},
 	} {
@@ -183,7 +197,7 @@ func TestResidentBoundLimits(t *testing.T) {
 			}
 			elig := s.Eligible(&r)
 			var res [chain.MaxBackends]float32
-			open := s.residentBound(&elig, now, &res)
+			open := s.residentBound(&elig, now, &res, tc.slack)
 			var got []int
 			open.Each(func(i int) { got = append(got, i) })
 			if !slices.Equal(got, tc.wantOpen) {

@@ -116,6 +116,10 @@ type predictor struct {
 	base     atomic.Int64 // ns
 	block    atomic.Int64 // ns per block
 	capacity atomic.Int32 // learned; 0: unknown
+	// served is the highest number of requests already in flight at
+	// which most answers were seen not to wait for a batch slot: the
+	// capacity is above it. 0: none seen.
+	served   atomic.Int32
 	service  atomic.Int64 // ns, dispatch to end; 0: unknown
 	observed atomic.Uint64
 	waits    atomic.Uint64
@@ -303,6 +307,14 @@ func (m *predictor) learn(blocks int64, inflight int, ttft, pred int64) {
 	if m.seen[lv] < 255 {
 		m.seen[lv]++
 	}
+	served := int32(0)
+	for a := capLevels - 1; a > 0; a-- {
+		if m.seen[a] >= 3 && m.ev[a] <= 0.5 {
+			served = int32(a)
+			break
+		}
+	}
+	m.served.Store(served)
 	if m.fixCap == 0 {
 		// The capacity is where waiting starts and never stops again: the
 		// lowest level of the topmost run of levels where most answers
@@ -482,6 +494,7 @@ type TTFTBackend struct {
 	BlockMs               float64 `json:"prefill_block_ms"`
 	Capacity              int     `json:"batch_capacity"`
 	CapacitySource        string  `json:"batch_capacity_source"` // flag, learned or unknown
+	ServedLevel           int     `json:"served_without_wait"`   // most already in flight at answers that did not wait
 	ServiceMs             float64 `json:"service_ms"`
 	Observations          uint64  `json:"observations"`
 	SlotWaits             uint64  `json:"slot_waits"`
@@ -525,7 +538,7 @@ func (s *Scheduler) TTFTSnapshot() TTFTState {
 		m.mu.Unlock()
 		st.Backends = append(st.Backends, TTFTBackend{
 			Backend: b.Name, BaseMs: float64(m.base.Load()) / 1e6, BlockMs: float64(m.block.Load()) / 1e6,
-			Capacity: int(m.cap()), CapacitySource: src, ServiceMs: float64(m.service.Load()) / 1e6,
+			Capacity: int(m.cap()), CapacitySource: src, ServedLevel: int(m.served.Load()), ServiceMs: float64(m.service.Load()) / 1e6,
 			Observations: m.observed.Load(), SlotWaits: m.waits.Load(), ObservedOverPredicted: ratio,
 			Resident: m.residentAt(now, float64(s.residentWindow())),
 		})

@@ -55,7 +55,7 @@ func (ttftPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 		tau := float64(s.residentWindow())
 		elig.Each(func(i int) { res[i] = float32(s.Backends[i].model.residentAt(r.Now, tau)) })
 	} else {
-		open = s.residentBound(&elig, r.Now, &res)
+		open = s.residentBound(&elig, r.Now, &res, 0)
 	}
 	unix := s.unixNow(r)
 	if !follow && best > 0 {

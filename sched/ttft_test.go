@@ -118,6 +118,10 @@ func TestTTFTLearnsCapacityFromTheTransition(t *testing.T) {
 	if m.capacity.Load() != 6 {
 		t.Fatalf("capacity %d, want 6", m.capacity.Load())
 	}
+	// The highest level served without a wait: 5 already in flight.
+	if m.served.Load() != 5 {
+		t.Fatalf("served %d, want 5", m.served.Load())
+	}
 	if m.waits.Load() != 9 {
 		t.Fatalf("waits %d, want 9", m.waits.Load())
 	}
@@ -135,8 +139,15 @@ func TestTTFTLearnsCapacityFromTheTransition(t *testing.T) {
 			m2.learn(2, a, line(2)+30*ms, 0)
 		}
 	}
-	if m2.capacity.Load() != 0 {
-		t.Fatalf("capacity %d learned without a transition", m2.capacity.Load())
+	if m2.capacity.Load() != 0 || m2.served.Load() != 0 {
+		t.Fatalf("capacity %d, served %d learned without a transition", m2.capacity.Load(), m2.served.Load())
+	}
+	// Never waiting: no capacity, and the levels seen are served.
+	s3 := newFixed(t, 1, "ttft")
+	m3 := &s3.Backends[0].model
+	teach(m3, 2*ms, 300_000, 3)
+	if m3.capacity.Load() != 0 || m3.served.Load() != 3 {
+		t.Fatalf("capacity %d, served %d; want 0 and 3", m3.capacity.Load(), m3.served.Load())
 	}
 }
 
@@ -263,7 +274,7 @@ func TestResidentBound(t *testing.T) {
 	var res [chain.MaxBackends]float32
 	// Mean after one more turn: 9/4; the bound is 1.25x that, 2.8125:
 	// backend 0 (5+1) is out, the others (1+1) are in.
-	open := s.residentBound(&elig, now, &res)
+	open := s.residentBound(&elig, now, &res, 0)
 	if open.Has(0) || !open.Has(1) || !open.Has(2) || !open.Has(3) {
 		t.Fatalf("open %v", open)
 	}
@@ -282,14 +293,14 @@ func TestResidentBound(t *testing.T) {
 	rs.ReleaseActive()
 	// Negative epsilon: no bound.
 	s.ttft.eps = -1
-	if open := s.residentBound(&elig, now, &res); open.Len() != 4 {
+	if open := s.residentBound(&elig, now, &res, 0); open.Len() != 4 {
 		t.Fatalf("open %v", open)
 	}
 	// Equal work always leaves every backend open, even at epsilon 0.
 	s2 := newFixed(t, 3, "ttft")
 	s2.ttft.eps = 0
 	e2 := s2.Eligible(&Request{})
-	if open := s2.residentBound(&e2, now, &res); open.Len() != 3 {
+	if open := s2.residentBound(&e2, now, &res, 0); open.Len() != 3 {
 		t.Fatalf("open %v", open)
 	}
 }
@@ -310,7 +321,7 @@ func TestPromptHoldersPassTheResidentBound(t *testing.T) {
 	first := append(append([]uint64(nil), sys...), chainOf(900, 2)...)
 	elig := s.Eligible(&Request{})
 	var res [chain.MaxBackends]float32
-	if open := s.residentBound(&elig, now, &res); open.Has(0) {
+	if open := s.residentBound(&elig, now, &res, 0); open.Has(0) {
 		t.Fatalf("backend 0 within the bound: %v", res[:3])
 	}
 	// Holder: 2ms + 2 blocks; elsewhere 2ms + 22 blocks.
@@ -419,14 +430,19 @@ func BenchmarkPickTTFT(b *testing.B) {
 // past the bound, or once they are full, the cost decides. cost, the
 // baseline, weighs load and blocks alone.
 func TestKvcaCostFirstTurnToThePromptsHolders(t *testing.T) {
-	setup := func(policy string, eps float64) (*Scheduler, []uint64) {
+	// held is backend 0's resident work, the others' being 2.
+	setup := func(policy string, eps float64, held float32) (*Scheduler, []uint64) {
 		s := newFixed(t, 3, policy)
 		if err := s.SetTTFT(TTFTConfig{Capacity: 2, BlockTime: 300 * time.Microsecond, Base: 2 * time.Millisecond, ResidentEpsilon: eps}); err != nil {
 			t.Fatal(err)
 		}
-		for _, b := range s.Backends {
+		for i, b := range s.Backends {
 			b.model.service.Store(100 * ms)
-			setResident(b, 2, s.Table.Now())
+			x := float32(2)
+			if i == 0 {
+				x = held
+			}
+			setResident(b, x, s.Table.Now())
 		}
 		sys := chainOf(0, 20)
 		s.Table.Touch(sys, 0, s.Table.Now())
@@ -435,22 +451,40 @@ func TestKvcaCostFirstTurnToThePromptsHolders(t *testing.T) {
 	}
 	// Costs: 4 + 22 + 2 on 0, 22 elsewhere. Predictions: 2ms + 24
 	// blocks on 0, 2ms + 22 elsewhere, within a quarter.
-	s, first := setup("cost", DefaultResidentEpsilon)
+	s, first := setup("cost", DefaultResidentEpsilon, 2)
 	if d, _ := route(t, s, &Request{Chain: first}); d.Backend.Index == 0 {
 		t.Fatalf("cost: %+v, want the least cost", d)
 	}
-	s, first = setup("kvca-cost", DefaultResidentEpsilon)
+	s, first = setup("kvca-cost", DefaultResidentEpsilon, 2)
 	d, _ := route(t, s, &Request{Chain: first})
 	if d.Backend.Index != 0 || d.Cached != 20 || d.Novel != 2 || d.Phase != PhaseBootstrap {
 		t.Fatalf("kvca-cost: %+v, want the prompt's holder", d)
 	}
-	// 0 now holds 3 resident turns against 2 and 2: past the bound.
+	// 0 holds 6 resident turns against 2 and 2: one more would be 7,
+	// past both (1+ε)× and residentSlack above the mean of 11/3.
+	s, first = setup("kvca-cost", DefaultResidentEpsilon, 6)
 	if d, _ = route(t, s, &Request{Chain: first}); d.Backend.Index == 0 || d.Novel != 22 {
 		t.Fatalf("kvca-cost, holder past the resident bound: %+v", d)
 	}
+	// Past the bound, but far below its batch: a turn every second, a
+	// window of 3s, 100ms of service keep 6×0.1/3 + 0.1/1 = 0.3 turns in
+	// flight, under half the capacity of 2. At 1s of service, 3 would.
+	for _, c := range []struct {
+		svc  int64
+		want bool
+	}{{100 * ms, true}, {1000 * ms, false}} {
+		s, first = setup("kvca-cost", DefaultResidentEpsilon, 6)
+		setGap(s, 1000, 16)
+		for _, b := range s.Backends {
+			b.model.service.Store(c.svc)
+		}
+		if d, _ = route(t, s, &Request{Chain: first}); (d.Backend.Index == 0) != c.want {
+			t.Fatalf("kvca-cost, holder past the bound, service %dms: %+v", c.svc/ms, d)
+		}
+	}
 	// Without the bound the holder takes it while it has a free slot,
 	// and not once both of its slots are taken (a 50ms wait).
-	s, first = setup("kvca-cost", -1)
+	s, first = setup("kvca-cost", -1, 2)
 	for k, want := range []bool{true, false} {
 		if d, _ = route(t, s, &Request{Chain: first}); (d.Backend.Index == 0) != want {
 			t.Fatalf("kvca-cost without a bound, request %d: %+v", k, d)
