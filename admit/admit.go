@@ -153,7 +153,7 @@ type Ticket struct {
 	// Preferred backends hold, Shared the most any Sharing backend holds
 	// (some other prefix of it, such as a system prompt): what the request
 	// would prefill on each backend, for the grant rule of a backlogged
-	// tenant (Estimate fills them); Blocks 0: unknown.
+	// tenant and late grants (Estimate fills them); Blocks 0: unknown.
 	Blocks, Held, Shared int32
 	Sharing              chain.Set
 	// Wake is called once when the ticket leaves the queue (State then
@@ -992,16 +992,21 @@ func (a *Admitter) newFlow(key uint64) *flow {
 // next (the lowest such class first); within a class, by fair queuing
 // across tenants (classQueue.find). A waiter holding out for the holders
 // of its prefix never lets a lower class take a slot it could use: it
-// takes the slot, its holder wait ended.
+// takes the slot, its holder wait ended. While the queue sheds, a tenant's
+// turn goes to one of its waiters that would not be late on b, if it has
+// one (classQueue.take).
 func (a *Admitter) pick(b int) *Ticket {
 	if !a.healthy(b) {
 		return nil
 	}
+	now := a.now()
+	over := a.overloaded(now)
+	late := func(t *Ticket) bool { return over && a.late(t, b, now) }
 	others := a.slots[b].inflight.Load() - 1 // the slot to give is counted
 	for c := Class(NumClasses - 1); c > High; c-- {
 		if a.passed[c] >= a.k && a.q[c].n > 0 && a.laneOpen(b, c, others) {
 			if t, _ := a.q[c].find(b); t != nil {
-				return a.book(c, t, b)
+				return a.book(c, t, b, now, late)
 			}
 		}
 	}
@@ -1014,9 +1019,9 @@ func (a *Admitter) pick(b int) *Ticket {
 		t, h := a.q[c].find(b)
 		if t != nil {
 			if held != nil {
-				return a.book(heldClass, held, b)
+				return a.book(heldClass, held, b, now, late)
 			}
-			return a.book(c, t, b)
+			return a.book(c, t, b, now, late)
 		}
 		if held == nil && h != nil {
 			held, heldClass = h, c
@@ -1025,9 +1030,8 @@ func (a *Admitter) pick(b int) *Ticket {
 	return nil
 }
 
-func (a *Admitter) book(c Class, t *Ticket, b int) *Ticket {
-	now := a.now()
-	t = a.q[c].take(t, b, now-t.enq >= a.timeout/2, func(x *Ticket) int64 { return a.ttftOn(x, b, now) })
+func (a *Admitter) book(c Class, t *Ticket, b int, now int64, late func(*Ticket) bool) *Ticket {
+	t = a.q[c].take(t, b, now-t.enq >= a.timeout/2, func(x *Ticket) int64 { return a.ttftOn(x, b, now) }, late)
 	a.served(c)
 	return t
 }
@@ -1120,6 +1124,24 @@ func Estimate(table *chain.Table, r *sched.Request, t *Ticket) {
 	if r.Followup {
 		t.Held = best
 	}
+}
+
+// late reports whether t, granted b now, would pass its timeout in wait
+// and prefill together: what it has waited plus b's prefill of what b
+// lacks of its prompt (at most half the timeout of it, so that a request
+// with a long prefill may still wait half the timeout). Only while the
+// queue sheds, and never class High: a late grant then serves a request
+// past the extra time to first token its client accepts, in a slot that a
+// cheaper waiter, or the next arrival, serves within it.
+func (a *Admitter) late(t *Ticket, b int, now int64) bool {
+	if t.Class == High {
+		return false
+	}
+	p := a.ttftOn(t, b, now) - (now - t.enq)
+	if be := a.slots[b].b.Load(); be != nil {
+		p -= int64(be.PrefillTime(0))
+	}
+	return now-t.enq+min(max(p, 0), a.timeout/2) > a.timeout
 }
 
 // ttftOn estimates t's time to its first token if granted b now: what it

@@ -1206,3 +1206,95 @@ func TestHolderWaitWorthTheTimeout(t *testing.T) {
 		r.a.Done(h0)
 	})
 }
+
+// TestLateGrantsWhileShedding: while the queue sheds, a tenant's turn on
+// a freed slot does not go to one of its waiters whose wait plus its
+// prefill there would pass the timeout, but to one that still fits: here
+// the older x, waiting for backend 0 as the holder of most of its prefix
+// (60 of 80 blocks, 20ms to compute there), against the younger y with 2
+// blocks. Without shedding, or in time, x is served as before; with every
+// waiter late, the tenant's first; a late x is shed at its timeout. Class
+// High is never late: of its stale waiters the soonest first token goes.
+func TestLateGrantsWhileShedding(t *testing.T) {
+	t.Parallel()
+	bs := ratedFleet(t, 1) // 1ms + 1ms per novel block
+	for _, tc := range []struct {
+		name      string
+		shed      bool
+		class     Class
+		xHeld     int32
+		waited    time.Duration // x's wait when the slot frees
+		yBlocks   int32
+		yWaited   time.Duration
+		wantLater bool // x is passed over for y
+	}{
+		// 85ms + 20ms > 100ms.
+		{"late", true, Normal, 60, 85 * time.Millisecond, 2, 5 * time.Millisecond, true},
+		{"late, not shedding", false, Normal, 60, 85 * time.Millisecond, 2, 5 * time.Millisecond, false},
+		// 75ms + 20ms fits.
+		{"in time", true, Normal, 60, 75 * time.Millisecond, 2, 5 * time.Millisecond, false},
+		// x past its holder wait (it holds 50ms of prefill, not more
+		// than half the timeout): 85ms + 31ms; y: 80ms + 26ms, the
+		// sooner first token, but late too.
+		{"every waiter late", true, Normal, 50, 85 * time.Millisecond, 25, 80 * time.Millisecond, false},
+		{"every waiter late, class high", true, High, 50, 85 * time.Millisecond, 25, 80 * time.Millisecond, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, Config{Backends: bs, MaxInflight: 1, QueueSize: 8, QueueTimeout: 100 * time.Millisecond, HolderWait: time.Second})
+			cur := r.ticket(Normal, "", 0)
+			r.hold(t, cur, 0)
+			if tc.shed {
+				lost := r.ticket(Normal, "", 0)
+				if r.a.Admit(lost) != Queued {
+					t.Fatal("not queued")
+				}
+				r.clk.advance(100 * time.Millisecond)
+				r.a.Sweep()
+				if lost.State() != Dropped {
+					t.Fatalf("lost: state %d", lost.State())
+				}
+				r.w.take()
+				r.a.Done(lost)
+			}
+			x, y := r.ticket(tc.class, "a", 0), r.ticket(tc.class, "a", 0)
+			x.Preferred, x.Blocks, x.Held = setOf(0), 80, tc.xHeld
+			y.Blocks = tc.yBlocks
+			if r.a.Admit(x) != Queued {
+				t.Fatal("x not queued")
+			}
+			r.clk.advance(tc.waited - tc.yWaited)
+			if r.a.Admit(y) != Queued {
+				t.Fatal("y not queued")
+			}
+			r.clk.advance(tc.yWaited)
+			r.a.Sweep() // nothing is due yet
+			if x.State() != Waiting || y.State() != Waiting {
+				t.Fatalf("before the release: states x %d, y %d", x.State(), y.State())
+			}
+			r.a.Done(cur)
+			first, second := x, y
+			if tc.wantLater {
+				first, second = y, x
+			}
+			if first.State() != Granted || second.State() != Waiting {
+				t.Fatalf("states x %d, y %d", x.State(), y.State())
+			}
+			r.w.take()
+			if tc.wantLater {
+				// Shed at its timeout, holding nothing.
+				r.clk.advance(100*time.Millisecond - tc.waited)
+				r.a.Sweep()
+				if x.State() != Dropped || x.Reason() != ReasonTimeout {
+					t.Fatalf("x: state %d reason %v", x.State(), x.Reason())
+				}
+				r.a.Done(first)
+			} else if r.a.Done(first); second.State() != Granted {
+				t.Fatalf("second: state %d", second.State())
+			}
+			r.a.Done(second)
+			if r.a.Inflight(0) != 0 || r.a.Queued() != 0 {
+				t.Fatalf("in flight %d, queued %d", r.a.Inflight(0), r.a.Queued())
+			}
+		})
+	}
+}
