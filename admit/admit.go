@@ -1132,7 +1132,7 @@ func Estimate(table *chain.Table, r *sched.Request, t *Ticket) {
 // with a long prefill may still wait half the timeout). Only while the
 // queue sheds, and never class High: a late grant then serves a request
 // past the extra time to first token its client accepts, in a slot that a
-// cheaper waiter, or the next arrival, serves within it.
+// cheaper waiter of its tenant serves within it.
 func (a *Admitter) late(t *Ticket, b int, now int64) bool {
 	if t.Class == High {
 		return false

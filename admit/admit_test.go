@@ -110,6 +110,23 @@ func (r *rig) hold(t testing.TB, tk *Ticket, b int) {
 	}
 }
 
+// shedOne makes the queue shed: a waiter for the busy backend b times
+// out after the queue timeout, and its wake is taken.
+func (r *rig) shedOne(t testing.TB, b int, timeout time.Duration) {
+	t.Helper()
+	lost := r.ticket(Normal, "", b)
+	if r.a.Admit(lost) != Queued {
+		t.Fatal("not queued")
+	}
+	r.clk.advance(timeout)
+	r.a.Sweep()
+	if lost.State() != Dropped || lost.Reason() != ReasonTimeout {
+		t.Fatalf("state %d reason %v", lost.State(), lost.Reason())
+	}
+	r.w.take()
+	r.a.Done(lost)
+}
+
 func (r *rig) metric(name string) string {
 	var b bytes.Buffer
 	r.set.WritePrometheus(&b)
@@ -1121,16 +1138,7 @@ func TestHolderWaitWorthTheTimeout(t *testing.T) {
 		r.hold(t, h0, 0)
 		r.hold(t, h1, 1)
 		if shed {
-			lost := r.ticket(Normal, "", 1)
-			if r.a.Admit(lost) != Queued {
-				t.Fatal("not queued")
-			}
-			r.clk.advance(50 * time.Millisecond)
-			r.a.Sweep()
-			if lost.State() != Dropped || lost.Reason() != ReasonTimeout {
-				t.Fatalf("state %d reason %v", lost.State(), lost.Reason())
-			}
-			r.a.Done(lost)
+			r.shedOne(t, 1, 50*time.Millisecond)
 		}
 		f = r.ticket(c, "", 0, 1)
 		f.Preferred, f.Blocks, f.Held = setOf(0), 60, held
@@ -1244,17 +1252,7 @@ func TestLateGrantsWhileShedding(t *testing.T) {
 			cur := r.ticket(Normal, "", 0)
 			r.hold(t, cur, 0)
 			if tc.shed {
-				lost := r.ticket(Normal, "", 0)
-				if r.a.Admit(lost) != Queued {
-					t.Fatal("not queued")
-				}
-				r.clk.advance(100 * time.Millisecond)
-				r.a.Sweep()
-				if lost.State() != Dropped {
-					t.Fatalf("lost: state %d", lost.State())
-				}
-				r.w.take()
-				r.a.Done(lost)
+				r.shedOne(t, 0, 100*time.Millisecond)
 			}
 			x, y := r.ticket(tc.class, "a", 0), r.ticket(tc.class, "a", 0)
 			x.Preferred, x.Blocks, x.Held = setOf(0), 80, tc.xHeld

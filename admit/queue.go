@@ -127,23 +127,24 @@ func before(x, y *Ticket) bool {
 
 // take books the grant of b at the turn of t (find's choice) and returns
 // the waiter served in that turn, one of t's tenant's: t, unless t is
-// stale (it has waited half the queue timeout) or late (late: while the
-// queue sheds, its wait plus its prefill on b would pass the timeout). A
-// tenant whose oldest request has waited that long sends more than it is
-// served, so its older requests would reach the client late or time out
-// anyway: its newest waiter still waiting for b as the holder of its
-// prefix (within its holder wait) is served instead, else, of those that
-// can use b, the one that would see its first token soonest on b (ttft:
-// its wait so far plus b's prefill of what b lacks of its prompt; of
-// equals the newest), and the others are shed at their timeout. So the
-// slot goes to a request that can still be answered fast, not to one that
-// would recompute a long prompt after a long wait. Late waiters are never
-// chosen instead of t; when every candidate is late, t is served. The
-// tags between move down one place, so the tenant's turns stay those of
-// its waiters before, one fewer: only the tenant's own order changes.
+// stale (it has waited half the queue timeout). A tenant whose oldest
+// request has waited that long sends more than it is served, so its older
+// requests would reach the client late or time out anyway: its newest
+// waiter still waiting for b as the holder of its prefix (within its
+// holder wait) is served instead, else, of those that can use b, the one
+// that would see its first token soonest on b (ttft: its wait so far plus
+// b's prefill of what b lacks of its prompt; of equals the newest), and
+// the others are shed at their timeout. So the slot goes to a request that
+// can still be answered fast, not to one that would recompute a long
+// prompt after a long wait. Nor to a late one (late: while the queue
+// sheds, its wait plus its prefill on b would pass the timeout, so it has
+// waited past half the timeout): when every candidate is late, t is
+// served. The tags between move down one place, so the tenant's turns stay
+// those of its waiters before, one fewer: only the tenant's own order
+// changes.
 func (q *classQueue) take(t *Ticket, b int, stale bool, ttft func(*Ticket) int64, late func(*Ticket) bool) *Ticket {
 	q.vt = max(q.vt, t.vstart)
-	if !stale && !late(t) {
+	if !stale {
 		return t
 	}
 	var w, any *Ticket
