@@ -1137,21 +1137,29 @@ func (a *Admitter) late(t *Ticket, b int, now int64) bool {
 	if t.Class == High {
 		return false
 	}
-	p := a.ttftOn(t, b, now) - (now - t.enq)
-	if be := a.slots[b].b.Load(); be != nil {
-		p -= int64(be.PrefillTime(0))
+	p := int64(0)
+	if be := a.slots[b].b.Load(); be != nil && t.Blocks > 0 {
+		p = int64(be.PrefillTime(t.novelOn(b)) - be.PrefillTime(0))
 	}
-	return now-t.enq+min(max(p, 0), a.timeout/2) > a.timeout
+	return now-t.enq+min(p, a.timeout/2) > a.timeout
 }
 
 // ttftOn estimates t's time to its first token if granted b now: what it
-// has waited plus b's prefill of the blocks b lacks (the Preferred hold
-// Held, the Sharing Shared, the others none).
+// has waited plus b's prefill of the blocks b lacks (novelOn).
 func (a *Admitter) ttftOn(t *Ticket, b int, now int64) int64 {
 	w := now - t.enq
 	if t.Blocks <= 0 {
 		return w
 	}
+	if be := a.slots[b].b.Load(); be != nil {
+		w += int64(be.PrefillTime(t.novelOn(b)))
+	}
+	return w
+}
+
+// novelOn is how many blocks of t's chain b lacks: the Preferred hold
+// Held, the Sharing Shared, the others none.
+func (t *Ticket) novelOn(b int) int {
 	novel := t.Blocks
 	switch {
 	case t.Preferred.Has(b):
@@ -1159,8 +1167,5 @@ func (a *Admitter) ttftOn(t *Ticket, b int, now int64) int64 {
 	case t.Sharing.Has(b):
 		novel -= t.Shared
 	}
-	if be := a.slots[b].b.Load(); be != nil {
-		w += int64(be.PrefillTime(int(max(novel, 0))))
-	}
-	return w
+	return int(max(novel, 0))
 }

@@ -307,34 +307,28 @@ func (m *predictor) learn(blocks int64, inflight int, ttft, pred int64) {
 	if m.seen[lv] < 255 {
 		m.seen[lv]++
 	}
-	served := int32(0)
-	for a := capLevels - 1; a > 0; a-- {
-		if m.seen[a] >= 3 && m.ev[a] <= 0.5 {
-			served = int32(a)
+	// The topmost level seen often enough where most answers did not
+	// wait: the capacity is above it (served). Above it, the levels where
+	// most answers waited: the capacity is where waiting starts and never
+	// stops again, the lowest level of that topmost run, skipping levels
+	// seen too rarely to judge. An isolated level of slow answers below
+	// levels that did not wait is noise. And a capacity is a transition: if
+	// no level below the run answered without waiting, the backend is slow
+	// at any load (or the host is), and nothing is learned.
+	top, learned := -1, int32(0)
+	for a := capLevels - 1; a >= 0; a-- {
+		if m.seen[a] < 3 {
+			continue
+		}
+		if m.ev[a] <= 0.5 {
+			top = a
 			break
 		}
+		learned = int32(a)
 	}
-	m.served.Store(served)
+	m.served.Store(int32(max(top, 0)))
 	if m.fixCap == 0 {
-		// The capacity is where waiting starts and never stops again: the
-		// lowest level of the topmost run of levels where most answers
-		// waited, skipping levels seen too rarely to judge. An isolated
-		// level of slow answers below levels that did not wait is noise.
-		// And a capacity is a transition: if no level below the run
-		// answered without waiting, the backend is slow at any load
-		// (or the host is), and nothing is learned.
-		learned, below := int32(0), false
-		for a := capLevels - 1; a >= 0; a-- {
-			if m.seen[a] < 3 {
-				continue
-			}
-			if m.ev[a] <= 0.5 {
-				below = true
-				break
-			}
-			learned = int32(a)
-		}
-		if !below || learned == 0 {
+		if top < 0 {
 			learned = 0
 		}
 		m.capacity.Store(learned)
