@@ -994,7 +994,8 @@ func (a *Admitter) newFlow(key uint64) *flow {
 // of its prefix never lets a lower class take a slot it could use: it
 // takes the slot, its holder wait ended. While the queue sheds, a tenant's
 // turn goes to one of its waiters that would not be late on b, if it has
-// one (classQueue.take).
+// one (classQueue.take); nil leaves the slot free when the only tenant
+// waiting has none.
 func (a *Admitter) pick(b int) *Ticket {
 	if !a.healthy(b) {
 		return nil
@@ -1032,7 +1033,9 @@ func (a *Admitter) pick(b int) *Ticket {
 
 func (a *Admitter) book(c Class, t *Ticket, b int, now int64, late func(*Ticket) bool) *Ticket {
 	t = a.q[c].take(t, b, now-t.enq >= a.timeout/2, func(x *Ticket) int64 { return a.ttftOn(x, b, now) }, late)
-	a.served(c)
+	if t != nil {
+		a.served(c)
+	}
 	return t
 }
 

@@ -1223,6 +1223,77 @@ func TestHolderWaitWorthTheTimeout(t *testing.T) {
 // blocks. Without shedding, or in time, x is served as before; with every
 // waiter late, the tenant's first; a late x is shed at its timeout. Class
 // High is never late: of its stale waiters the soonest first token goes.
+// TestLateWaitersLeaveTheSlotFree: while the queue sheds, a slot whose
+// every usable waiter would be late, all of one tenant, stays free for
+// the next arrival, and the late waiters are shed at their timeout; with
+// another tenant waiting, the tenant's turn is its first waiter's.
+func TestLateWaitersLeaveTheSlotFree(t *testing.T) {
+	t.Parallel()
+	bs := ratedFleet(t, 1) // 1ms + 1ms per novel block
+	for _, other := range []bool{false, true} {
+		t.Run(fmt.Sprintf("other tenant %v", other), func(t *testing.T) {
+			r := newRig(t, Config{Backends: bs, MaxInflight: 1, QueueSize: 8, QueueTimeout: 100 * time.Millisecond, HolderWait: time.Second})
+			cur := r.ticket(Normal, "", 0)
+			r.hold(t, cur, 0)
+			r.shedOne(t, 0, 100*time.Millisecond)
+			// x past its holder wait (it holds 50ms of prefill, not more
+			// than half the timeout): 85ms + 31ms; y: 80ms + 26ms.
+			x, y := r.ticket(Normal, "a", 0), r.ticket(Normal, "a", 0)
+			x.Preferred, x.Blocks, x.Held = setOf(0), 80, 50
+			y.Blocks = 25
+			if r.a.Admit(x) != Queued {
+				t.Fatal("x not queued")
+			}
+			r.clk.advance(5 * time.Millisecond)
+			if r.a.Admit(y) != Queued {
+				t.Fatal("y not queued")
+			}
+			var z *Ticket
+			if other {
+				z = r.ticket(Normal, "b", 0)
+				if r.a.Admit(z) != Queued {
+					t.Fatal("z not queued")
+				}
+			}
+			r.clk.advance(80 * time.Millisecond)
+			r.a.Done(cur)
+			if other {
+				if x.State() != Granted || y.State() != Waiting || z.State() != Waiting {
+					t.Fatalf("states x %d, y %d, z %d", x.State(), y.State(), z.State())
+				}
+				r.w.take()
+				r.a.Done(x) // z's turn: tenant b's first
+				if z.State() != Granted || y.State() != Waiting {
+					t.Fatalf("after x: states y %d, z %d", y.State(), z.State())
+				}
+				r.w.take()
+				r.a.Done(z) // y alone and late: the slot stays free
+			} else if x.State() != Waiting || y.State() != Waiting {
+				t.Fatalf("states x %d, y %d", x.State(), y.State())
+			}
+			if r.a.Inflight(0) != 0 {
+				t.Fatalf("in flight %d with every waiter late", r.a.Inflight(0))
+			}
+			n := r.ticket(Normal, "a", 0)
+			r.hold(t, n, 0)                      // the next arrival has the slot at once
+			r.clk.advance(20 * time.Millisecond) // past both timeouts
+			r.a.Sweep()
+			for _, w := range []*Ticket{x, y} {
+				if w == x && other {
+					continue
+				}
+				if w.State() != Dropped || w.Reason() != ReasonTimeout {
+					t.Fatalf("late waiter: state %d reason %v", w.State(), w.Reason())
+				}
+			}
+			r.a.Done(n)
+			if r.a.Inflight(0) != 0 || r.a.Queued() != 0 {
+				t.Fatalf("in flight %d, queued %d", r.a.Inflight(0), r.a.Queued())
+			}
+		})
+	}
+}
+
 func TestLateGrantsWhileShedding(t *testing.T) {
 	t.Parallel()
 	bs := ratedFleet(t, 1) // 1ms + 1ms per novel block
@@ -1241,10 +1312,8 @@ func TestLateGrantsWhileShedding(t *testing.T) {
 		{"late, not shedding", false, Normal, 60, 85 * time.Millisecond, 2, 5 * time.Millisecond, false},
 		// 75ms + 20ms fits.
 		{"in time", true, Normal, 60, 75 * time.Millisecond, 2, 5 * time.Millisecond, false},
-		// x past its holder wait (it holds 50ms of prefill, not more
-		// than half the timeout): 85ms + 31ms; y: 80ms + 26ms, the
-		// sooner first token, but late too.
-		{"every waiter late", true, Normal, 50, 85 * time.Millisecond, 25, 80 * time.Millisecond, false},
+		// Waiters that would be late, but high is never late: y, the
+		// sooner first token (see TestLateWaitersLeaveTheSlotFree).
 		{"every waiter late, class high", true, High, 50, 85 * time.Millisecond, 25, 80 * time.Millisecond, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

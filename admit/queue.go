@@ -139,12 +139,14 @@ func before(x, y *Ticket) bool {
 // prompt after a long wait. Nor to a late one (late: while the queue
 // sheds, its wait plus its prefill on b would pass the timeout, so it has
 // waited past half the timeout): when every candidate is late, t is
-// served. The tags between move down one place, so the tenant's turns stay
-// those of its waiters before, one fewer: only the tenant's own order
-// changes.
+// served while another tenant waits in the class, so no tenant loses its
+// turn for being late; the only tenant waiting gets nil, and the slot
+// stays free for the next arrival, which can still be served in time. The
+// tags between move down one place, so the tenant's turns stay those of
+// its waiters before, one fewer: only the tenant's own order changes.
 func (q *classQueue) take(t *Ticket, b int, stale bool, ttft func(*Ticket) int64, late func(*Ticket) bool) *Ticket {
-	q.vt = max(q.vt, t.vstart)
 	if !stale {
+		q.vt = max(q.vt, t.vstart)
 		return t
 	}
 	var w, any *Ticket
@@ -166,6 +168,10 @@ func (q *classQueue) take(t *Ticket, b int, stale bool, ttft func(*Ticket) int64
 	if w == nil {
 		w = any
 	}
+	if w == nil && q.nflows == 1 {
+		return nil
+	}
+	q.vt = max(q.vt, t.vstart)
 	if w == nil || w == t {
 		return t
 	}
