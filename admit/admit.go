@@ -994,8 +994,9 @@ func (a *Admitter) newFlow(key uint64) *flow {
 // of its prefix never lets a lower class take a slot it could use: it
 // takes the slot, its holder wait ended. While the queue sheds, a tenant's
 // turn goes to one of its waiters that would not be late on b, if it has
-// one (classQueue.take); nil leaves the slot free when the only tenant
-// waiting has none.
+// one (classQueue.take). A class whose only tenant waiting has none
+// passes its turn to the next class in order, and nil leaves the slot
+// free for the next arrival.
 func (a *Admitter) pick(b int) *Ticket {
 	if !a.healthy(b) {
 		return nil
@@ -1007,7 +1008,9 @@ func (a *Admitter) pick(b int) *Ticket {
 	for c := Class(NumClasses - 1); c > High; c-- {
 		if a.passed[c] >= a.k && a.q[c].n > 0 && a.laneOpen(b, c, others) {
 			if t, _ := a.q[c].find(b); t != nil {
-				return a.book(c, t, b, now, late)
+				if g := a.book(c, t, b, now, late); g != nil {
+					return g
+				}
 			}
 		}
 	}
@@ -1020,9 +1023,15 @@ func (a *Admitter) pick(b int) *Ticket {
 		t, h := a.q[c].find(b)
 		if t != nil {
 			if held != nil {
-				return a.book(heldClass, held, b, now, late)
+				if g := a.book(heldClass, held, b, now, late); g != nil {
+					return g
+				}
 			}
-			return a.book(c, t, b, now, late)
+			if g := a.book(c, t, b, now, late); g != nil {
+				return g
+			}
+			held = nil // both late: the turn passes to the next class
+			continue
 		}
 		if held == nil && h != nil {
 			held, heldClass = h, c

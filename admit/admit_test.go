@@ -1226,7 +1226,9 @@ func TestHolderWaitWorthTheTimeout(t *testing.T) {
 // TestLateWaitersLeaveTheSlotFree: while the queue sheds, a slot whose
 // every usable waiter would be late, all of one tenant, stays free for
 // the next arrival, and the late waiters are shed at their timeout; with
-// another tenant waiting, the tenant's turn is its first waiter's.
+// another tenant waiting, the tenant's turn is its first waiter's; a
+// waiter of another class that is in time takes the class's turn (below
+// it in order, or above it when the late class's turn was for starving).
 func TestLateWaitersLeaveTheSlotFree(t *testing.T) {
 	t.Parallel()
 	bs := ratedFleet(t, 1) // 1ms + 1ms per novel block
@@ -1292,6 +1294,75 @@ func TestLateWaitersLeaveTheSlotFree(t *testing.T) {
 			}
 		})
 	}
+	t.Run("lower class in time", func(t *testing.T) {
+		r := newRig(t, Config{Backends: bs, MaxInflight: 1, QueueSize: 8, QueueTimeout: 100 * time.Millisecond, HolderWait: time.Second})
+		cur := r.ticket(Normal, "", 0)
+		r.hold(t, cur, 0)
+		r.shedOne(t, 0, 100*time.Millisecond)
+		x := r.ticket(Normal, "a", 0)
+		x.Blocks = 25 // 85ms + 26ms
+		if r.a.Admit(x) != Queued {
+			t.Fatal("x not queued")
+		}
+		r.clk.advance(80 * time.Millisecond)
+		z := r.ticket(Low, "a", 0)
+		if r.a.Admit(z) != Queued {
+			t.Fatal("z not queued")
+		}
+		r.clk.advance(5 * time.Millisecond)
+		r.a.Done(cur)
+		if x.State() != Waiting || z.State() != Granted {
+			t.Fatalf("states x %d, z %d", x.State(), z.State())
+		}
+		r.w.take()
+		r.clk.advance(20 * time.Millisecond)
+		r.a.Sweep()
+		if x.State() != Dropped || x.Reason() != ReasonTimeout {
+			t.Fatalf("x: state %d reason %v", x.State(), x.Reason())
+		}
+		r.a.Done(z)
+		if r.a.Inflight(0) != 0 || r.a.Queued() != 0 {
+			t.Fatalf("in flight %d, queued %d", r.a.Inflight(0), r.a.Queued())
+		}
+	})
+	t.Run("starving class late", func(t *testing.T) {
+		r := newRig(t, Config{Backends: bs, MaxInflight: 1, QueueSize: 8, QueueTimeout: 100 * time.Millisecond, HolderWait: time.Second, StarvationLimit: 1})
+		cur := r.ticket(Normal, "", 0)
+		r.hold(t, cur, 0)
+		r.shedOne(t, 0, 100*time.Millisecond)
+		z := r.ticket(Low, "a", 0)
+		z.Blocks = 25 // 85ms + 26ms when its turn comes
+		n1 := r.ticket(Normal, "b", 0)
+		for _, w := range []*Ticket{z, n1} {
+			if r.a.Admit(w) != Queued {
+				t.Fatal("not queued")
+			}
+		}
+		r.a.Done(cur) // n1 first: z passed over once, so starving
+		if n1.State() != Granted {
+			t.Fatalf("n1: state %d", n1.State())
+		}
+		r.w.take()
+		r.clk.advance(85 * time.Millisecond)
+		n2 := r.ticket(Normal, "b", 0)
+		if r.a.Admit(n2) != Queued {
+			t.Fatal("n2 not queued")
+		}
+		r.a.Done(n1) // z's turn, but z is late: n2's, in strict order
+		if z.State() != Waiting || n2.State() != Granted {
+			t.Fatalf("states z %d, n2 %d", z.State(), n2.State())
+		}
+		r.w.take()
+		r.clk.advance(20 * time.Millisecond)
+		r.a.Sweep()
+		if z.State() != Dropped || z.Reason() != ReasonTimeout {
+			t.Fatalf("z: state %d reason %v", z.State(), z.Reason())
+		}
+		r.a.Done(n2)
+		if r.a.Inflight(0) != 0 || r.a.Queued() != 0 {
+			t.Fatalf("in flight %d, queued %d", r.a.Inflight(0), r.a.Queued())
+		}
+	})
 }
 
 func TestLateGrantsWhileShedding(t *testing.T) {
