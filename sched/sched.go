@@ -68,14 +68,16 @@ func (b *Backend) RemoteLoad() (active, prefill uint32) {
 // ahead of it.
 func (b *Backend) PendingPrefillTime() time.Duration {
 	_, rp := b.RemoteLoad()
-	return time.Duration(b.model.block.Load() * (b.Prefill() + int64(rp)))
+	_, block := b.model.rates()
+	return time.Duration(block * (b.Prefill() + int64(rp)))
 }
 
 // PrefillTime is b's time to first token for a request that must prefill
 // novel blocks with nothing else ahead of it, as learned from its answers
 // (or set by the ttft flags).
 func (b *Backend) PrefillTime(novel int) time.Duration {
-	return time.Duration(b.model.base.Load() + b.model.block.Load()*int64(novel))
+	base, block := b.model.rates()
+	return time.Duration(base + block*int64(novel))
 }
 
 // Healthy reports whether b may receive new requests.

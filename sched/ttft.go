@@ -168,8 +168,8 @@ func (s *Scheduler) initModel(b *Backend) {
 	l := fmt.Sprintf("{backend=%q}", b.Name)
 	m.mRatio = set.GetOrCreateHistogram("kvca_ttft_observed_over_predicted" + l)
 	m.series = l
-	set.GetOrCreateGauge("kvca_ttft_first_token_base_seconds"+l, func() float64 { return float64(m.base.Load()) / 1e9 })
-	set.GetOrCreateGauge("kvca_ttft_prefill_block_seconds"+l, func() float64 { return float64(m.block.Load()) / 1e9 })
+	set.GetOrCreateGauge("kvca_ttft_first_token_base_seconds"+l, func() float64 { base, _ := m.rates(); return float64(base) / 1e9 })
+	set.GetOrCreateGauge("kvca_ttft_prefill_block_seconds"+l, func() float64 { return float64(m.blockTime()) / 1e9 })
 	set.GetOrCreateGauge("kvca_ttft_batch_capacity"+l, func() float64 { return float64(m.cap()) })
 	set.GetOrCreateGauge("kvca_ttft_service_seconds"+l, func() float64 { return float64(m.service.Load()) / 1e9 })
 	set.GetOrCreateGauge("kvca_ttft_observations_total"+l, func() float64 { return float64(m.observed.Load()) })
@@ -360,6 +360,9 @@ const fleetWeight = 16
 type fleetFit struct {
 	mu                   sync.Mutex
 	sw, sm, sy, smm, smy float64
+	// base and block are the fleet's own fit (ns; 0: no answer yet),
+	// what a backend that has not answered yet is predicted with.
+	base, block atomic.Int64
 }
 
 func (f *fleetFit) add(x, y float64) {
@@ -369,7 +372,39 @@ func (f *fleetFit) add(x, y float64) {
 	f.sy = f.sy*decay + y
 	f.smm = f.smm*decay + x*x
 	f.smy = f.smy*decay + x*y
+	base, blk := float64(f.base.Load()), float64(f.block.Load())
+	if blk == 0 {
+		base, blk = float64(priorBase), float64(priorBlock)
+	}
+	base, blk = fit(base, blk, f.sw, f.sm, f.sy, f.smm, f.smy)
 	f.mu.Unlock()
+	f.base.Store(int64(math.Round(base)))
+	f.block.Store(int64(max(1, math.Round(blk))))
+}
+
+// blockTime is rates' prefill time per block.
+func (m *predictor) blockTime() int64 { _, b := m.rates(); return b }
+
+// rates are b's first-token base and prefill time per block: its own fit,
+// or, until it has answered, the fleet's. A backend that joins, or has
+// not been chosen yet, is then weighed like its peers rather than by
+// the priors, which would make it look slower or faster than the
+// backends already learned, and send a first turn away from the holder
+// of its prompt, or to an engine that is not actually faster.
+func (m *predictor) rates() (base, block int64) {
+	base, block = m.base.Load(), m.block.Load()
+	if m.observed.Load() > 0 || m.fleet == nil || m.fixBase > 0 && m.fixBlock > 0 {
+		return base, block
+	}
+	if fb := m.fleet.block.Load(); fb > 0 {
+		if m.fixBase == 0 {
+			base = m.fleet.base.Load()
+		}
+		if m.fixBlock == 0 {
+			block = fb
+		}
+	}
+	return base, block
 }
 
 // sums are m's own sums plus the fleet's, scaled to fleetWeight
@@ -406,17 +441,23 @@ func (m *predictor) solve() {
 			blk = (smy - base*sm) / smm
 		}
 	default:
-		// A slope needs answers of different sizes: a spread of more than
-		// half a block (variance over 1/4) before the block time moves.
-		den := sw*smm - sm*sm
-		if den > 0.25*sw*sw {
-			blk = (sw*smy - sm*sy) / den
-		}
-		blk = max(blk, 0)
-		base = (sy - blk*sm) / sw
+		base, blk = fit(base, blk, sw, sm, sy, smm, smy)
 	}
 	m.base.Store(int64(math.Round(max(base, 0))))
 	m.block.Store(int64(math.Round(max(blk, 0))))
+}
+
+// fit is the least-squares base and block time of the sums, starting
+// from base and blk. A slope needs answers of different sizes: a spread
+// of more than half a block (variance over 1/4) before the block time
+// moves.
+func fit(base, blk, sw, sm, sy, smm, smy float64) (float64, float64) {
+	den := sw*smm - sm*sm
+	if den > 0.25*sw*sw {
+		blk = (sw*smy - sm*sy) / den
+	}
+	blk = max(blk, 0)
+	return max((sy-blk*sm)/sw, 0), blk
 }
 
 // observeService learns how long a request holds its batch slot.
@@ -444,7 +485,8 @@ func (s *Scheduler) predict(b *Backend, st uint64, novel int, unix int64) int64 
 	ra, rp := b.RemoteLoad()
 	inflight := int64(st>>32) + int64(ra)
 	pending := int64(uint32(st)) + int64(rp)
-	t := m.base.Load() + m.block.Load()*(pending+int64(novel))
+	base, block := m.rates()
+	t := base + block*(pending+int64(novel))
 	c := int64(m.cap())
 	if unix != 0 {
 		if e, ok := b.Engine(unix, s.ttft.engineAge); ok {
@@ -530,8 +572,9 @@ func (s *Scheduler) TTFTSnapshot() TTFTState {
 			ratio = m.ratio / m.ratioW
 		}
 		m.mu.Unlock()
+		base, block := m.rates()
 		st.Backends = append(st.Backends, TTFTBackend{
-			Backend: b.Name, BaseMs: float64(m.base.Load()) / 1e6, BlockMs: float64(m.block.Load()) / 1e6,
+			Backend: b.Name, BaseMs: float64(base) / 1e6, BlockMs: float64(block) / 1e6,
 			Capacity: int(m.cap()), CapacitySource: src, ServedLevel: int(m.served.Load()), ServiceMs: float64(m.service.Load()) / 1e6,
 			Observations: m.observed.Load(), SlotWaits: m.waits.Load(), ObservedOverPredicted: ratio,
 			Resident: m.residentAt(now, float64(s.residentWindow())),

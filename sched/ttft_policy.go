@@ -13,7 +13,10 @@ import (
 // (Phase 2) unless waiting there is predicted to cost more than
 // recomputing elsewhere; a new conversation goes only where resident work
 // stays within (1+ε)× the mean, unless the holders of its prompt take it
-// as fast (promptHolders). Predictions within a quarter of the best
+// as fast (promptHolders) or the bound would cost it more than the near
+// margin (then backends of unknown batch capacity are open again: where
+// the capacity is known, the resident turns coming back will queue for
+// its slots, which one request's prediction does not see). Predictions within a quarter of the best
 // count as equal, and among equals the one holding the longest prefix,
 // then the least resident, then the least busy, backend wins, in turns on
 // a full tie.
@@ -54,10 +57,20 @@ func (ttftPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 		// Residency only breaks ties among a follow-up's candidates.
 		tau := float64(s.residentWindow())
 		elig.Each(func(i int) { res[i] = float32(s.Backends[i].model.residentAt(r.Now, tau)) })
-	} else {
-		open = s.residentBound(&elig, r.Now, &res, 0)
 	}
 	unix := s.unixNow(r)
+	if !follow {
+		open = s.residentBound(&elig, r.Now, &res, 0)
+		if po, _ := s.minPred(&open, r, &match, unix); po >= 0 {
+			if pe, _ := s.minPred(&elig, r, &match, unix); po > pe+pe/nearDiv {
+				elig.Each(func(i int) {
+					if s.Backends[i].model.cap() == 0 {
+						open.Add(i)
+					}
+				})
+			}
+		}
+	}
 	if !follow && best > 0 {
 		open = s.promptHolders(&elig, &open, r, &match, best, unix)
 	}
@@ -73,7 +86,7 @@ func (ttftPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 			ph, _ := s.minPred(&holders, r, &match, unix)
 			pa, at := s.minPred(&elig, r, &match, unix)
 			if lost := best - int(match[at]); lost > 0 {
-				pa += int64(lost) * s.Backends[at].model.block.Load()
+				pa += int64(lost) * s.Backends[at].model.blockTime()
 			}
 			cand = &elig
 			if ph <= moveFactor*pa {
@@ -177,7 +190,7 @@ func (s *Scheduler) promptHolders(elig, open *chain.Set, r *Request, match *[cha
 	}
 	// The prefix is worth what the best open backend would spend
 	// recomputing it, at its own rate.
-	worth := int64(best-int(match[at])) * s.Backends[at].model.block.Load()
+	worth := int64(best-int(match[at])) * s.Backends[at].model.blockTime()
 	ph, _ := s.minPred(&held, r, match, unix)
 	if ph <= po+po/nearDiv && (worth > po/nearDiv || 2*best >= len(r.Chain)) {
 		return held

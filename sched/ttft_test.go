@@ -491,3 +491,66 @@ func TestKvcaCostFirstTurnToThePromptsHolders(t *testing.T) {
 		}
 	}
 }
+
+// TestTTFTUnansweredBackendTakesTheFleetFit: a backend that has not
+// answered yet is predicted with the rates the fleet has learned, not the
+// priors, so it looks neither slower nor faster than its peers; a fixed
+// rate stays its own, and its first answer puts it on its own fit.
+func TestTTFTUnansweredBackendTakesTheFleetFit(t *testing.T) {
+	s := newFixed(t, 3, "ttft")
+	fresh, fixed := s.Backends[1], s.Backends[2]
+	if got, want := fresh.PrefillTime(10), time.Duration(priorBase+10*priorBlock); got != want {
+		t.Fatalf("before any answer: %v, want the priors' %v", got, want)
+	}
+	fixed.model.fix(TTFTConfig{BlockTime: 500 * time.Microsecond})
+	teach(&s.Backends[0].model, 2*ms, 300_000, 0)
+	if got, want := fresh.PrefillTime(10), time.Duration(2*ms+10*300_000); got != want {
+		t.Fatalf("unanswered: %v, want the fleet's %v", got, want)
+	}
+	if got, want := fixed.PrefillTime(10), time.Duration(2*ms+10*500_000); got != want {
+		t.Fatalf("fixed block: %v, want the fleet's base and its own block, %v", got, want)
+	}
+	fresh.model.learn(4, 0, 9*ms, 0)
+	if base, block := fresh.model.rates(); base != fresh.model.base.Load() || block != fresh.model.block.Load() {
+		t.Fatalf("after an answer: rates %d %d, own fit %d %d", base, block, fresh.model.base.Load(), fresh.model.block.Load())
+	}
+}
+
+// TestTTFTResidentBoundYieldsToThePrediction: a new conversation keeps to
+// the resident bound while the backends it leaves open are predicted
+// about as fast as the best of all (within the near margin). Beyond that
+// the bound would cost the request's first token more than it buys, and
+// a backend of unknown batch capacity it excludes is open again; one
+// whose capacity is known stays excluded, as there its resident turns
+// will queue for slots when they come back.
+func TestTTFTResidentBoundYieldsToThePrediction(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		capacity int
+		pending  uint32 // blocks waiting on each backend the bound leaves open
+		want     func(int) bool
+	}{
+		// Open backends: 2ms + (5+20) × 0.3ms = 9.5ms, within a quarter
+		// of the busy one's 2ms + 20 × 0.3ms = 8ms.
+		{name: "open ones about as fast", pending: 5, want: func(i int) bool { return i != 0 }},
+		// 2ms + 40 × 0.3ms = 14ms: the busy backend is open again.
+		{name: "open ones far slower", pending: 20, want: func(i int) bool { return i == 0 }},
+		{name: "open ones far slower, capacity known", capacity: 8, pending: 20, want: func(i int) bool { return i != 0 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newFixed(t, 4, "ttft")
+			prime(t, s, tc.capacity)
+			now := s.Table.Now()
+			setResident(s.Backends[0], 5, now)
+			for i := 1; i < 4; i++ {
+				setResident(s.Backends[i], 1, now)
+				s.Backends[i].state.Store(pack(0, tc.pending))
+			}
+			d, res := route(t, s, &Request{Chain: chainOf(0, 20)})
+			defer res.ReleaseActive()
+			if !tc.want(d.Backend.Index) {
+				t.Fatalf("went to %d", d.Backend.Index)
+			}
+		})
+	}
+}
