@@ -61,15 +61,7 @@ func (ttftPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 	unix := s.unixNow(r)
 	if !follow {
 		open = s.residentBound(&elig, r.Now, &res, 0)
-		if po, _ := s.minPred(&open, r, &match, unix); po >= 0 {
-			if pe, _ := s.minPred(&elig, r, &match, unix); po > pe+pe/nearDiv {
-				elig.Each(func(i int) {
-					if s.Backends[i].model.cap() == 0 {
-						open.Add(i)
-					}
-				})
-			}
-		}
+		s.yieldBound(&elig, &open, r, &match, unix)
 	}
 	if !follow && best > 0 {
 		open = s.promptHolders(&elig, &open, r, &match, best, unix)
@@ -162,6 +154,24 @@ func (ttftPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 			return true
 		}
 	}
+}
+
+// yieldBound opens again the backends of elig of unknown batch capacity
+// that the resident bound left out of open, when the best prediction in
+// open is more than the near margin above the best in elig: the bound
+// would then cost this first token more than it buys. Where a capacity is
+// known the resident turns coming back will queue for its slots, which one
+// request's prediction does not see, and the bound holds.
+func (s *Scheduler) yieldBound(elig, open *chain.Set, r *Request, match *[chain.MaxBackends]int32, unix int64) {
+	po, _ := s.minPred(open, r, match, unix)
+	if pe, _ := s.minPred(elig, r, match, unix); po < 0 || po <= pe+pe/nearDiv {
+		return
+	}
+	elig.Each(func(i int) {
+		if s.Backends[i].model.cap() == 0 {
+			open.Add(i)
+		}
+	})
 }
 
 // promptHolders returns where a new conversation may go, open being the
