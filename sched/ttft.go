@@ -393,7 +393,7 @@ func (m *predictor) blockTime() int64 { _, b := m.rates(); return b }
 // of its prompt, or to an engine that is not actually faster.
 func (m *predictor) rates() (base, block int64) {
 	base, block = m.base.Load(), m.block.Load()
-	if m.observed.Load() > 0 || m.fleet == nil || m.fixBase > 0 && m.fixBlock > 0 {
+	if m.observed.Load() > 0 || m.fleet == nil || (m.fixBase > 0 && m.fixBlock > 0) {
 		return base, block
 	}
 	if fb := m.fleet.block.Load(); fb > 0 {

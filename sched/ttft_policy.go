@@ -14,12 +14,10 @@ import (
 // recomputing elsewhere; a new conversation goes only where resident work
 // stays within (1+ε)× the mean, unless the holders of its prompt take it
 // as fast (promptHolders) or the bound would cost it more than the near
-// margin (then backends of unknown batch capacity are open again: where
-// the capacity is known, the resident turns coming back will queue for
-// its slots, which one request's prediction does not see). Predictions within a quarter of the best
-// count as equal, and among equals the one holding the longest prefix,
-// then the least resident, then the least busy, backend wins, in turns on
-// a full tie.
+// margin (yieldBound). Predictions within a quarter of the best count as
+// equal, and among equals the one holding the longest prefix, then the
+// least resident, then the least busy, backend wins, in turns on a full
+// tie.
 type ttftPolicy struct{}
 
 func (ttftPolicy) Name() string { return "ttft" }
@@ -163,6 +161,9 @@ func (ttftPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 // known the resident turns coming back will queue for its slots, which one
 // request's prediction does not see, and the bound holds.
 func (s *Scheduler) yieldBound(elig, open *chain.Set, r *Request, match *[chain.MaxBackends]int32, unix int64) {
+	if *open == *elig {
+		return
+	}
 	po, _ := s.minPred(open, r, match, unix)
 	if pe, _ := s.minPred(elig, r, match, unix); po < 0 || po <= pe+pe/nearDiv {
 		return
