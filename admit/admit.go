@@ -653,15 +653,20 @@ func (a *Admitter) binds(t *Ticket) bool {
 // holder at the end of it, so it waits for them until just before its
 // timeout, and only then takes another backend's free slot if one has
 // room and the queue is not shedding (Sweep; else it is shed at the
-// timeout). Not a high-priority request: it is served first wherever a
-// slot frees, so the rest of its wait would serve it elsewhere, where
-// waiting on for its holders could shed it.
+// timeout). A high-priority request does not wait for its holders: it is
+// served first wherever a slot frees, and under load the first free slot
+// anywhere comes sooner than one on its holders (one backend frees a slot
+// a batch's worth of times less often than the fleet), while a wait for
+// them could shed it.
 func (a *Admitter) holderWaitOf(t *Ticket) int64 {
+	if t.Class == High {
+		return 0
+	}
 	w := a.holderWait
 	if t.HolderWait > 0 {
 		w = int64(t.HolderWait)
 	}
-	if w > 0 && t.Class != High && a.timeout > 1 && a.leaving(t) > a.timeout/2 {
+	if w > 0 && a.timeout > 1 && a.leaving(t) > a.timeout/2 {
 		return a.timeout - 1
 	}
 	return min(w, a.timeout/2)

@@ -518,6 +518,38 @@ func TestHolderWait(t *testing.T) {
 	}
 }
 
+// A high-priority follow-up does not wait for its holders: served first
+// wherever a slot frees, it takes the first one, and a free backend at once.
+func TestHighPriorityTakesTheFirstFreeSlot(t *testing.T) {
+	r := newRig(t, Config{Backends: fleet(2), MaxInflight: 1, QueueSize: 4, QueueTimeout: 50 * time.Millisecond, HolderWait: 250 * time.Millisecond})
+	h0, h1 := r.ticket(Normal, "", 0), r.ticket(Normal, "", 1)
+	r.hold(t, h0, 0)
+	r.hold(t, h1, 1)
+	f := r.ticket(High, "", 0, 1)
+	f.Preferred = setOf(0)
+	if r.a.Admit(f) != Queued {
+		t.Fatal("not queued with every backend full")
+	}
+	r.clk.advance(time.Millisecond)
+	r.a.Done(h1)
+	if got := r.w.take(); len(got) != 1 || f.State() != Granted || f.Backend() != 1 {
+		t.Fatalf("backend 1 freed: state %d backend %d", f.State(), f.Backend())
+	}
+	r.a.Done(f)
+	// Its holder full, backend 1 free: a normal follow-up waits for the
+	// holder, a high one goes to backend 1 at once.
+	n := r.ticket(Normal, "", 0, 1)
+	n.Preferred = setOf(0)
+	if v := r.a.Admit(n); v != Queued {
+		t.Fatalf("normal follow-up: verdict %d, want queued for its holder", v)
+	}
+	g := r.ticket(High, "", 0, 1)
+	g.Preferred = setOf(0)
+	if v := r.a.Admit(g); v != Go || !g.Room().Has(1) {
+		t.Fatalf("high follow-up: verdict %d room %v, want go on 1", v, *g.Room())
+	}
+}
+
 // A holder wait as long as the queue timeout would shed the request at
 // its deadline while another backend freed a slot meanwhile: the holder
 // wait ends at half the timeout.
@@ -616,7 +648,7 @@ func TestHolderWaitAloneKeepsWaiting(t *testing.T) {
 	h1 := r.ticket(High, "", 1)
 	r.hold(t, r.ticket(Normal, "", 0), 0)
 	r.hold(t, h1, 1)
-	f := r.ticket(High, "a", 0, 1)
+	f := r.ticket(Normal, "a", 0, 1)
 	f.Preferred = setOf(0)
 	if r.a.Admit(f) != Queued {
 		t.Fatal("not queued")

@@ -76,7 +76,7 @@ func TestWithScheduler(t *testing.T) {
 		// The first turn is still streaming: its backend is full.
 
 		next := &call{req: sched.Request{Chain: conv, Followup: true, Now: table.Now()}}
-		next.tk.Wake = r.w.fn
+		next.tk.Wake, next.tk.Class = r.w.fn, Normal
 		v := start(t, a, s, next)
 		if wait == 0 {
 			// Not waiting for the holder: the other backend, recomputing.
