@@ -518,18 +518,28 @@ func TestHolderWait(t *testing.T) {
 	}
 }
 
-// A high-priority follow-up does not wait for its holders: served first
-// wherever a slot frees, it takes the first one, and a free backend at once.
-func TestHighPriorityTakesTheFirstFreeSlot(t *testing.T) {
+// waitBehindFullHolder queues a follow-up of class c that prefers backend
+// 0 on two full backends of one slot each (a 50 ms queue timeout, a 250
+// ms holder wait), and returns the rig, the ticket holding backend 1 and
+// the follow-up.
+func waitBehindFullHolder(t *testing.T, c Class) (*rig, *Ticket, *Ticket) {
+	t.Helper()
 	r := newRig(t, Config{Backends: fleet(2), MaxInflight: 1, QueueSize: 4, QueueTimeout: 50 * time.Millisecond, HolderWait: 250 * time.Millisecond})
-	h0, h1 := r.ticket(Normal, "", 0), r.ticket(Normal, "", 1)
-	r.hold(t, h0, 0)
+	r.hold(t, r.ticket(Normal, "", 0), 0)
+	h1 := r.ticket(Normal, "", 1)
 	r.hold(t, h1, 1)
-	f := r.ticket(High, "", 0, 1)
+	f := r.ticket(c, "", 0, 1)
 	f.Preferred = setOf(0)
 	if r.a.Admit(f) != Queued {
 		t.Fatal("not queued with every backend full")
 	}
+	return r, h1, f
+}
+
+// A high-priority follow-up does not wait for its holders: served first
+// wherever a slot frees, it takes the first one, and a free backend at once.
+func TestHighPriorityTakesTheFirstFreeSlot(t *testing.T) {
+	r, h1, f := waitBehindFullHolder(t, High)
 	r.clk.advance(time.Millisecond)
 	r.a.Done(h1)
 	if got := r.w.take(); len(got) != 1 || f.State() != Granted || f.Backend() != 1 {
@@ -554,15 +564,7 @@ func TestHighPriorityTakesTheFirstFreeSlot(t *testing.T) {
 // its deadline while another backend freed a slot meanwhile: the holder
 // wait ends at half the timeout.
 func TestHolderWaitEndsBeforeTimeout(t *testing.T) {
-	r := newRig(t, Config{Backends: fleet(2), MaxInflight: 1, QueueSize: 4, QueueTimeout: 50 * time.Millisecond, HolderWait: 250 * time.Millisecond})
-	h0, h1 := r.ticket(Normal, "", 0), r.ticket(Normal, "", 1)
-	r.hold(t, h0, 0)
-	r.hold(t, h1, 1)
-	f := r.ticket(Normal, "", 0, 1)
-	f.Preferred = setOf(0)
-	if r.a.Admit(f) != Queued {
-		t.Fatal("not queued")
-	}
+	r, h1, f := waitBehindFullHolder(t, Normal)
 	// Backend 1 frees while f still waits for its holder, 0.
 	r.clk.advance(10 * time.Millisecond)
 	r.a.Done(h1)
@@ -580,7 +582,7 @@ func TestHolderWaitEndsBeforeTimeout(t *testing.T) {
 		t.Fatalf("at half the timeout: state %d backend %d", f.State(), f.Backend())
 	}
 	// A ticket's own longer holder wait is bounded the same way; f now
-	// holds 1, h0 holds 0.
+	// holds 1, and 0 is still held.
 	g := r.ticket(Normal, "", 0, 1)
 	g.Preferred, g.HolderWait = setOf(0), time.Minute
 	if r.a.Admit(g) != Queued {
