@@ -65,6 +65,14 @@ type Config struct {
 	// class High may take: a lower class is granted a slot there only
 	// while more than HighReserve stay free; 0: none.
 	HighReserve int
+	// HighPreempts says that the engines preempt a running sequence of
+	// lower priority for a high-priority one (SGLang's
+	// --enable-priority-scheduling, with the priority in the request's
+	// body): a class High request may then take a slot past a backend's
+	// limit while fewer than the limit of class High requests hold slots
+	// there, since the engine then runs a lower-class sequence it can set
+	// aside for it.
+	HighPreempts bool
 	// Metrics receives the admission metrics; nil: none.
 	Metrics *metrics.Set
 	// Clock returns unix nanoseconds; nil: the real clock. With a Clock
@@ -240,8 +248,9 @@ func (a *Admitter) healthy(b int) bool { return a.slots[b].healthy() }
 type backendSlots struct {
 	inflight atomic.Int32
 	limit    atomic.Int32
+	high     atomic.Int32                  // slots held by class High (Config.HighPreempts only)
 	b        atomic.Pointer[sched.Backend] // nil: a slot never configured
-	_        [48]byte
+	_        [44]byte
 }
 
 func (s *backendSlots) healthy() bool {
@@ -264,6 +273,28 @@ func (s *backendSlots) tryAcquire() bool {
 			return true
 		}
 	}
+}
+
+// preemptible reports whether a class High request may take a slot on
+// the healthy backend past its limit (Config.HighPreempts): fewer than
+// the limit of its slots are High, so the engine runs a lower-class
+// sequence it preempts for this one.
+func (s *backendSlots) preemptible() bool {
+	return s.high.Load() < s.limit.Load() && s.healthy()
+}
+
+// acquireHigh takes a slot for a class High request when preemptible,
+// free or not, and counts it High.
+func (s *backendSlots) acquireHigh() bool {
+	if !s.preemptible() {
+		return false
+	}
+	if s.high.Add(1) > s.limit.Load() {
+		s.high.Add(-1) // another took the last one first
+		return false
+	}
+	s.inflight.Add(1)
+	return true
 }
 
 // Admitter is the admission control of one server.
@@ -431,7 +462,7 @@ func (a *Admitter) admit(t *Ticket) Verdict {
 		}
 		// An attempt on h failed and the request looks elsewhere.
 		if old := t.slot.Swap(0); old != 0 {
-			a.release(int(old - 1))
+			a.releaseOf(t, int(old-1))
 		}
 	}
 	if t.Class >= NumClasses {
@@ -490,14 +521,14 @@ func (a *Admitter) Take(t *Ticket, b int) bool {
 
 func (a *Admitter) take(t *Ticket, b int) bool {
 	if t.Backend() != b {
-		if !a.slots[b].tryAcquire() {
+		if !a.acquire(t, b) {
 			if t.Backend() >= 0 {
 				t.moved = true
 			}
 			return false
 		}
 		if old := t.slot.Swap(int32(b + 1)); old != 0 {
-			a.release(int(old - 1))
+			a.releaseOf(t, int(old-1))
 		}
 	}
 	t.moved = false
@@ -532,7 +563,7 @@ func (a *Admitter) done(t *Ticket) {
 		a.m.cancelled(t.Class)
 	}
 	if old := t.slot.Swap(0); old != 0 {
-		a.release(int(old - 1))
+		a.releaseOf(t, int(old-1))
 	}
 	t.idle()
 	t.moved, t.counted, t.fromQueue, t.bound = false, false, false, false
@@ -620,7 +651,8 @@ func (a *Admitter) addRoom(elig, room *chain.Set, c Class) {
 			i := wi<<6 | trailingZeros(word)
 			word &= word - 1
 			if i < len(a.slots) {
-				if s := &a.slots[i]; s.free() && a.laneOpen(i, c, s.inflight.Load()) {
+				s := &a.slots[i]
+				if s.free() && a.laneOpen(i, c, s.inflight.Load()) || c == High && a.cfg.HighPreempts && s.preemptible() {
 					room.Add(i)
 				}
 			}
@@ -696,6 +728,32 @@ func (a *Admitter) leaving(t *Ticket) int64 {
 
 func intersects(x, y *chain.Set) bool {
 	return x[0]&y[0]|x[1]&y[1]|x[2]&y[2]|x[3]&y[3] != 0
+}
+
+// highPreempts reports whether t is class High with HighPreempts: its
+// slots count in backendSlots.high.
+func (a *Admitter) highPreempts(t *Ticket) bool { return t.Class == High && a.cfg.HighPreempts }
+
+// acquire takes a slot on b for t: a free one, or, for class High with
+// HighPreempts, one past the limit where the engine can preempt for it.
+func (a *Admitter) acquire(t *Ticket, b int) bool {
+	s := &a.slots[b]
+	if !a.highPreempts(t) {
+		return s.tryAcquire()
+	}
+	if s.tryAcquire() {
+		s.high.Add(1)
+		return true
+	}
+	return s.acquireHigh()
+}
+
+// releaseOf gives back t's slot on b.
+func (a *Admitter) releaseOf(t *Ticket, b int) {
+	if a.highPreempts(t) {
+		a.slots[b].high.Add(-1)
+	}
+	a.release(b)
 }
 
 // release gives back one slot on b: handed straight to the next waiter
@@ -780,6 +838,9 @@ func (a *Admitter) deliver(w *wake) {
 func (a *Admitter) grant(t *Ticket, b int) wake {
 	now := a.now()
 	a.remove(t)
+	if a.highPreempts(t) {
+		a.slots[b].high.Add(1)
+	}
 	t.slot.Store(int32(b + 1))
 	t.fromQueue = true
 	t.waitNs = now - t.enq

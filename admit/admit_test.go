@@ -914,6 +914,69 @@ func TestHighReserve(t *testing.T) {
 	}
 }
 
+// With engines that preempt for high priority, a high request takes a
+// slot past the limit while the backend holds fewer high requests than
+// its limit; the slots past the limit are never passed on, so the engine
+// is back at its limit once they end, and every count returns to zero.
+func TestHighPreemptsPastTheLimit(t *testing.T) {
+	r := newRig(t, Config{Backends: fleet(2), MaxInflight: 2, QueueSize: 8, HighPreempts: true})
+	a := r.a
+	n0, n1 := r.ticket(Normal, "", 0), r.ticket(Normal, "", 0)
+	r.hold(t, n0, 0)
+	r.hold(t, n1, 0)
+	if tk := r.ticket(Normal, "", 0); a.Admit(tk) != Queued {
+		t.Fatal("a normal request went past the limit")
+	} else {
+		a.Done(tk)
+	}
+	h0, h1 := r.ticket(High, "", 0), r.ticket(High, "", 0)
+	r.hold(t, h0, 0)
+	r.hold(t, h1, 0)
+	if a.Inflight(0) != 4 {
+		t.Fatalf("inflight %d, want 4: two normal, two high past the limit", a.Inflight(0))
+	}
+	// As many high as the limit: the engine has nothing left to preempt.
+	h2 := r.ticket(High, "", 0, 1)
+	if a.Admit(h2) != Go || *h2.Room() != setOf(1) {
+		t.Fatalf("room %v, want only the backend with room", *h2.Room())
+	}
+	a.Done(h2)
+	h3 := r.ticket(High, "", 0)
+	if a.Admit(h3) != Queued {
+		t.Fatal("high went past a backend full of high")
+	}
+	// The engine runs the high ones; a normal that ends frees a slot past
+	// the limit, which nobody gets.
+	a.Done(n0)
+	if got := r.w.take(); len(got) != 0 || a.Inflight(0) != 3 {
+		t.Fatalf("a slot past the limit was passed on: %d wakes, inflight %d", len(got), a.Inflight(0))
+	}
+	a.Done(n1)
+	if got := r.w.take(); len(got) != 0 || a.Inflight(0) != 2 {
+		t.Fatalf("%d wakes, inflight %d", len(got), a.Inflight(0))
+	}
+	// Back at the limit, a high that ends passes its slot to the waiter.
+	a.Done(h0)
+	if got := r.w.take(); len(got) != 1 || got[0] != h3 || h3.Backend() != 0 {
+		t.Fatalf("wakes %v, want the high waiter on 0", got)
+	}
+	if a.Admit(h3) != Go || !a.Take(h3, 0) {
+		t.Fatal("granted high could not take its slot")
+	}
+	for _, tk := range []*Ticket{h1, h3} {
+		a.Done(tk)
+	}
+	if st := a.Snapshot(); a.Inflight(0) != 0 || st.Backends[0].High != 0 {
+		t.Fatalf("inflight %d high %d after all done", a.Inflight(0), st.Backends[0].High)
+	}
+	// Without HighPreempts, high stops at the limit.
+	r2 := newRig(t, Config{Backends: fleet(1), MaxInflight: 1, QueueSize: 8})
+	r2.hold(t, r2.ticket(Normal, "", 0), 0)
+	if r2.a.Admit(r2.ticket(High, "", 0)) != Queued {
+		t.Fatal("high went past the limit without HighPreempts")
+	}
+}
+
 func TestConfigRejected(t *testing.T) {
 	swapped := fleet(2)
 	swapped[0], swapped[1] = swapped[1], swapped[0]

@@ -26,13 +26,16 @@ type BackendState struct {
 	Index    int `json:"index"`
 	Inflight int `json:"inflight"`
 	Limit    int `json:"limit"`
+	// High is how many of the slots class High holds (with engines that
+	// preempt for it only).
+	High int `json:"high,omitempty"`
 }
 
 // Snapshot returns the current state (it allocates: for the admin API).
 func (a *Admitter) Snapshot() State {
 	st := State{MaxInflight: a.cfg.MaxInflight, QueueSize: a.cfg.QueueSize}
 	for i := range int(a.used.Load()) {
-		st.Backends = append(st.Backends, BackendState{Index: i, Inflight: a.Inflight(i), Limit: a.Limit(i)})
+		st.Backends = append(st.Backends, BackendState{Index: i, Inflight: a.Inflight(i), Limit: a.Limit(i), High: int(a.slots[i].high.Load())})
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -100,6 +100,10 @@ type Config struct {
 	// QueueHighReserve is how many of each backend's slots only high
 	// priority may take; 0: none.
 	QueueHighReserve int
+	// QueueHighPreempts says the engines preempt a running lower-priority
+	// sequence for a high-priority one: high priority may then go past
+	// MaxInflightPerBackend (admit.Config.HighPreempts).
+	QueueHighPreempts bool
 
 	// The front door (docs/frontdoor.md): APIKeys is the keys file
 	// (--api-keys; empty: no keys asked, no quotas); BackendAPIKey is

@@ -25,6 +25,11 @@ type Config struct {
 	CacheTokens int // KV cache capacity in tokens; default 524288; <0: no caching
 	BlockTokens int // tokens per cache block; default 16
 	MaxSeqs     int // sequences running at once, the rest queue; default 64
+	// Priority serves waiting sequences by the request's `priority`
+	// (lower first, vLLM's sign) and lets an arrival preempt a running
+	// sequence of lower priority when every slot is taken (SGLang's
+	// --enable-priority-scheduling); false: first come first served.
+	Priority bool
 
 	PrefillOverhead time.Duration // per request; default 5ms
 	PrefillPerToken time.Duration // per uncached prompt token; default 50µs
@@ -58,6 +63,7 @@ type Stats struct {
 	Running      int           // sequences running now
 	Waiting      int           // sequences queued now
 	BusyTime     time.Duration // wall time with at least one sequence running or waiting
+	Preemptions  uint64        // running sequences preempted for a higher priority (Config.Priority)
 	CachedBlocks int
 	Restarts     uint64
 	Stored       int // Responses API responses held for continuations
@@ -101,6 +107,7 @@ type Engine struct {
 	mQueries, mHit *metrics.Counter
 	mPrompt, mGen  *metrics.Counter
 	mSuccess       *metrics.Counter
+	mPreempt       *metrics.Counter
 	mTTFT          *metrics.PrometheusHistogram
 	modelsJSON     []byte
 	idPrefix       string
@@ -151,7 +158,7 @@ func New(cfg Config) *Engine {
 	}
 	e := &Engine{
 		cfg:   cfg,
-		sched: newScheduler(cfg.MaxSeqs),
+		sched: newScheduler(cfg.MaxSeqs, cfg.Priority),
 		cache: newPrefixCache(max(cfg.CacheTokens, 0) / cfg.BlockTokens),
 		quit:  make(chan struct{}),
 		conns: map[net.Conn]struct{}{},
@@ -222,6 +229,7 @@ func (e *Engine) Stats() Stats {
 		Running:      running,
 		Waiting:      waiting,
 		BusyTime:     busy,
+		Preemptions:  e.sched.preemptions(),
 		CachedBlocks: blocks,
 		Restarts:     e.restarts.Load(),
 		Stored:       e.responses.Len(),

@@ -390,3 +390,57 @@ func TestFastMode(t *testing.T) {
 		t.Fatalf("fast stats %+v", st)
 	}
 }
+
+// With priority on, a high-priority request arriving at a full engine
+// takes the running normal sequence's slot at once; the normal one waits,
+// then recomputes and finishes its stream whole, with no error.
+func TestPriorityPreemptsRunningSequence(t *testing.T) {
+	e := startEngine(t, Config{MaxSeqs: 1, Priority: true, TimeScale: 1, DecodePerToken: 20 * time.Millisecond})
+	resp, err := http.Post(e.URL()+PathChat, "application/json", strings.NewReader(chatBody(true, 20, "a long answer")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	if _, err := br.ReadString('\n'); err != nil { // the first event: the normal one runs
+		t.Fatal(err)
+	}
+	normal := make(chan []string, 1)
+	go func() {
+		ev, err := readSSE(br)
+		if err != nil {
+			t.Error(err)
+		}
+		normal <- ev
+	}()
+	high := strings.Replace(chatBody(false, 2, "urgent"), `"model":"mock"`, `"model":"mock","priority":-1`, 1)
+	code, out := post(t, e, PathChat, high)
+	if code != http.StatusOK || out["choices"] == nil {
+		t.Fatalf("high: %d %v", code, out)
+	}
+	select {
+	case <-normal:
+		t.Fatal("the normal stream ended before the high-priority request that preempted it")
+	default:
+	}
+	if st := e.Stats(); st.Preemptions != 1 {
+		t.Fatalf("preemptions %d, want 1", st.Preemptions)
+	}
+	ev := <-normal
+	tokens := 0
+	for _, x := range ev {
+		if strings.Contains(x, `"delta":{"content"`) {
+			tokens++
+		}
+	}
+	if tokens < 19 || ev[len(ev)-1] != "[DONE]" {
+		t.Fatalf("normal stream after preemption: %d tokens, last %q", tokens, ev[len(ev)-1])
+	}
+	if !strings.Contains(get(t, e, "/metrics"), `vllm:num_preemptions_total{model_name="mock",engine="mock"} 1`) {
+		t.Error("num_preemptions_total not 1")
+	}
+	// vLLM's field is an integer; anything else is refused.
+	if _, out := post(t, e, PathChat, strings.Replace(chatBody(false, 1, "x"), `"model":"mock"`, `"model":"mock","priority":"high"`, 1)); out["error"] == nil {
+		t.Fatal("a non-integer priority was accepted")
+	}
+}

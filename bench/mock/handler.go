@@ -36,6 +36,9 @@ type job struct {
 	hashes       []uint64
 	out          []byte
 	timer        *time.Timer
+	firstTok     time.Time // when the first token came (firstAt moves with preemptions)
+	slot         *seqSlot
+	prio         int64 // the request's `priority` (0: none)
 	streamFn     func(w *bufio.Writer)
 	// Responses API: the request's previous_response_id (echoed), whether
 	// to store the answer; Messages API: the tool the answer calls ("": it
@@ -144,6 +147,13 @@ func (e *Engine) complete(ctx *fasthttp.RequestCtx, path string) {
 		e.badRequestAPI(ctx, a, param, err.Error())
 		return
 	}
+	var prio int64
+	if pv := v.Get("priority"); pv != nil {
+		if prio, err = pv.Int64(); err != nil {
+			e.badRequestAPI(ctx, a, "priority", "priority must be an integer")
+			return
+		}
+	}
 	if e.cfg.Fast && a != apiMessages {
 		if f.ErrorRate > 0 && rand.Float64() < f.ErrorRate {
 			e.errors.Add(1)
@@ -157,7 +167,7 @@ func (e *Engine) complete(ctx *fasthttp.RequestCtx, path string) {
 
 	j, _ := e.jobs.Get().(*job)
 	if j == nil {
-		j = &job{e: e}
+		j = &job{e: e, slot: newSeqSlot()}
 		j.streamFn = j.streamTo
 	}
 	j.prevID, j.tool, j.store = j.prevID[:0], j.tool[:0], false
@@ -204,6 +214,7 @@ func (e *Engine) complete(ctx *fasthttp.RequestCtx, path string) {
 	j.created = arrived.Unix()
 	j.arrived = arrived
 	j.killAfter = f.KillAfterChunks
+	j.prio = prio
 	j.conn = ctx.Conn()
 
 	if stream && j.killAfter > 0 {
@@ -232,13 +243,12 @@ func (e *Engine) respond(ctx *fasthttp.RequestCtx, j *job) {
 		e.failAPI(ctx, j.api, fasthttp.StatusServiceUnavailable, "ServiceUnavailable", "", "engine shutting down")
 		return
 	}
-	defer e.sched.release()
-	last := j.firstAt.Add(time.Duration(j.maxTokens-1) * e.scale(e.cfg.DecodePerToken))
-	if !j.sleepUntil(last) {
+	defer e.sched.release(j.slot)
+	if !j.waitToken(j.maxTokens - 1) {
 		e.failAPI(ctx, j.api, fasthttp.StatusServiceUnavailable, "ServiceUnavailable", "", "engine shutting down")
 		return
 	}
-	e.mTTFT.Update(j.firstAt.Sub(j.arrived).Seconds())
+	e.mTTFT.Update(j.firstTok.Sub(j.arrived).Seconds())
 	e.outTokens.Add(uint64(j.maxTokens))
 	e.mGen.Add(j.maxTokens)
 	e.mSuccess.Inc()
@@ -300,10 +310,10 @@ func (j *job) run(w *bufio.Writer) bool {
 	done := false
 	defer func() {
 		if !done {
-			e.sched.release()
+			e.sched.release(j.slot)
 		}
 	}()
-	if !j.sleepUntil(j.firstAt) {
+	if !j.waitToken(0) {
 		return false
 	}
 	e.mTTFT.Update(time.Since(j.arrived).Seconds())
@@ -332,7 +342,7 @@ func (j *job) run(w *bufio.Writer) bool {
 	}
 	dec := e.scale(e.cfg.DecodePerToken)
 	for k := 0; k < j.maxTokens; k++ {
-		if k > 0 && !j.sleepUntil(j.firstAt.Add(time.Duration(k)*dec)) {
+		if k > 0 && !j.waitToken(k) {
 			return false
 		}
 		j.out = j.appendToken(j.out[:0], k)
@@ -345,7 +355,7 @@ func (j *job) run(w *bufio.Writer) bool {
 		}
 	}
 	done = true
-	e.sched.release()
+	e.sched.release(j.slot)
 	e.mSuccess.Inc()
 	j.finished()
 	j.out = j.appendClosing(j.out[:0])
@@ -370,7 +380,8 @@ func (e *Engine) release(j *job) {
 // its prefill. It returns false if the engine closed meanwhile.
 func (j *job) admit() bool {
 	e := j.e
-	if !e.sched.acquire(e.quit) {
+	e.sched.arrive(j.slot, j.prio)
+	if !e.sched.acquire(j.slot, e.quit) {
 		return false
 	}
 	bt := e.cfg.BlockTokens
@@ -392,31 +403,82 @@ func (j *job) admit() bool {
 	now := time.Now()
 	d := e.scale(e.cfg.PrefillOverhead + time.Duration(j.promptTokens-j.cached)*e.cfg.PrefillPerToken)
 	j.firstAt = e.sched.reservePrefill(now, d)
+	j.firstTok = j.firstAt
 	return true
 }
 
-// sleepUntil waits for t; false if the engine closed first.
-func (j *job) sleepUntil(t time.Time) bool {
-	d := time.Until(t)
-	if d <= 0 {
-		select {
-		case <-j.e.quit:
-			return false
-		default:
+// waitToken waits until output token k (0: the first) is due; false if
+// the engine closed first. A sequence preempted meanwhile waits for a slot
+// again, then recomputes what its cache lacks of its prompt and every
+// token it generated, as a preempted sequence's KV is freed, and goes on
+// from where it was.
+func (j *job) waitToken(k int) bool {
+	e := j.e
+	dec := e.scale(e.cfg.DecodePerToken)
+	for {
+		switch j.sleepUntil(j.firstAt.Add(time.Duration(k) * dec)) {
+		case slept:
 			return true
+		case closed:
+			return false
+		}
+		now := time.Now()
+		done := 0 // tokens generated before the preemption
+		if !now.Before(j.firstAt) {
+			done = min(k, int(now.Sub(j.firstAt)/dec)+1)
+		}
+		e.mPreempt.Inc()
+		if !e.sched.acquire(j.slot, e.quit) {
+			return false
+		}
+		bt := e.cfg.BlockTokens
+		e.cacheMu.Lock()
+		hit := e.cache.match(j.hashes, (j.promptTokens-1)/bt)
+		e.cache.insert(j.hashes)
+		e.cacheMu.Unlock()
+		d := e.scale(e.cfg.PrefillOverhead + time.Duration(j.promptTokens-hit*bt+done)*e.cfg.PrefillPerToken)
+		at := e.sched.reservePrefill(time.Now(), d)
+		j.firstAt = at.Add(-time.Duration(done) * dec) // token done is due at the end of the recompute
+		if done == 0 {
+			j.firstTok = at
 		}
 	}
-	if j.timer == nil {
-		j.timer = time.NewTimer(d)
-	} else {
-		j.timer.Reset(d)
+}
+
+// Outcomes of sleepUntil.
+const (
+	slept = iota
+	closed
+	preempted
+)
+
+// sleepUntil waits for t, the engine's close, or the sequence's
+// preemption, whichever comes first.
+func (j *job) sleepUntil(t time.Time) int {
+	e := j.e
+	if d := time.Until(t); d > 0 {
+		if j.timer == nil {
+			j.timer = time.NewTimer(d)
+		} else {
+			j.timer.Reset(d)
+		}
+		select {
+		case <-j.timer.C:
+		case <-e.quit:
+			j.timer.Stop()
+			return closed
+		case <-j.slot.preempt:
+			j.timer.Stop()
+			return preempted
+		}
 	}
 	select {
-	case <-j.timer.C:
-		return true
-	case <-j.e.quit:
-		j.timer.Stop()
-		return false
+	case <-e.quit:
+		return closed
+	case <-j.slot.preempt:
+		return preempted
+	default:
+		return slept
 	}
 }
 

@@ -24,6 +24,7 @@ func (e *Engine) initMetrics() {
 	e.mPrompt = e.set.NewCounter("vllm:prompt_tokens_total" + labels)
 	e.mGen = e.set.NewCounter("vllm:generation_tokens_total" + labels)
 	e.mSuccess = e.set.NewCounter("vllm:request_success_total" + labels)
+	e.mPreempt = e.set.NewCounter("vllm:num_preemptions_total" + labels)
 	e.mTTFT = e.set.NewPrometheusHistogramExt("vllm:time_to_first_token_seconds"+labels, ttftBuckets)
 	e.set.NewGauge("vllm:num_requests_running"+labels, func() float64 {
 		r, _, _ := e.sched.snapshot()
@@ -56,7 +57,7 @@ func (e *Engine) initMetrics() {
 // exports: counters back at zero and a later start time (at least a second
 // later, as a real process takes longer than that to come back).
 func (e *Engine) restartMetrics() {
-	for _, c := range []interface{ Set(uint64) }{e.mQueries, e.mHit, e.mPrompt, e.mGen, e.mSuccess} {
+	for _, c := range []interface{ Set(uint64) }{e.mQueries, e.mHit, e.mPrompt, e.mGen, e.mSuccess, e.mPreempt} {
 		c.Set(0)
 	}
 	now := time.Now().UnixMilli()

@@ -1,58 +1,107 @@
 package mock
 
 import (
+	"sort"
 	"sync"
 	"time"
 )
 
-// scheduler admits at most maxSeqs sequences at a time, first come first
-// served, and runs prefills one after another: prefill is compute bound, so
-// a burst of uncached prompts delays every first token behind it, which is
-// the cost that cache-aware routing avoids.
+// scheduler admits at most maxSeqs sequences at a time and runs prefills
+// one after another: prefill is compute bound, so a burst of uncached
+// prompts delays every first token behind it, which is the cost that
+// cache-aware routing avoids.
+//
+// Waiting sequences are served first come first served, or, with
+// priority on, by their priority (lower first, as vLLM's `priority`
+// field), then by arrival. With priority on, a sequence arriving while
+// every slot is taken also preempts the lowest-priority running one
+// (of equals the latest admitted) if that one's priority is lower than
+// its own, as SGLang does with --enable-priority-scheduling: the preempted
+// sequence goes back to the queue in its place and, once running again,
+// recomputes what it generated before it continues.
 type scheduler struct {
 	mu       sync.Mutex
 	maxSeqs  int
+	priority bool
 	running  int
-	queue    []chan struct{} // waiting sequences, oldest first
-	chans    []chan struct{} // reusable wake-up channels
-	prefill  time.Time       // when the prefill lane frees up
-	since    time.Time       // start of the current busy period
-	busy     time.Duration   // closed busy periods
+	order    uint64
+	queue    []*seqSlot // waiting, in serving order
+	run      []*seqSlot // running (priority on only: the preemption candidates)
+	prefill  time.Time  // when the prefill lane frees up
+	since    time.Time  // start of the current busy period
+	busy     time.Duration
 	admitted uint64
+	preempts uint64
 }
 
-func newScheduler(maxSeqs int) *scheduler { return &scheduler{maxSeqs: maxSeqs} }
+// seqSlot is one sequence's place in the scheduler. A job keeps its own
+// (jobs are pooled), so a wait allocates nothing.
+type seqSlot struct {
+	prio    int64
+	order   uint64 // arrival; kept when preempted, so it keeps its place
+	running bool
+	wake    chan struct{} // granted a slot while waiting
+	preempt chan struct{} // lost its slot while running
+}
 
-// acquire blocks until the sequence may run. It returns false if quit closed
-// first, in which case the caller holds no slot.
-func (s *scheduler) acquire(quit <-chan struct{}) bool {
+func newSeqSlot() *seqSlot {
+	return &seqSlot{wake: make(chan struct{}, 1), preempt: make(chan struct{}, 1)}
+}
+
+func newScheduler(maxSeqs int, priority bool) *scheduler {
+	return &scheduler{maxSeqs: maxSeqs, priority: priority}
+}
+
+// arrive gives q its arrival order and priority (0 without priority).
+func (s *scheduler) arrive(q *seqSlot, prio int64) {
+	s.mu.Lock()
+	s.order++
+	q.order = s.order
+	q.prio = 0
+	if s.priority {
+		q.prio = prio
+	}
+	q.running = false
+	select {
+	case <-q.preempt:
+	default:
+	}
+	s.mu.Unlock()
+}
+
+// acquire blocks until q may run. It returns false if quit closed first,
+// in which case q holds no slot.
+func (s *scheduler) acquire(q *seqSlot, quit <-chan struct{}) bool {
 	s.mu.Lock()
 	s.markActive()
 	if s.running < s.maxSeqs && len(s.queue) == 0 {
 		s.running++
-		s.admitted++
+		s.start(q)
 		s.mu.Unlock()
 		return true
 	}
-	var ch chan struct{}
-	if n := len(s.chans); n > 0 {
-		ch = s.chans[n-1]
-		s.chans = s.chans[:n-1]
-	} else {
-		ch = make(chan struct{}, 1)
+	if v := s.victim(q.prio); v != nil {
+		// v's slot passes to q: the running count does not change.
+		v.running = false
+		s.unrun(v)
+		s.preempts++
+		v.preempt <- struct{}{}
+		s.start(q)
+		s.mu.Unlock()
+		return true
 	}
-	s.queue = append(s.queue, ch)
+	i := sort.Search(len(s.queue), func(i int) bool { return before(q, s.queue[i]) })
+	s.queue = append(s.queue, nil)
+	copy(s.queue[i+1:], s.queue[i:])
+	s.queue[i] = q
 	s.mu.Unlock()
 	select {
-	case <-ch:
-		s.mu.Lock()
-		s.chans = append(s.chans, ch)
-		s.mu.Unlock()
+	case <-q.wake:
 		return true
 	case <-quit:
 		s.mu.Lock()
 		for i, c := range s.queue {
-			if c == ch {
+			if c == q {
 				s.queue = append(s.queue[:i], s.queue[i+1:]...)
 				s.markIdle()
 				s.mu.Unlock()
@@ -61,25 +110,73 @@ func (s *scheduler) acquire(quit <-chan struct{}) bool {
 		}
 		// Admitted while quitting: give the slot back.
 		s.mu.Unlock()
-		s.release()
+		<-q.wake
+		s.release(q)
 		return false
 	}
 }
 
-// release frees a running slot, handing it to the oldest waiter.
-func (s *scheduler) release() {
+func before(x, y *seqSlot) bool {
+	return x.prio < y.prio || x.prio == y.prio && x.order < y.order
+}
+
+// victim is the running sequence a newcomer of priority prio preempts, or
+// nil. Called with mu held.
+func (s *scheduler) victim(prio int64) *seqSlot {
+	var v *seqSlot
+	for _, r := range s.run {
+		if r.prio > prio && (v == nil || r.prio > v.prio || r.prio == v.prio && r.order > v.order) {
+			v = r
+		}
+	}
+	return v
+}
+
+// start marks q running; its slot is already counted. Called with mu held.
+func (s *scheduler) start(q *seqSlot) {
+	q.running = true
+	s.admitted++
+	if s.priority {
+		s.run = append(s.run, q)
+	}
+}
+
+func (s *scheduler) unrun(q *seqSlot) {
+	for i, r := range s.run {
+		if r == q {
+			s.run[i] = s.run[len(s.run)-1]
+			s.run = s.run[:len(s.run)-1]
+			return
+		}
+	}
+}
+
+// release frees q's slot, handing it to the first waiter. A sequence
+// preempted meanwhile holds no slot, and nothing is released.
+func (s *scheduler) release(q *seqSlot) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !q.running {
+		return
+	}
+	q.running = false
+	s.unrun(q)
 	if len(s.queue) > 0 {
-		ch := s.queue[0]
+		w := s.queue[0]
 		copy(s.queue, s.queue[1:])
 		s.queue = s.queue[:len(s.queue)-1]
-		s.admitted++
-		ch <- struct{}{}
-	} else {
-		s.running--
-		s.markIdle()
+		s.start(w)
+		w.wake <- struct{}{}
+		return
 	}
-	s.mu.Unlock()
+	s.running--
+	s.markIdle()
+}
+
+func (s *scheduler) preemptions() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.preempts
 }
 
 // reservePrefill books d on the prefill lane and returns when it ends.

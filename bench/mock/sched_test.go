@@ -8,16 +8,27 @@ import (
 	"github.com/kvca/kvca/internal/testkit"
 )
 
+// slotOf returns a fresh slot that has arrived at s with priority prio.
+func slotOf(s *scheduler, prio int64) *seqSlot {
+	q := newSeqSlot()
+	s.arrive(q, prio)
+	return q
+}
+
 func TestSchedulerFIFO(t *testing.T) {
-	s := newScheduler(1)
+	s := newScheduler(1, false)
 	quit := make(chan struct{})
-	if !s.acquire(quit) {
+	first := slotOf(s, 0)
+	if !s.acquire(first, quit) {
 		t.Fatal("first acquire failed")
 	}
 	order := make(chan int, 3)
-	for i := 0; i < 3; i++ {
+	slots := make([]*seqSlot, 3)
+	for i := range slots {
+		// Without priority the field is ignored: arrival order rules.
+		slots[i] = slotOf(s, int64(-i))
 		go func() {
-			if s.acquire(quit) {
+			if s.acquire(slots[i], quit) {
 				order <- i
 			}
 		}()
@@ -27,27 +38,31 @@ func TestSchedulerFIFO(t *testing.T) {
 			return w == i+1
 		})
 	}
+	held := first
 	for want := 0; want < 3; want++ {
-		s.release()
-		if got := <-order; got != want {
+		s.release(held)
+		got := <-order
+		if got != want {
 			t.Fatalf("admitted %d, want %d", got, want)
 		}
+		held = slots[got]
 		if r, w, _ := s.snapshot(); r != 1 || w != 2-want {
 			t.Fatalf("running %d waiting %d", r, w)
 		}
 	}
-	s.release()
+	s.release(held)
 	if r, w, busy := s.snapshot(); r != 0 || w != 0 || busy <= 0 {
 		t.Fatalf("idle: running %d waiting %d busy %v", r, w, busy)
 	}
 }
 
 func TestSchedulerQuitWhileWaiting(t *testing.T) {
-	s := newScheduler(1)
+	s := newScheduler(1, false)
 	quit := make(chan struct{})
-	s.acquire(quit)
+	s.acquire(slotOf(s, 0), quit)
 	res := make(chan bool)
-	go func() { res <- s.acquire(quit) }()
+	q := slotOf(s, 0)
+	go func() { res <- s.acquire(q, quit) }()
 	testkit.WaitUntil(t, "1 waiting", func() bool {
 		_, w, _ := s.snapshot()
 		return w == 1
@@ -61,8 +76,82 @@ func TestSchedulerQuitWhileWaiting(t *testing.T) {
 	}
 }
 
+// With priority, waiters are served lower value first, and an arrival
+// preempts the lowest-priority running sequence (of equals the latest)
+// only when it is of higher priority than that one.
+func TestSchedulerPriorityPreemption(t *testing.T) {
+	s := newScheduler(2, true)
+	quit := make(chan struct{})
+	older, newer := slotOf(s, 0), slotOf(s, 0)
+	s.acquire(older, quit)
+	s.acquire(newer, quit)
+
+	// An equal priority waits: no preemption.
+	same := slotOf(s, 0)
+	got := make(chan *seqSlot, 4)
+	go func() {
+		if s.acquire(same, quit) {
+			got <- same
+		}
+	}()
+	testkit.WaitUntil(t, "1 waiting", func() bool { _, w, _ := s.snapshot(); return w == 1 })
+
+	// A higher priority takes the latest admitted normal one's slot.
+	high := slotOf(s, -1)
+	if !s.acquire(high, quit) {
+		t.Fatal("high did not start")
+	}
+	select {
+	case <-newer.preempt:
+	default:
+		t.Fatal("the latest admitted normal sequence was not preempted")
+	}
+	select {
+	case <-older.preempt:
+		t.Fatal("the older one was preempted too")
+	default:
+	}
+	if r, w, _ := s.snapshot(); r != 2 || w != 1 || s.preemptions() != 1 {
+		t.Fatalf("running %d waiting %d preemptions %d", r, w, s.preemptions())
+	}
+	// The preempted one queues again ahead of the later arrival of its
+	// priority; a releasing preempted sequence frees nothing.
+	s.release(newer)
+	go func() {
+		if s.acquire(newer, quit) {
+			got <- newer
+		}
+	}()
+	testkit.WaitUntil(t, "2 waiting", func() bool { _, w, _ := s.snapshot(); return w == 2 })
+	// A low arrival cannot preempt normal or high, and queues last.
+	low := slotOf(s, 1)
+	go func() {
+		if s.acquire(low, quit) {
+			got <- low
+		}
+	}()
+	testkit.WaitUntil(t, "3 waiting", func() bool { _, w, _ := s.snapshot(); return w == 3 })
+	s.release(high)
+	if g := <-got; g != newer {
+		t.Fatal("the preempted sequence was not served first")
+	}
+	s.release(older)
+	if g := <-got; g != same {
+		t.Fatal("the normal waiter was not served before the low one")
+	}
+	s.release(newer)
+	if g := <-got; g != low {
+		t.Fatal("low not served last")
+	}
+	s.release(same)
+	s.release(low)
+	if r, w, _ := s.snapshot(); r != 0 || w != 0 {
+		t.Fatalf("running %d waiting %d", r, w)
+	}
+}
+
 func TestPrefillLaneIsSerial(t *testing.T) {
-	s := newScheduler(4)
+	s := newScheduler(4, false)
 	now := time.Unix(1000, 0)
 	a := s.reservePrefill(now, 10*time.Millisecond)
 	b := s.reservePrefill(now, 5*time.Millisecond)

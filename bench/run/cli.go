@@ -86,6 +86,7 @@ func Flags() []cli.Flag {
 		&cli.IntFlag{Name: "cache-tokens", Value: 2_000_000, Usage: "KV cache capacity of each engine, in tokens", EnvVars: env("cache-tokens")},
 		&cli.IntFlag{Name: "block-tokens", Value: 16, Usage: "engine KV block size in tokens", EnvVars: env("block-tokens")},
 		&cli.IntFlag{Name: "max-seqs", Value: 64, Usage: "sequences an engine runs at once; the rest queue", EnvVars: env("max-seqs")},
+		&cli.BoolFlag{Name: "engine-priority", Usage: "engines queue by the body's priority field (lower first) and preempt a running sequence of lower priority for an arrival when every slot is taken, as SGLang with --enable-priority-scheduling (default: first come first served)", EnvVars: env("engine-priority")},
 		&cli.GenericFlag{Name: "prefill-overhead", Value: cliflag.Duration(5 * time.Millisecond), Usage: "engine prefill cost per request (before time-scale)", EnvVars: env("prefill-overhead")},
 		&cli.GenericFlag{Name: "prefill-per-token", Value: cliflag.Duration(50 * time.Microsecond), Usage: "engine prefill cost per uncached token (before time-scale)", EnvVars: env("prefill-per-token")},
 		&cli.GenericFlag{Name: "decode-per-token", Value: cliflag.Duration(10 * time.Millisecond), Usage: "engine decode time per output token (before time-scale)", EnvVars: env("decode-per-token")},
@@ -158,7 +159,7 @@ func SpecFromCLI(c *cli.Context) (Spec, error) {
 	s.Run = Options{
 		Engines: c.Int("engines"),
 		Engine: mock.Config{
-			CacheTokens: c.Int("cache-tokens"), BlockTokens: c.Int("block-tokens"), MaxSeqs: c.Int("max-seqs"),
+			CacheTokens: c.Int("cache-tokens"), BlockTokens: c.Int("block-tokens"), MaxSeqs: c.Int("max-seqs"), Priority: c.Bool("engine-priority"),
 			PrefillOverhead: c.Duration("prefill-overhead"), PrefillPerToken: c.Duration("prefill-per-token"),
 			DecodePerToken: c.Duration("decode-per-token"), TimeScale: s.TimeScale,
 		},

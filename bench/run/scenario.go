@@ -215,8 +215,10 @@ func RunScenario(ctx context.Context, spec Spec, sc Scenario, factory ProxyFacto
 		// a number of requests closer to what the loaded run admits.
 		ref, loaded := gen(sc.RefLoad, seed, 2*sc.Duration), gen(sc.Load, seed, sc.Duration)
 		if sc.Name == ScenarioPriority {
-			workload.SetClass(ref, "high", sc.HighShare, seed)
-			workload.SetClass(loaded, "high", sc.HighShare, seed)
+			for _, w := range []*workload.Workload{ref, loaded} {
+				workload.SetClass(w, "high", sc.HighShare, seed)
+				workload.SetBodyPriority(w, "high", -1)
+			}
 		}
 		plans = []plan{{"unloaded", sc.RefLoad, ref, 2 * sc.Duration}, {sc.Name, sc.Load, loaded, sc.Duration}}
 	case ScenarioFlood:

@@ -32,6 +32,34 @@ func SetClass(w *Workload, class string, share float64, seed uint64) {
 	}
 }
 
+// SetBodyPriority adds `"priority": prio` (vLLM's field: lower is served
+// first) to the body of each request of w of class class, for engines
+// that schedule by it; kvca reads the X-KVCA-Priority header first.
+func SetBodyPriority(w *Workload, class string, prio int) {
+	for i := range w.Requests {
+		r := &w.Requests[i]
+		if r.Class != class {
+			continue
+		}
+		r.Body = withPriority(r.Body, prio)
+		if r.Full != nil {
+			r.Full = withPriority(r.Full, prio)
+		}
+	}
+}
+
+// withPriority puts the member first in the JSON object body.
+func withPriority(body []byte, prio int) []byte {
+	if len(body) < 2 || body[0] != '{' {
+		return body
+	}
+	out := append([]byte(`{"priority":`), strconv.Itoa(prio)...)
+	if body[1] != '}' {
+		out = append(out, ',')
+	}
+	return append(out, body[1:]...)
+}
+
 // SpreadTenants names n tenants prefix0 … prefix<n-1> and gives each
 // conversation of w one of them in turn, sent as X-KVCA-Tenant.
 func SpreadTenants(w *Workload, prefix string, n int) {

@@ -1,6 +1,7 @@
 package workload
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 )
@@ -37,6 +38,26 @@ func TestSetClassKeepsConversationsWhole(t *testing.T) {
 		if w.Requests[i].Class != v.Requests[i].Class {
 			t.Fatalf("request %d: %q then %q", i, w.Requests[i].Class, v.Requests[i].Class)
 		}
+	}
+}
+
+func TestSetBodyPriority(t *testing.T) {
+	t.Parallel()
+	w := Synthetic{Seed: 3, Sessions: 40, MinTurns: 2, MaxTurns: 3, SystemPromptTokens: 16, UserTokens: 8, OutputTokens: 2}.Generate()
+	SetClass(w, "high", 0.5, 5)
+	SetBodyPriority(w, "high", -1)
+	for i, r := range w.Requests {
+		var body map[string]any
+		if err := json.Unmarshal(r.Body, &body); err != nil {
+			t.Fatalf("request %d: %v: %s", i, err, r.Body)
+		}
+		p, has := body["priority"]
+		if (r.Class == "high") != has || has && p != float64(-1) {
+			t.Fatalf("request %d class %q: priority %v", i, r.Class, p)
+		}
+	}
+	if got := string(withPriority([]byte("{}"), 2)); got != `{"priority":2}` {
+		t.Fatalf("empty object: %s", got)
 	}
 }
 
