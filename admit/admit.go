@@ -278,19 +278,22 @@ func (s *backendSlots) tryAcquire() bool {
 // preemptible reports whether a class High request may take a slot on
 // the healthy backend past its limit (Config.HighPreempts): fewer than
 // the limit of its slots are High, so the engine runs a lower-class
-// sequence it preempts for this one.
+// sequence it can preempt for this one, and none of kvca's requests there
+// is still before its first token. The engine preempts its latest
+// arrival of the lowest priority, and a sequence preempted before its
+// first token waits for a slot again: its first token would pay for this
+// one's. One preempted while it streams only pauses.
 func (s *backendSlots) preemptible() bool {
-	return s.high.Load() < s.limit.Load() && s.healthy()
+	return s.high.Load() < s.limit.Load() && s.healthy() && s.b.Load().PendingPrefillTime() == 0
 }
 
-// acquireHigh takes a slot for a class High request when preemptible,
-// free or not, and counts it High.
+// acquireHigh takes a slot past the limit for a class High request while
+// fewer than the limit are High. Not preemptible's prefill test: the
+// routing that chose the backend has booked its own prefill there. Two
+// High requests racing may both pass; the second then waits in the
+// engine's queue, at its head.
 func (s *backendSlots) acquireHigh() bool {
-	if !s.preemptible() {
-		return false
-	}
-	if s.high.Add(1) > s.limit.Load() {
-		s.high.Add(-1) // another took the last one first
+	if s.high.Load() >= s.limit.Load() {
 		return false
 	}
 	s.inflight.Add(1)
@@ -527,6 +530,9 @@ func (a *Admitter) take(t *Ticket, b int) bool {
 			}
 			return false
 		}
+		if a.highPreempts(t) {
+			a.slots[b].high.Add(1)
+		}
 		if old := t.slot.Swap(int32(b + 1)); old != 0 {
 			a.releaseOf(t, int(old-1))
 		}
@@ -741,11 +747,7 @@ func (a *Admitter) acquire(t *Ticket, b int) bool {
 	if !a.highPreempts(t) {
 		return s.tryAcquire()
 	}
-	if s.tryAcquire() {
-		s.high.Add(1)
-		return true
-	}
-	return s.acquireHigh()
+	return s.tryAcquire() || s.acquireHigh()
 }
 
 // releaseOf gives back t's slot on b.

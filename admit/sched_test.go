@@ -180,3 +180,48 @@ func TestPrefillBound(t *testing.T) {
 		t.Fatal("load left over")
 	}
 }
+
+// With engines that preempt for high priority, a high-priority follow-up
+// preempts at its full holder only while none of kvca's requests there is
+// before its first token: the engine would preempt that one, the latest
+// arrival, whose first token would then pay for this one's. Until then it
+// takes a backend with room; once the holder's prefill is done, the next
+// one goes to the holder past its limit.
+func TestHighPreemptsOnlyAfterTheHoldersPrefill(t *testing.T) {
+	bs := fleet(2)
+	table := chain.NewTable(chain.Config{TTL: time.Minute, MaxBlocks: 1 << 12})
+	s, err := sched.New(bs, table, 4, "kvca-cost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetTTFT(sched.TTFTConfig{BlockTime: time.Millisecond, Base: time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	r := newRig(t, Config{Backends: bs, MaxInflight: 1, QueueSize: 4, HighPreempts: true})
+	a := r.a
+	conv := chainOf(8)
+	table.Touch(conv[:6], 0, table.Now())
+	only0 := setOf(0)
+	busy := &call{req: sched.Request{Chain: []uint64{11, 12, 13}, Now: table.Now(), Allowed: &only0}}
+	busy.tk.Class = Normal
+	if start(t, a, s, busy) != Go || busy.dec.Backend.Index != 0 || bs[0].PendingPrefillTime() == 0 {
+		t.Fatal("the normal request is not prefilling on the holder")
+	}
+	early := &call{req: sched.Request{Chain: conv, Followup: true, Now: table.Now()}}
+	early.tk.Class = High
+	if start(t, a, s, early) != Go || early.dec.Backend.Index != 1 || a.Inflight(0) != 1 {
+		t.Fatalf("high follow-up while its holder prefills: backend %d, holder inflight %d; want the free backend", early.dec.Backend.Index, a.Inflight(0))
+	}
+	busy.res.ReleasePrefill()
+	later := &call{req: sched.Request{Chain: conv, Followup: true, Now: table.Now()}}
+	later.tk.Class = High
+	if start(t, a, s, later) != Go || later.dec.Backend.Index != 0 || a.Inflight(0) != 2 {
+		t.Fatalf("high follow-up after the prefill: backend %d, holder inflight %d; want its holder past the limit", later.dec.Backend.Index, a.Inflight(0))
+	}
+	for _, c := range []*call{busy, early, later} {
+		finish(a, c)
+	}
+	if a.Inflight(0) != 0 || a.Inflight(1) != 0 || a.Snapshot().Backends[0].High != 0 || bs[0].Active() != 0 {
+		t.Fatal("load left over")
+	}
+}

@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvca/kvca/bench/mock"
 	"github.com/kvca/kvca/internal/testkit"
 	"github.com/kvca/kvca/sched"
 )
@@ -200,4 +202,66 @@ func TestAdmissionPrefillBound(t *testing.T) {
 	close(restOut)
 	long.read(false)
 	waitIdle(t, s)
+}
+
+// With --queue-high-preempts, a high-priority request that finds its one
+// backend full, the request there already streaming, goes past the limit
+// at once and the engine (preempting by priority) sets the streaming one
+// aside: the high answer is complete before the normal stream ends, and
+// the normal stream still ends whole. Without the flag it waits in kvca's
+// queue for the slot, after the normal stream.
+func TestAdmissionHighPreempts(t *testing.T) {
+	t.Parallel()
+	for _, preempts := range []bool{true, false} {
+		e := startEngine(t, mock.Config{MaxSeqs: 1, Priority: true, DecodePerToken: 20 * time.Millisecond})
+		s := startProxy(t, func(c *Config) {
+			c.Backends = []string{e.URL()}
+			c.MaxInflightPerBackend = 1
+			c.QueueTimeout = 20 * time.Second
+			c.QueueHighPreempts = preempts
+		})
+		resp, err := client.Post("http://"+s.Addr()+"/v1/chat/completions", "application/json", strings.NewReader(mockChat(1, 0, true, 30)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		br := bufio.NewReader(resp.Body)
+		if _, err := br.ReadString('\n'); err != nil { // its first event: past its prefill
+			t.Fatal(err)
+		}
+		normal := make(chan []string, 1)
+		go func() {
+			ev, err := readAllEvents(br)
+			if err != nil {
+				t.Error(err)
+			}
+			resp.Body.Close()
+			normal <- ev
+		}()
+		body := strings.Replace(mockChat(2, 0, false, 2), "{", `{"priority":-1,`, 1)
+		if r, out := postWith(t, s, body, map[string]string{"X-KVCA-Priority": "high"}); r == nil || r.StatusCode != 200 {
+			t.Fatalf("preempts %v: high request: %v %s", preempts, r, out)
+		}
+		var ev []string
+		if preempts {
+			select {
+			case <-normal:
+				t.Fatal("the normal stream ended before the high request that preempted it")
+			default:
+			}
+		} else if !strings.Contains(scrape(t, s), `kvca_admission_admitted_total{class="high",how="queued"} 1`) {
+			t.Fatal("the high request went past the limit without --queue-high-preempts")
+		}
+		ev = <-normal
+		if last := ev[len(ev)-1]; last != "data: [DONE]" {
+			t.Fatalf("preempts %v: the normal stream ended with %q", preempts, last)
+		}
+		want := uint64(0)
+		if preempts {
+			want = 1
+		}
+		if st := e.Stats(); st.Preemptions != want {
+			t.Fatalf("preempts %v: %d preemptions", preempts, st.Preemptions)
+		}
+		testkit.WaitUntil(t, "the slots released", func() bool { return s.adm.Inflight(0) == 0 })
+	}
 }

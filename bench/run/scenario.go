@@ -145,7 +145,10 @@ type ScenarioReport struct {
 	Scenario Scenario
 	Policy   string
 	Capacity Capacity
-	Runs     []ScenarioRun
+	// EnginePriority: the engines scheduled by priority and preempted for
+	// it (mock.Config.Priority).
+	EnginePriority bool
+	Runs           []ScenarioRun
 	// Checks are the scenario's targets, measured.
 	Checks []Check
 }
@@ -197,7 +200,7 @@ func RunScenario(ctx context.Context, spec Spec, sc Scenario, factory ProxyFacto
 		}
 		return w
 	}
-	rep := &ScenarioReport{Scenario: sc, Policy: policy, Capacity: capy}
+	rep := &ScenarioReport{Scenario: sc, Policy: policy, Capacity: capy, EnginePriority: ecfg.Priority}
 	if spec.Run.Progress != nil {
 		fmt.Fprintf(spec.Run.Progress, "bench: scenario %s, policy %s, capacity %.1f req/s\n", sc.Name, policy, capy.PerSecond)
 	}
@@ -416,7 +419,11 @@ func (rep *ScenarioReport) check() {
 // WriteText writes the scenario's report.
 func (rep *ScenarioReport) WriteText(w io.Writer) {
 	c := rep.Capacity
-	fmt.Fprintf(w, "scenario %s, policy %s\n", rep.Scenario.Name, rep.Policy)
+	fmt.Fprintf(w, "scenario %s, policy %s", rep.Scenario.Name, rep.Policy)
+	if rep.EnginePriority {
+		fmt.Fprint(w, ", engines preempting by priority")
+	}
+	fmt.Fprintln(w)
 	fmt.Fprintf(w, "capacity = %d engines × %d seqs / mean service %s (prefill %s + decode) = %.1f req/s; prefill lanes saturate at %.1f req/s\n",
 		c.Engines, c.MaxSeqs, fmtDur(c.MeanService), fmtDur(c.MeanPrefill), c.PerSecond, c.PrefillBound)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
