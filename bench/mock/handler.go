@@ -402,7 +402,7 @@ func (j *job) admit() bool {
 	e.mPrompt.Add(j.promptTokens)
 	now := time.Now()
 	d := e.scale(e.cfg.PrefillOverhead + time.Duration(j.promptTokens-j.cached)*e.cfg.PrefillPerToken)
-	j.firstAt = e.sched.reservePrefill(now, d)
+	j.firstAt = e.sched.reservePrefill(j.slot, now, d)
 	j.firstTok = j.firstAt
 	return true
 }
@@ -421,6 +421,15 @@ func (j *job) waitToken(k int) bool {
 			return true
 		case closed:
 			return false
+		case moved:
+			// Its prefill, not begun, moved on the lane (a higher
+			// priority went ahead, or a preempted one left).
+			d := e.sched.moved(j.slot)
+			if j.firstTok.Equal(j.firstAt) || j.firstTok.After(time.Now()) {
+				j.firstTok = j.firstTok.Add(d)
+			}
+			j.firstAt = j.firstAt.Add(d)
+			continue
 		}
 		now := time.Now()
 		done := 0 // tokens generated before the preemption
@@ -437,7 +446,7 @@ func (j *job) waitToken(k int) bool {
 		e.cache.insert(j.hashes)
 		e.cacheMu.Unlock()
 		d := e.scale(e.cfg.PrefillOverhead + time.Duration(j.promptTokens-hit*bt+done)*e.cfg.PrefillPerToken)
-		at := e.sched.reservePrefill(time.Now(), d)
+		at := e.sched.reservePrefill(j.slot, time.Now(), d)
 		j.firstAt = at.Add(-time.Duration(done) * dec) // token done is due at the end of the recompute
 		if done == 0 {
 			j.firstTok = at
@@ -450,6 +459,7 @@ const (
 	slept = iota
 	closed
 	preempted
+	moved
 )
 
 // sleepUntil waits for t, the engine's close, or the sequence's
@@ -470,6 +480,9 @@ func (j *job) sleepUntil(t time.Time) int {
 		case <-j.slot.preempt:
 			j.timer.Stop()
 			return preempted
+		case <-j.slot.moved:
+			j.timer.Stop()
+			return moved
 		}
 	}
 	select {

@@ -28,6 +28,7 @@ type scheduler struct {
 	queue    []*seqSlot // waiting, in serving order
 	run      []*seqSlot // running (priority on only: the preemption candidates)
 	prefill  time.Time  // when the prefill lane frees up
+	lane     []booking  // priority on: the prefills not yet over, in order
 	since    time.Time  // start of the current busy period
 	busy     time.Duration
 	admitted uint64
@@ -42,10 +43,18 @@ type seqSlot struct {
 	running bool
 	wake    chan struct{} // granted a slot while waiting
 	preempt chan struct{} // lost its slot while running
+	moved   chan struct{} // its prefill moved on the lane (shift says by how much)
+	shift   time.Duration
+}
+
+// booking is one prefill on the lane.
+type booking struct {
+	q          *seqSlot
+	start, end time.Time
 }
 
 func newSeqSlot() *seqSlot {
-	return &seqSlot{wake: make(chan struct{}, 1), preempt: make(chan struct{}, 1)}
+	return &seqSlot{wake: make(chan struct{}, 1), preempt: make(chan struct{}, 1), moved: make(chan struct{}, 1)}
 }
 
 func newScheduler(maxSeqs int, priority bool) *scheduler {
@@ -62,9 +71,12 @@ func (s *scheduler) arrive(q *seqSlot, prio int64) {
 		q.prio = prio
 	}
 	q.running = false
-	select {
-	case <-q.preempt:
-	default:
+	q.shift = 0
+	for _, c := range []chan struct{}{q.preempt, q.moved} {
+		select {
+		case <-c:
+		default:
+		}
 	}
 	s.mu.Unlock()
 }
@@ -84,6 +96,7 @@ func (s *scheduler) acquire(q *seqSlot, quit <-chan struct{}) bool {
 		// v's slot passes to q: the running count does not change.
 		v.running = false
 		s.unrun(v)
+		s.unbook(v, time.Now())
 		s.preempts++
 		v.preempt <- struct{}{}
 		s.start(q)
@@ -179,17 +192,101 @@ func (s *scheduler) preemptions() uint64 {
 	return s.preempts
 }
 
-// reservePrefill books d on the prefill lane and returns when it ends.
-func (s *scheduler) reservePrefill(now time.Time, d time.Duration) time.Time {
+// reservePrefill books d on the prefill lane for q and returns when it
+// ends. Without priority the lane is first come first served. With it, q
+// goes ahead of the prefills of lower priority not yet begun, as an
+// engine that schedules by priority builds its next prefill batch from
+// its queue in priority order; those move later by d, and their
+// sequences are told (moved).
+func (s *scheduler) reservePrefill(q *seqSlot, now time.Time, d time.Duration) time.Time {
 	s.mu.Lock()
-	start := s.prefill
-	if start.Before(now) {
-		start = now
+	defer s.mu.Unlock()
+	if !s.priority {
+		start := s.prefill
+		if start.Before(now) {
+			start = now
+		}
+		s.prefill = start.Add(d)
+		return s.prefill
 	}
-	s.prefill = start.Add(d)
-	end := s.prefill
-	s.mu.Unlock()
-	return end
+	s.trim(now)
+	i := len(s.lane)
+	for k, b := range s.lane {
+		if b.start.After(now) && q.prio < b.q.prio {
+			i = k
+			break
+		}
+	}
+	start := now
+	if i > 0 && s.lane[i-1].end.After(now) {
+		start = s.lane[i-1].end
+	}
+	s.lane = append(s.lane, booking{})
+	copy(s.lane[i+1:], s.lane[i:])
+	s.lane[i] = booking{q: q, start: start, end: start.Add(d)}
+	s.relay(i+1, now)
+	return s.lane[i].end
+}
+
+// unbook takes q's prefill off the lane if it has not begun (a preempted
+// sequence computes nothing until it runs again); the later ones move up.
+// Called with mu held.
+func (s *scheduler) unbook(q *seqSlot, now time.Time) {
+	for k, b := range s.lane {
+		if b.q == q && b.start.After(now) {
+			s.lane = append(s.lane[:k], s.lane[k+1:]...)
+			s.relay(k, now)
+			return
+		}
+	}
+}
+
+// relay lays the bookings from k on out again: each one not begun
+// starts when the one before it ends (or now), and its sequence is told
+// when that moves it. A begun prefill never moves, and every one not
+// begun comes after those. Called with mu held.
+func (s *scheduler) relay(k int, now time.Time) {
+	for ; k < len(s.lane); k++ {
+		b := &s.lane[k]
+		if !b.start.After(now) {
+			continue
+		}
+		start := now
+		if k > 0 && s.lane[k-1].end.After(now) {
+			start = s.lane[k-1].end
+		}
+		if shift := start.Sub(b.start); shift != 0 {
+			b.start, b.end = start, b.end.Add(shift)
+			b.q.shift += shift
+			select {
+			case b.q.moved <- struct{}{}:
+			default:
+			}
+		}
+	}
+	if n := len(s.lane); n > 0 {
+		s.prefill = s.lane[n-1].end
+	}
+}
+
+// trim drops the prefills that are over. Called with mu held.
+func (s *scheduler) trim(now time.Time) {
+	n := 0
+	for n < len(s.lane) && !s.lane[n].end.After(now) {
+		n++
+	}
+	if n > 0 {
+		s.lane = append(s.lane[:0], s.lane[n:]...)
+	}
+}
+
+// moved returns how far q's prefill moved since it was last asked.
+func (s *scheduler) moved(q *seqSlot) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := q.shift
+	q.shift = 0
+	return d
 }
 
 // markActive and markIdle keep busy time: the wall time during which the

@@ -153,10 +153,66 @@ func TestSchedulerPriorityPreemption(t *testing.T) {
 func TestPrefillLaneIsSerial(t *testing.T) {
 	s := newScheduler(4, false)
 	now := time.Unix(1000, 0)
-	a := s.reservePrefill(now, 10*time.Millisecond)
-	b := s.reservePrefill(now, 5*time.Millisecond)
-	c := s.reservePrefill(now.Add(time.Second), time.Millisecond)
+	q := newSeqSlot()
+	a := s.reservePrefill(q, now, 10*time.Millisecond)
+	b := s.reservePrefill(q, now, 5*time.Millisecond)
+	c := s.reservePrefill(q, now.Add(time.Second), time.Millisecond)
 	if a != now.Add(10*time.Millisecond) || b != now.Add(15*time.Millisecond) || c != now.Add(time.Second+time.Millisecond) {
 		t.Fatalf("prefill ends %v %v %v", a, b, c)
+	}
+}
+
+// With priority, a prefill goes ahead of those of lower priority not yet
+// begun, never ahead of one begun or of its own priority; those it passes
+// move later and are told, and move back when a preempted one leaves the
+// lane before its prefill began.
+func TestPrefillLaneByPriority(t *testing.T) {
+	s := newScheduler(4, true)
+	now := time.Unix(1000, 0)
+	ms := time.Millisecond
+	a, b, h, h2 := newSeqSlot(), newSeqSlot(), newSeqSlot(), newSeqSlot()
+	s.arrive(a, 0)
+	s.arrive(b, 0)
+	s.arrive(h, -1)
+	s.arrive(h2, -1)
+	if end := s.reservePrefill(a, now, 10*ms); end != now.Add(10*ms) {
+		t.Fatalf("a ends %v", end.Sub(now))
+	}
+	if end := s.reservePrefill(b, now, 10*ms); end != now.Add(20*ms) {
+		t.Fatalf("b ends %v", end.Sub(now))
+	}
+	// h passes b, not begun, but not a, begun.
+	if end := s.reservePrefill(h, now, 5*ms); end != now.Add(15*ms) {
+		t.Fatalf("h ends %v, want after a only", end.Sub(now))
+	}
+	select {
+	case <-b.moved:
+	default:
+		t.Fatal("b was not told it moved")
+	}
+	if d := s.moved(b); d != 5*ms {
+		t.Fatalf("b moved %v", d)
+	}
+	// Of equal priority, arrival order: h2 after h, before b.
+	if end := s.reservePrefill(h2, now, 5*ms); end != now.Add(20*ms) {
+		t.Fatalf("h2 ends %v", end.Sub(now))
+	}
+	if d := s.moved(b); d != 5*ms {
+		t.Fatalf("b moved %v by h2", d)
+	}
+	select {
+	case <-h.moved:
+		t.Fatal("h moved for an equal priority")
+	default:
+	}
+	// h leaves before its prefill began: h2 and b move up.
+	s.mu.Lock()
+	s.unbook(h, now)
+	s.mu.Unlock()
+	if dh, db := s.moved(h2), s.moved(b); dh != -5*ms || db != -5*ms {
+		t.Fatalf("after h left: h2 moved %v, b %v", dh, db)
+	}
+	if s.prefill != now.Add(25*ms) {
+		t.Fatalf("lane ends %v", s.prefill.Sub(now))
 	}
 }
