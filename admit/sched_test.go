@@ -131,12 +131,11 @@ func TestEstimate(t *testing.T) {
 	}
 }
 
-// With a prefill bound, a backend whose pending prefill (kvca's requests
-// there not yet at their first byte) would take longer than the bound
-// takes no new request but a high-priority one, though it has free slots;
-// once that prefill is done, the held-back waiter is granted.
-func TestPrefillBound(t *testing.T) {
-	bs := fleet(1)
+// ratedScheduler is n backends behind a kvca-cost scheduler whose
+// learned prefill is fixed at 1ms plus 1ms per novel block.
+func ratedScheduler(t *testing.T, n int) ([]*sched.Backend, *chain.Table, *sched.Scheduler) {
+	t.Helper()
+	bs := fleet(n)
 	table := chain.NewTable(chain.Config{TTL: time.Minute, MaxBlocks: 1 << 12})
 	s, err := sched.New(bs, table, 4, "kvca-cost")
 	if err != nil {
@@ -145,6 +144,15 @@ func TestPrefillBound(t *testing.T) {
 	if err := s.SetTTFT(sched.TTFTConfig{BlockTime: time.Millisecond, Base: time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
+	return bs, table, s
+}
+
+// With a prefill bound, a backend whose pending prefill (kvca's requests
+// there not yet at their first byte) would take longer than the bound
+// takes no new request but a high-priority one, though it has free slots;
+// once that prefill is done, the held-back waiter is granted.
+func TestPrefillBound(t *testing.T) {
+	bs, table, s := ratedScheduler(t, 1)
 	r := newRig(t, Config{Backends: bs, MaxInflight: 4, QueueSize: 4, MaxPrefill: 5 * time.Millisecond})
 	a := r.a
 	long := &call{req: sched.Request{Chain: chainOf(10), Now: table.Now()}}
@@ -188,15 +196,7 @@ func TestPrefillBound(t *testing.T) {
 // takes a backend with room; once the holder's prefill is done, the next
 // one goes to the holder past its limit.
 func TestHighPreemptsOnlyAfterTheHoldersPrefill(t *testing.T) {
-	bs := fleet(2)
-	table := chain.NewTable(chain.Config{TTL: time.Minute, MaxBlocks: 1 << 12})
-	s, err := sched.New(bs, table, 4, "kvca-cost")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.SetTTFT(sched.TTFTConfig{BlockTime: time.Millisecond, Base: time.Millisecond}); err != nil {
-		t.Fatal(err)
-	}
+	bs, table, s := ratedScheduler(t, 2)
 	r := newRig(t, Config{Backends: bs, MaxInflight: 1, QueueSize: 4, HighPreempts: true})
 	a := r.a
 	conv := chainOf(8)
