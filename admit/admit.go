@@ -744,10 +744,7 @@ func (a *Admitter) highPreempts(t *Ticket) bool { return t.Class == High && a.cf
 // HighPreempts, one past the limit where the engine can preempt for it.
 func (a *Admitter) acquire(t *Ticket, b int) bool {
 	s := &a.slots[b]
-	if !a.highPreempts(t) {
-		return s.tryAcquire()
-	}
-	return s.tryAcquire() || s.acquireHigh()
+	return s.tryAcquire() || a.highPreempts(t) && s.acquireHigh()
 }
 
 // releaseOf gives back t's slot on b.

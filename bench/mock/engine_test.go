@@ -433,7 +433,7 @@ func TestPriorityPreemptsRunningSequence(t *testing.T) {
 			tokens++
 		}
 	}
-	if tokens < 19 || ev[len(ev)-1] != "[DONE]" {
+	if tokens != 20 || ev[len(ev)-1] != "[DONE]" {
 		t.Fatalf("normal stream after preemption: %d tokens, last %q", tokens, ev[len(ev)-1])
 	}
 	if !strings.Contains(get(t, e, "/metrics"), `vllm:num_preemptions_total{model_name="mock",engine="mock"} 1`) {

@@ -384,27 +384,34 @@ func (j *job) admit() bool {
 	if !e.sched.acquire(j.slot, e.quit) {
 		return false
 	}
-	bt := e.cfg.BlockTokens
-	// vLLM always computes the last prompt token, so a fully cached prompt
-	// still misses its last block.
-	limit := (j.promptTokens - 1) / bt
-	e.cacheMu.Lock()
-	hit := e.cache.match(j.hashes, limit)
-	e.cache.insert(j.hashes)
-	e.cacheMu.Unlock()
-	j.cached = hit * bt
-	j.kvBlocks = int64((j.promptTokens + j.maxTokens + bt - 1) / bt)
+	var end time.Time
+	j.cached, end = j.prefill(0)
+	j.kvBlocks = int64((j.promptTokens + j.maxTokens + e.cfg.BlockTokens - 1) / e.cfg.BlockTokens)
 	e.kvUsed.Add(j.kvBlocks)
 	e.queryTokens.Add(uint64(j.promptTokens))
 	e.hitTokens.Add(uint64(j.cached))
 	e.mQueries.Add(j.promptTokens)
 	e.mHit.Add(j.cached)
 	e.mPrompt.Add(j.promptTokens)
-	now := time.Now()
-	d := e.scale(e.cfg.PrefillOverhead + time.Duration(j.promptTokens-j.cached)*e.cfg.PrefillPerToken)
-	j.firstAt = e.sched.reservePrefill(j.slot, now, d)
-	j.firstTok = j.firstAt
+	j.firstAt, j.firstTok = end, end
 	return true
+}
+
+// prefill looks the prompt up in the cache, caches its blocks, and books
+// the prefill of what the cache lacks of it plus extra tokens (those a
+// preempted sequence had generated). It returns the cached tokens and
+// when the prefill ends.
+func (j *job) prefill(extra int) (cached int, end time.Time) {
+	e := j.e
+	bt := e.cfg.BlockTokens
+	// vLLM always computes the last prompt token, so a fully cached prompt
+	// still misses its last block.
+	e.cacheMu.Lock()
+	cached = e.cache.match(j.hashes, (j.promptTokens-1)/bt) * bt
+	e.cache.insert(j.hashes)
+	e.cacheMu.Unlock()
+	d := e.scale(e.cfg.PrefillOverhead + time.Duration(j.promptTokens-cached+extra)*e.cfg.PrefillPerToken)
+	return cached, e.sched.reservePrefill(j.slot, time.Now(), d)
 }
 
 // waitToken waits until output token k (0: the first) is due; false if
@@ -424,8 +431,10 @@ func (j *job) waitToken(k int) bool {
 		case moved:
 			// Its prefill, not begun, moved on the lane (a higher
 			// priority went ahead, or a preempted one left).
+			// The first token moves with it unless it came before a
+			// preemption (then firstTok is earlier than firstAt).
 			d := e.sched.moved(j.slot)
-			if j.firstTok.Equal(j.firstAt) || j.firstTok.After(time.Now()) {
+			if j.firstTok.Equal(j.firstAt) {
 				j.firstTok = j.firstTok.Add(d)
 			}
 			j.firstAt = j.firstAt.Add(d)
@@ -440,13 +449,7 @@ func (j *job) waitToken(k int) bool {
 		if !e.sched.acquire(j.slot, e.quit) {
 			return false
 		}
-		bt := e.cfg.BlockTokens
-		e.cacheMu.Lock()
-		hit := e.cache.match(j.hashes, (j.promptTokens-1)/bt)
-		e.cache.insert(j.hashes)
-		e.cacheMu.Unlock()
-		d := e.scale(e.cfg.PrefillOverhead + time.Duration(j.promptTokens-hit*bt+done)*e.cfg.PrefillPerToken)
-		at := e.sched.reservePrefill(j.slot, time.Now(), d)
+		_, at := j.prefill(done)
 		j.firstAt = at.Add(-time.Duration(done) * dec) // token done is due at the end of the recompute
 		if done == 0 {
 			j.firstTok = at

@@ -72,13 +72,17 @@ func (s *scheduler) arrive(q *seqSlot, prio int64) {
 	}
 	q.running = false
 	q.shift = 0
-	for _, c := range []chan struct{}{q.preempt, q.moved} {
-		select {
-		case <-c:
-		default:
-		}
-	}
+	drain(q.preempt)
+	drain(q.moved)
 	s.mu.Unlock()
+}
+
+// drain takes a signal left in c, if any.
+func drain(c chan struct{}) {
+	select {
+	case <-c:
+	default:
+	}
 }
 
 // acquire blocks until q may run. It returns false if quit closed first,
@@ -97,6 +101,10 @@ func (s *scheduler) acquire(q *seqSlot, quit <-chan struct{}) bool {
 		v.running = false
 		s.unrun(v)
 		s.unbook(v, time.Now())
+		// A move of the prefill it no longer has must not shift the one
+		// it books when it runs again.
+		v.shift = 0
+		drain(v.moved)
 		s.preempts++
 		v.preempt <- struct{}{}
 		s.start(q)

@@ -216,3 +216,31 @@ func TestPrefillLaneByPriority(t *testing.T) {
 		t.Fatalf("lane ends %v", s.prefill.Sub(now))
 	}
 }
+
+// A preempted sequence leaves the lane with its prefill not begun, and a
+// move of that prefill it was not yet told of is forgotten: it must not
+// shift the prefill it books when it runs again.
+func TestPreemptionForgetsAPendingMove(t *testing.T) {
+	s := newScheduler(1, true)
+	quit := make(chan struct{})
+	now := time.Now().Add(time.Hour) // later than the preemption below: a's prefill has not begun then
+	x, a, h, h2 := slotOf(s, 0), slotOf(s, 0), slotOf(s, -1), slotOf(s, -1)
+	s.acquire(a, quit)
+	s.reservePrefill(x, now, 10*time.Millisecond) // begun at now
+	s.reservePrefill(a, now, 10*time.Millisecond) // after x
+	s.reservePrefill(h, now, 5*time.Millisecond)  // passes a: a moved by 5 ms
+	if len(a.moved) != 1 || a.shift != 5*time.Millisecond {
+		t.Fatalf("a not moved: %d signals, shift %v", len(a.moved), a.shift)
+	}
+	if !s.acquire(h2, quit) {
+		t.Fatal("h2 did not preempt a")
+	}
+	if len(a.preempt) != 1 || len(a.moved) != 0 || a.shift != 0 {
+		t.Fatalf("after preemption: %d preempt, %d moved signals, shift %v", len(a.preempt), len(a.moved), a.shift)
+	}
+	for _, b := range s.lane {
+		if b.q == a {
+			t.Fatal("the preempted sequence's prefill is still on the lane")
+		}
+	}
+}
