@@ -255,7 +255,10 @@ func (s *Scheduler) Rebuild(backends []*Backend, policy string, activeWeight int
 		n.ActiveWeight = uint64(activeWeight)
 	}
 	for _, b := range backends {
-		if b.model.base.Load() == 0 { // new: never seen by initTTFT
+		// New: never given a model. Not a learned base of 0, which a
+		// live backend can have: re-initialising it would wipe what it
+		// learned while routes read it.
+		if b.model.fleet == nil {
 			n.initModel(b)
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvca/kvca/chain"
 )
 
 // fakeMono puts every backend of s on one latency clock the test moves.
@@ -408,5 +410,28 @@ func TestTTFTMetricsAndSnapshot(t *testing.T) {
 		if !strings.Contains(buf.String(), line+"\n") {
 			t.Errorf("metrics lack %q:\n%s", line, buf.String())
 		}
+	}
+}
+
+// Rebuild gives a model to the backends that have none, and keeps a live
+// backend's learned one, even a learned base of 0.
+func TestRebuildKeepsLearnedModels(t *testing.T) {
+	bs := []*Backend{NewBackend(0, "http://a", "a"), NewBackend(1, "http://b", "b")}
+	s, err := New(bs, chain.NewTable(chain.Config{TTL: time.Minute, MaxBlocks: 1 << 10}), 4, "ttft")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs[0].model.base.Store(0)
+	bs[0].model.block.Store(7)
+	added := NewBackend(2, "http://c", "c")
+	n, err := s.Rebuild(append(bs[:2:2], added), "", -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := n.Backends[0]; b.model.base.Load() != 0 || b.model.block.Load() != 7 {
+		t.Fatalf("the live backend's model was reset: base %d block %d", b.model.base.Load(), b.model.block.Load())
+	}
+	if added.model.fleet == nil || added.model.base.Load() != int64(priorBase) {
+		t.Fatal("the new backend has no model")
 	}
 }
