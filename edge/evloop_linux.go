@@ -330,9 +330,6 @@ func (l *evLoop) run() {
 				}
 			}
 		}
-		if draining && l.nCli == 0 {
-			return
-		}
 		if l.now >= l.scanAt {
 			l.scanAt = l.now + int64(deadlineTick)
 			if l.acceptAt != 0 && l.now >= l.acceptAt && !draining {
@@ -343,6 +340,12 @@ func (l *evLoop) run() {
 					l.event(h, 0, true)
 				}
 			}
+		}
+		// Checked after the deadlines: a draining loop whose last
+		// connection a timeout closed would otherwise block in epoll with
+		// nothing left to wake it, and hold the shutdown to its deadline.
+		if draining && l.nCli == 0 {
+			return
 		}
 	}
 }

@@ -540,3 +540,36 @@ func TestShutdownTwiceLeavesOthersAlone(t *testing.T) {
 		}
 	}
 }
+
+// A connection still sending its request head when the shutdown begins is
+// waited for; once its header timeout closes it, the shutdown ends at
+// once, in time and without cutting anything.
+func TestShutdownEndsWhenATimeoutClosesTheLastConnection(t *testing.T) {
+	t.Parallel()
+	b := newTestBackend(t, "a")
+	cfg := DefaultConfig()
+	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", ""
+	cfg.Backends = []string{b.url()}
+	cfg.HealthInterval = 0
+	cfg.Loops = 1
+	cfg.HeaderTimeout = 200 * time.Millisecond
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprint(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+	testkit.WaitUntil(t, "the connection counted", func() bool { return s.clientConns.Load() == 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := s.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown after the last connection timed out: %v", err)
+	}
+}
