@@ -100,23 +100,24 @@ func (s *Scheduler) noteGap(r *Request, holders *chain.Set, best int) {
 // more, is expected to keep its batch at most half full: by Little's law
 // the decayed count is the turn rate times the window, so the turns in
 // flight are res × service / window, and the new conversation adds
-// service / gap. Half full is read against the batch capacity, or, while
-// none is known, the most requests b was seen to run without a slot wait.
-// Far below its batch, concentrating conversations costs a backend
-// nothing, and a new conversation is better kept with the holders of its
-// prompt than sent to recompute it elsewhere.
+// service / gap. Half full is read against the batch capacity. While
+// none is known, the bound is the most requests b was seen to run without
+// a slot wait, whole: that count is at most the capacity already, and
+// halving it as well shut the holders of a prompt out while their batches
+// were far from full, their few answers so far having come one or two at
+// a time. Far below its batch, concentrating conversations costs a
+// backend nothing, and a new conversation is better kept with the holders
+// of its prompt than sent to recompute it elsewhere.
 func (s *Scheduler) roomy(b *Backend, res float64) bool {
 	m := &b.model
 	svc := float64(m.service.Load()) / 1e6
 	if svc <= 0 || s.ttft.gaps.Load() < 16 {
 		return false
 	}
-	c := float64(m.cap())
+	c := float64(m.cap()) / 2 // room for the bursts of the turns' arrivals
 	if c <= 0 {
 		c = float64(m.served.Load())
 	}
-	// Half the batch leaves room for the bursts of the turns' arrivals.
-	c /= 2
 	g := math.Float64frombits(s.ttft.gap.Load())
 	w := float64(s.residentWindow())
 	if c <= 0 || g <= 0 || w <= 0 {

@@ -482,6 +482,24 @@ func TestKvcaCostFirstTurnToThePromptsHolders(t *testing.T) {
 			t.Fatalf("kvca-cost, holder past the bound, service %dms: %+v", c.svc/ms, d)
 		}
 	}
+	// While no capacity is known, the most requests seen served without a
+	// wait (2 here) bounds the turns in flight, whole: 6×0.5/3 + 0.5/1 =
+	// 1.5 at 500ms of service fit, 3 at 1s do not.
+	for _, c := range []struct {
+		svc  int64
+		want bool
+	}{{500 * ms, true}, {1000 * ms, false}} {
+		s, first = setup("kvca-cost", DefaultResidentEpsilon, 6)
+		setGap(s, 1000, 16)
+		for _, b := range s.Backends {
+			b.model.fixCap = 0
+			b.model.served.Store(2)
+			b.model.service.Store(c.svc)
+		}
+		if d, _ = route(t, s, &Request{Chain: first}); (d.Backend.Index == 0) != c.want {
+			t.Fatalf("kvca-cost, no capacity known, service %dms: %+v", c.svc/ms, d)
+		}
+	}
 	// Without the bound the holder takes it while it has a free slot,
 	// and not once both of its slots are taken (a 50ms wait).
 	s, first = setup("kvca-cost", -1, 2)
