@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -44,6 +45,24 @@ func openFDs() int {
 	return len(ents)
 }
 
+// lockedBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
 // TestSoak runs mixed streaming and non-streaming multi-turn traffic at high
 // concurrency while backends are killed and restarted. Every request that
 // did not hit an injected fault must succeed; a stream cut by a kill must
@@ -79,6 +98,10 @@ func TestSoak(t *testing.T) {
 	cfg.Backends = urls
 	cfg.HealthInterval = 100 * time.Millisecond
 	cfg.Retries = 2
+	// Health decisions are kept to explain a failure: every backend out at
+	// once is the one way a request not cut by a kill can fail here.
+	var logs lockedBuffer
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	if os.Getenv("KVCA_SOAK_DEBUG") != "" {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
@@ -199,7 +222,14 @@ func TestSoak(t *testing.T) {
 	t.Logf("soak %v: %d ok, %d cut by %d injected kills, %d failed; goroutines %d→%d, fds %d→%d",
 		dur, ok.Load(), broken.Load(), kills.Load(), failed.Load(), goroutinesBefore, goroutinesAfter, fdsBefore, fdsAfter)
 	if failed.Load() != 0 {
-		t.Fatalf("%d requests failed without an injected fault; first: %v", failed.Load(), firstFailure.Load())
+		var health []string
+		for _, l := range strings.Split(logs.String(), "\n") {
+			if strings.Contains(l, "backend healthy") || strings.Contains(l, "backend unhealthy") {
+				health = append(health, l)
+			}
+		}
+		t.Fatalf("%d requests failed without an injected fault; first: %v\nhealth decisions:\n%s",
+			failed.Load(), firstFailure.Load(), strings.Join(health, "\n"))
 	}
 	if ok.Load() == 0 {
 		t.Fatal("no request succeeded")
