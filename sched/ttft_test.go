@@ -469,35 +469,25 @@ func TestKvcaCostFirstTurnToThePromptsHolders(t *testing.T) {
 	// Past the bound, but far below its batch: a turn every second, a
 	// window of 3s, 100ms of service keep 6×0.1/3 + 0.1/1 = 0.3 turns in
 	// flight, under half the capacity of 2. At 1s of service, 3 would.
-	for _, c := range []struct {
-		svc  int64
-		want bool
-	}{{100 * ms, true}, {1000 * ms, false}} {
-		s, first = setup("kvca-cost", DefaultResidentEpsilon, 6)
-		setGap(s, 1000, 16)
-		for _, b := range s.Backends {
-			b.model.service.Store(c.svc)
-		}
-		if d, _ = route(t, s, &Request{Chain: first}); (d.Backend.Index == 0) != c.want {
-			t.Fatalf("kvca-cost, holder past the bound, service %dms: %+v", c.svc/ms, d)
-		}
-	}
 	// While no capacity is known, the most requests seen served without a
-	// wait (2 here) bounds the turns in flight, whole: 6×0.5/3 + 0.5/1 =
-	// 1.5 at 500ms of service fit, 3 at 1s do not.
+	// wait (2 here) bounds the turns in flight, whole: 1.5 at 500ms of
+	// service fit, 3 at 1s do not.
 	for _, c := range []struct {
-		svc  int64
-		want bool
-	}{{500 * ms, true}, {1000 * ms, false}} {
+		svc    int64
+		served int32 // 0: the capacity of 2 is known
+		want   bool
+	}{{100 * ms, 0, true}, {1000 * ms, 0, false}, {500 * ms, 2, true}, {1000 * ms, 2, false}} {
 		s, first = setup("kvca-cost", DefaultResidentEpsilon, 6)
 		setGap(s, 1000, 16)
 		for _, b := range s.Backends {
-			b.model.fixCap = 0
-			b.model.served.Store(2)
 			b.model.service.Store(c.svc)
+			if c.served > 0 {
+				b.model.fixCap = 0
+				b.model.served.Store(c.served)
+			}
 		}
 		if d, _ = route(t, s, &Request{Chain: first}); (d.Backend.Index == 0) != c.want {
-			t.Fatalf("kvca-cost, no capacity known, service %dms: %+v", c.svc/ms, d)
+			t.Fatalf("kvca-cost, holder past the bound, service %dms, served %d: %+v", c.svc/ms, c.served, d)
 		}
 	}
 	// Without the bound the holder takes it while it has a free slot,
