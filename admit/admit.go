@@ -428,14 +428,23 @@ func (a *Admitter) SetBackends(bs []*sched.Backend) {
 // admitter altogether (its calls would return at once anyway).
 func (a *Admitter) Limited() bool { return a != nil && a.limited }
 
-// TenantKey turns a tenant's name (an API key's tenant, X-KVCA-Tenant or
-// the body's `user`) into the ticket's Tenant; an empty name is 0, the one
-// tenant of every request that names none.
+// TenantKey turns a tenant's name (an API key's tenant or X-KVCA-Tenant)
+// into the ticket's Tenant; an empty name is 0, the one tenant of every
+// request that names none.
 func (a *Admitter) TenantKey(name []byte) uint64 {
 	if len(name) == 0 {
 		return 0
 	}
 	return maphash.Bytes(a.seed, name) | 1
+}
+
+// TenantHash is the tenant key of a tenant known by a hash of its name
+// (the body's user field, which kvca keeps only hashed); 0 for none.
+func TenantHash(h uint64) uint64 {
+	if h == 0 {
+		return 0
+	}
+	return h | 1
 }
 
 // Admit decides whether t may go now. Go: route among t.Room() and Take

@@ -265,3 +265,50 @@ func TestAdmissionHighPreempts(t *testing.T) {
 		testkit.WaitUntil(t, "the slots released", func() bool { return s.adm.Inflight(0) == 0 })
 	}
 }
+
+// Within a class, tenants share the slots in turn. A request's tenant is
+// X-KVCA-Tenant, else the body's user field: three requests of user alice
+// queued first, then one of bob (named by the header, which wins over its
+// body's user alice) and one of user carol, leave the queue as alice,
+// bob, carol, alice, alice.
+func TestAdmissionTenantFromHeaderOrUser(t *testing.T) {
+	t.Parallel()
+	b := newTestBackend(t, "a")
+	release := b.holdAnswers(t)
+	s := startProxy(t, func(c *Config) { c.MaxInflightPerBackend = 1 }, b)
+	var wg sync.WaitGroup
+	send := func(id int, user, header string) {
+		body := strings.Replace(conversation(id, 0, false), "{", `{"user":"`+user+`",`, 1)
+		hdr := map[string]string{}
+		if header != "" {
+			hdr["X-KVCA-Tenant"] = header
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if resp, out := postWith(t, s, body, hdr); resp != nil && resp.StatusCode != 200 {
+				t.Errorf("request %d: %d %s", id, resp.StatusCode, out)
+			}
+		}()
+	}
+	send(0, "dave", "")
+	testkit.WaitUntil(t, "the first request at the backend", func() bool { return b.hits.Load() == 1 })
+	for i, r := range []struct{ user, header string }{{"alice", ""}, {"alice", ""}, {"alice", ""}, {"alice", "bob"}, {"carol", ""}} {
+		send(i+1, r.user, r.header)
+		testkit.WaitUntil(t, "the request queued", func() bool { return s.adm.Queued() == i+1 })
+	}
+	release()
+	wg.Wait()
+	var order []string
+	for _, body := range b.received() {
+		var req struct {
+			Messages []struct{ Content string } `json:"messages"`
+		}
+		_ = json.Unmarshal(body, &req)
+		order = append(order, strings.TrimPrefix(req.Messages[1].Content[:len("conversation 0")], "conversation "))
+	}
+	if want := []string{"0", "1", "4", "5", "2", "3"}; fmt.Sprint(order) != fmt.Sprint(want) {
+		t.Fatalf("served in order %q, want %q", order, want)
+	}
+	waitIdle(t, s)
+}

@@ -530,8 +530,10 @@ func (c *cliConn) admission() {
 	tk.Class = admit.ClassOf(c.h.Get(b, "x-kvca-priority"), c.c.info.Priority)
 	if t := c.c.tenant; t != nil {
 		tk.Tenant = s.adm.TenantKey([]byte(t.Name)) // the API key's tenant
+	} else if h := c.h.Get(b, "x-kvca-tenant"); len(h) > 0 {
+		tk.Tenant = s.adm.TenantKey(h)
 	} else {
-		tk.Tenant = s.adm.TenantKey(c.h.Get(b, "x-kvca-tenant"))
+		tk.Tenant = admit.TenantHash(c.c.info.UserKey) // the body's user
 	}
 	tk.Owner, tk.Wake = c, admitWake
 }
