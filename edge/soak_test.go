@@ -122,6 +122,11 @@ func TestSoak(t *testing.T) {
 	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	var wg sync.WaitGroup
 	// Chaos: one engine at a time goes down, loses its cache, comes back.
+	// One at a time for kvca as well: a killed engine stays ejected for
+	// its 1 s cool-down and until a probe passes, so the next kill waits
+	// longer than that, and two engines are never out at once (with two
+	// out, one probe slowed past its timeout on a loaded machine would
+	// leave no backend at all).
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -129,7 +134,7 @@ func TestSoak(t *testing.T) {
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(700 * time.Millisecond):
+			case <-time.After(1100 * time.Millisecond):
 			}
 			e := engines[i%len(engines)]
 			if e.Down() == nil {
