@@ -125,9 +125,9 @@ type Info struct {
 	// prompt_cache_key string, 0 if absent or empty: the client's own name
 	// for requests that share a prefix.
 	CacheKey uint64
-	// UserKey is the keyed hash of the end user's id: `user` (chat,
-	// completions, responses) or metadata.user_id (messages); 0 if absent
-	// or empty.
+	// UserKey is the keyed hash of the end user's id: `user`, else
+	// `safety_identifier` (chat, completions, responses), or
+	// metadata.user_id (messages); 0 if absent or empty.
 	UserKey uint64
 	// Priority is the JSON text of the top-level `priority` member when it
 	// is a number (vLLM's scheduling priority: lower is served earlier),
@@ -358,6 +358,7 @@ func (c *Canonicalizer) run(st *state, api API, body []byte, sink Sink, info *In
 		exclude = c.excludeMs
 	}
 	var prompt *fastjson.Value
+	named := false // the end user named by user, which safety_identifier does not override
 	for i := range top {
 		switch string(top[i].key) {
 		case promptKey:
@@ -379,8 +380,14 @@ func (c *Canonicalizer) run(st *state, api API, body []byte, sink Sink, info *In
 				info.Priority = top[i].val.MarshalTo(info.Priority)
 			}
 		case "user":
-			if api != Messages {
-				info.UserKey = c.hashString(top[i].val)
+			if k := c.hashString(top[i].val); api != Messages && k != 0 {
+				info.UserKey, named = k, true
+			}
+		case "safety_identifier":
+			// OpenAI's successor of user for the end user's id: the
+			// same user, where the body does not name one in user.
+			if k := c.hashString(top[i].val); api != Messages && !named && k != 0 {
+				info.UserKey = k
 			}
 		case "metadata":
 			if o := top[i].val.GetObject(); api == Messages && o != nil {

@@ -137,6 +137,18 @@ func TestSessionKeys(t *testing.T) {
 	if ch.UserKey != c.HashSessionKey([]byte("bob")) || len(ch.PreviousResponseID) != 0 {
 		t.Fatalf("chat user %x, previous %q", ch.UserKey, ch.PreviousResponseID)
 	}
+	// safety_identifier names the end user where user does not, in
+	// either order.
+	for body, want := range map[string]string{
+		`{"messages":[{"role":"user","content":"x"}],"safety_identifier":"carol"}`:              "carol",
+		`{"messages":[{"role":"user","content":"x"}],"safety_identifier":"carol","user":"bob"}`: "bob",
+		`{"messages":[{"role":"user","content":"x"}],"user":"bob","safety_identifier":"carol"}`: "bob",
+		`{"messages":[{"role":"user","content":"x"}],"user":"","safety_identifier":"carol"}`:    "carol",
+	} {
+		if _, r, _ := cbr(t, c, canon.Chat, body); r.UserKey != c.HashSessionKey([]byte(want)) {
+			t.Fatalf("%s: user key %x, want %s's", body, r.UserKey, want)
+		}
+	}
 
 	// Order: prompt_cache_key, then the headers in SessionHeaders order,
 	// then the user.
