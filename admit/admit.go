@@ -439,7 +439,7 @@ func (a *Admitter) TenantKey(name []byte) uint64 {
 }
 
 // TenantHash is the tenant key of a tenant known by a hash of its name
-// (the body's user field, which kvca keeps only hashed); 0 for none.
+// (the end user a body names, which kvca keeps only hashed); 0 for none.
 func TenantHash(h uint64) uint64 {
 	if h == 0 {
 		return 0

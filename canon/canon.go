@@ -380,14 +380,18 @@ func (c *Canonicalizer) run(st *state, api API, body []byte, sink Sink, info *In
 				info.Priority = top[i].val.MarshalTo(info.Priority)
 			}
 		case "user":
-			if k := c.hashString(top[i].val); api != Messages && k != 0 {
-				info.UserKey, named = k, true
+			if api != Messages {
+				if k := c.hashString(top[i].val); k != 0 {
+					info.UserKey, named = k, true
+				}
 			}
 		case "safety_identifier":
 			// OpenAI's successor of user for the end user's id: the
 			// same user, where the body does not name one in user.
-			if k := c.hashString(top[i].val); api != Messages && !named && k != 0 {
-				info.UserKey = k
+			if api != Messages && !named {
+				if k := c.hashString(top[i].val); k != 0 {
+					info.UserKey = k
+				}
 			}
 		case "metadata":
 			if o := top[i].val.GetObject(); api == Messages && o != nil {

@@ -38,7 +38,7 @@ type fullAccessLine struct {
 }
 
 // fullLogged waits for the one access log line of request id.
-func fullLogged(t *testing.T, logs *lockedBuffer, id string) fullAccessLine {
+func fullLogged(t *testing.T, logs *testkit.LogBuffer, id string) fullAccessLine {
 	t.Helper()
 	var found []fullAccessLine
 	testkit.WaitUntil(t, "the access log line of "+id, func() bool {
@@ -66,7 +66,7 @@ func TestAccessLogFields(t *testing.T) {
 	b := newRawBackend(t, func(r rawReq) rawAnswer {
 		return rawAnswer{resp: "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 7\r\n\r\n{\"a\":1}"}
 	})
-	logs := &lockedBuffer{}
+	logs := &testkit.LogBuffer{}
 	s, d := startRawProxy(t, edgeModes[0], logs, func(c *Config) { c.Backends = []string{b.url("")} })
 	name := s.fleet().sched.Backends[0].Name
 	body := conversation(3, 2, false)
@@ -166,7 +166,7 @@ func TestRetryGoesElsewhereAndIsLogged(t *testing.T) {
 				}
 			}
 			bs := []*rawBackend{newRawBackend(t, answer(0)), newRawBackend(t, answer(1))}
-			logs := &lockedBuffer{}
+			logs := &testkit.LogBuffer{}
 			s, d := startRawProxy(t, edgeModes[0], logs, func(c *Config) {
 				c.Backends = []string{bs[0].url(""), bs[1].url("")}
 				c.Retries = 1
@@ -218,7 +218,7 @@ func TestAccessLogQueueWait(t *testing.T) {
 		}
 		return a
 	})
-	logs := &lockedBuffer{}
+	logs := &testkit.LogBuffer{}
 	s, d := startRawProxy(t, edgeModes[0], logs, func(c *Config) {
 		c.Backends = []string{b.url("")}
 		c.MaxInflightPerBackend = 1

@@ -33,6 +33,21 @@ func postWith(t *testing.T, s *Server, body string, hdr map[string]string) (*htt
 	return resp, string(b)
 }
 
+// servedOrder is the ids of the conversations (conversation(id, 0, ...))
+// whose requests b received, in the order it received them.
+func servedOrder(b *testBackend) []string {
+	var order []string
+	for _, body := range b.received() {
+		var req struct {
+			Messages []struct{ Content string } `json:"messages"`
+		}
+		_ = json.Unmarshal(body, &req)
+		id, _, _ := strings.Cut(strings.TrimPrefix(req.Messages[1].Content, "conversation "), " ")
+		order = append(order, id)
+	}
+	return order
+}
+
 // With --max-inflight-per-backend 1, requests beyond it wait in kvca and
 // leave the queue by priority class: high before low, whatever their
 // arrival order; the backend never runs two at once.
@@ -62,15 +77,7 @@ func TestAdmissionQueuesByPriority(t *testing.T) {
 	}
 	release()
 	wg.Wait()
-	var order []string
-	for _, body := range b.received() {
-		var req struct {
-			Messages []struct{ Content string } `json:"messages"`
-		}
-		_ = json.Unmarshal(body, &req)
-		order = append(order, req.Messages[1].Content[:len("conversation 0")])
-	}
-	if want := []string{"conversation 0", "conversation 2", "conversation 1"}; fmt.Sprint(order) != fmt.Sprint(want) {
+	if order, want := servedOrder(b), []string{"0", "2", "1"}; fmt.Sprint(order) != fmt.Sprint(want) {
 		t.Fatalf("served in order %q, want %q", order, want)
 	}
 	// The priority header is kvca's: the backend never sees it.
@@ -299,15 +306,7 @@ func TestAdmissionTenantFromHeaderOrUser(t *testing.T) {
 	}
 	release()
 	wg.Wait()
-	var order []string
-	for _, body := range b.received() {
-		var req struct {
-			Messages []struct{ Content string } `json:"messages"`
-		}
-		_ = json.Unmarshal(body, &req)
-		order = append(order, strings.TrimPrefix(req.Messages[1].Content[:len("conversation 0")], "conversation "))
-	}
-	if want := []string{"0", "1", "4", "5", "2", "3"}; fmt.Sprint(order) != fmt.Sprint(want) {
+	if order, want := servedOrder(b), []string{"0", "1", "4", "5", "2", "3"}; fmt.Sprint(order) != fmt.Sprint(want) {
 		t.Fatalf("served in order %q, want %q", order, want)
 	}
 	waitIdle(t, s)

@@ -533,7 +533,7 @@ func (c *cliConn) admission() {
 	} else if h := c.h.Get(b, "x-kvca-tenant"); len(h) > 0 {
 		tk.Tenant = s.adm.TenantKey(h)
 	} else {
-		tk.Tenant = admit.TenantHash(c.c.info.UserKey) // the body's user
+		tk.Tenant = admit.TenantHash(c.c.info.UserKey) // the end user the body names
 	}
 	tk.Owner, tk.Wake = c, admitWake
 }

@@ -163,7 +163,7 @@ func TestLoopClientLeavesBeforeAnswer(t *testing.T) {
 func TestLoopPanicGuard(t *testing.T) {
 	t.Parallel()
 	b := newTestBackend(t, "a")
-	logs := &lockedBuffer{}
+	logs := &testkit.LogBuffer{}
 	s := startLoopProxy(t, func(c *Config) {
 		c.Logger = slog.New(slog.NewTextHandler(logs, nil))
 		c.testHook = func(at string, body []byte) {

@@ -293,7 +293,7 @@ func TestRequestIDOnEveryAnswer(t *testing.T) {
 				}
 				return rawAnswer{resp: okJSON}
 			})
-			logs := &lockedBuffer{}
+			logs := &testkit.LogBuffer{}
 			_, d := startRawProxy(t, m, logs, func(c *Config) {
 				c.Backends = []string{b.url("")}
 				c.MaxBodyBytes = 1000
@@ -302,7 +302,7 @@ func TestRequestIDOnEveryAnswer(t *testing.T) {
 			// A backend that is down: no healthy backend, 503.
 			dead := newRawBackend(t, nil)
 			dead.healthStatus.Store(500)
-			deadLogs := &lockedBuffer{}
+			deadLogs := &testkit.LogBuffer{}
 			ds, dd := startRawProxy(t, m, deadLogs, func(c *Config) {
 				c.Backends = []string{dead.url("")}
 				c.HealthInterval = 20 * time.Millisecond
@@ -337,7 +337,7 @@ func TestRequestIDOnEveryAnswer(t *testing.T) {
 	}
 }
 
-func checkID(t *testing.T, d dialer, logs *lockedBuffer, tc idCase) {
+func checkID(t *testing.T, d dialer, logs *testkit.LogBuffer, tc idCase) {
 	t.Helper()
 	c := d.dial(t)
 	c.send(tc.req)
@@ -380,7 +380,7 @@ func TestRequestIDRule(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
 			b := newRawBackend(t, nil)
-			logs := &lockedBuffer{}
+			logs := &testkit.LogBuffer{}
 			_, d := startRawProxy(t, m, logs, func(c *Config) { c.Backends = []string{b.url("")} })
 			for _, tc := range []struct {
 				name, fields string
@@ -433,7 +433,7 @@ func TestRequestIDNotInjected(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
 			b := newRawBackend(t, nil)
-			logs := &lockedBuffer{}
+			logs := &testkit.LogBuffer{}
 			_, d := startRawProxy(t, m, logs, func(c *Config) { c.Backends = []string{b.url("")} })
 			// The client's id is not hex: a generated one never contains it.
 			for _, req := range []string{
@@ -472,7 +472,7 @@ func TestRequestIDsOnOneConnection(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
 			b := newRawBackend(t, nil)
-			logs := &lockedBuffer{}
+			logs := &testkit.LogBuffer{}
 			_, d := startRawProxy(t, m, logs, func(c *Config) { c.Backends = []string{b.url("")} })
 			c := d.dial(t)
 			c.send("GET /v1/files HTTP/1.1\r\nHost: x\r\nX-Request-Id: first\r\n\r\n" +

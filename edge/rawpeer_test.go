@@ -258,7 +258,7 @@ var edgeModes = []edgeMode{{"plain", false}, {"tls", true}}
 // startRawProxy starts a proxy for the raw peers, plain or TLS, with
 // timeouts long enough that any answer seen is not a timeout's; with
 // logs, its access log goes to logs.
-func startRawProxy(t *testing.T, m edgeMode, logs *lockedBuffer, mod func(*Config)) (*Server, dialer) {
+func startRawProxy(t *testing.T, m edgeMode, logs *testkit.LogBuffer, mod func(*Config)) (*Server, dialer) {
 	t.Helper()
 	var tc *tls.Config
 	s := startProxy(t, func(c *Config) {
@@ -295,7 +295,7 @@ type accessLine struct {
 }
 
 // accessLines parses the access log lines written so far.
-func accessLines(t *testing.T, logs *lockedBuffer) []accessLine {
+func accessLines(t *testing.T, logs *testkit.LogBuffer) []accessLine {
 	t.Helper()
 	var ls []accessLine
 	for _, l := range strings.Split(logs.String(), "\n") {
@@ -315,7 +315,7 @@ func accessLines(t *testing.T, logs *lockedBuffer) []accessLine {
 
 // logged waits for the access log line of the request with id and
 // returns it; there must be exactly one.
-func logged(t *testing.T, logs *lockedBuffer, id string) accessLine {
+func logged(t *testing.T, logs *testkit.LogBuffer, id string) accessLine {
 	t.Helper()
 	var found []accessLine
 	testkit.WaitUntil(t, "the access log line of "+id, func() bool {

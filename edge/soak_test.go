@@ -1,7 +1,6 @@
 package edge
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kvca/kvca/bench/mock"
+	"github.com/kvca/kvca/internal/testkit"
 )
 
 // liveGoroutines counts goroutines, leaving out fasthttp's bounded
@@ -43,24 +43,6 @@ func openFDs() int {
 		return -1
 	}
 	return len(ents)
-}
-
-// lockedBuffer is a bytes.Buffer safe for a logger's concurrent writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // TestSoak runs mixed streaming and non-streaming multi-turn traffic at high
@@ -100,7 +82,7 @@ func TestSoak(t *testing.T) {
 	cfg.Retries = 2
 	// Health decisions are kept to explain a failure: every backend out at
 	// once is the one way a request not cut by a kill can fail here.
-	var logs lockedBuffer
+	var logs testkit.LogBuffer
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	if os.Getenv("KVCA_SOAK_DEBUG") != "" {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))

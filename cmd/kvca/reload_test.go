@@ -1,14 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 
@@ -16,24 +14,6 @@ import (
 	"github.com/kvca/kvca/edge"
 	"github.com/kvca/kvca/internal/testkit"
 )
-
-// syncBuffer collects a process's log while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestServeReloadsConfig runs the real binary: SIGHUP and a change of the
 // --config file re-read it and apply the backend list live, name the
@@ -72,7 +52,7 @@ func TestServeReloadsConfig(t *testing.T) {
 		"--tls-reload-interval", "100ms", "--health-interval", "200ms")
 	// The test's own KVCA_* variables would win over the file.
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
-	logs := &syncBuffer{}
+	logs := &testkit.LogBuffer{}
 	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
