@@ -184,7 +184,8 @@ type Ticket struct {
 	moved      bool
 	counted    bool // admitted counted
 	fromQueue  bool
-	bound      bool // waits for Preferred only
+	bound      bool  // waits for Preferred only
+	hold       uint8 // which of Admitter.hold t is on while bound
 	reason     Reason
 	retryAfter int
 	room       chain.Set
@@ -324,17 +325,19 @@ type Admitter struct {
 	n      int
 	q      [NumClasses]classQueue
 	passed [NumClasses]int // grants to higher classes since the class was last served
-	// The holder-bound waiters in arrival order, so in order of the end
-	// of their holder wait.
-	phead, ptail *Ticket
-	free         *flow
-	order        uint64  // arrivals so far
-	rate         float64 // releases per second, smoothed
-	rateAt       int64
-	rateN        uint64
-	timer        *time.Timer
-	timerAt      int64
-	closed       bool
+	// The holder-bound waiters in order of the end of their holder wait:
+	// those that wait at most half the timeout, and those that wait until
+	// just before it (holderWaitOf). Two lists, so that each one's order
+	// is mostly its arrival order and a push is one step.
+	hold    [2]holdList
+	free    *flow
+	order   uint64  // arrivals so far
+	rate    float64 // releases per second, smoothed
+	rateAt  int64
+	rateN   uint64
+	timer   *time.Timer
+	timerAt int64
+	closed  bool
 	// shedAt is when a waiter was last shed for its timeout or a full
 	// queue: the queue is over capacity (see Sweep).
 	shedAt int64
@@ -974,13 +977,11 @@ func (a *Admitter) push(t *Ticket, bound bool, now int64) {
 	next := t.deadline
 	if bound {
 		t.until = now + a.holderWaitOf(t)
-		t.pprev, t.pnext = a.ptail, nil
-		if a.ptail != nil {
-			a.ptail.pnext = t
-		} else {
-			a.phead = t
+		t.hold = 0
+		if t.until == t.deadline-1 {
+			t.hold = 1
 		}
-		a.ptail = t
+		a.hold[t.hold].insert(t)
 		next = min(next, t.until)
 	}
 	a.n++
@@ -1034,18 +1035,58 @@ func (a *Admitter) remove(t *Ticket) {
 }
 
 func (a *Admitter) unbind(t *Ticket) {
+	a.hold[t.hold].remove(t)
+	t.bound = false
+}
+
+// holdList is holder-bound waiters in order of the end of their holder
+// wait (Ticket.until).
+type holdList struct{ head, tail *Ticket }
+
+// insert places t after every waiter whose holder wait ends no later:
+// from the tail, as waits of one length end in arrival order.
+func (l *holdList) insert(t *Ticket) {
+	p := l.tail
+	for p != nil && p.until > t.until {
+		p = p.pprev
+	}
+	t.pprev = p
+	if p != nil {
+		t.pnext, p.pnext = p.pnext, t
+	} else {
+		t.pnext, l.head = l.head, t
+	}
+	if t.pnext != nil {
+		t.pnext.pprev = t
+	} else {
+		l.tail = t
+	}
+}
+
+func (l *holdList) remove(t *Ticket) {
 	if t.pprev != nil {
 		t.pprev.pnext = t.pnext
 	} else {
-		a.phead = t.pnext
+		l.head = t.pnext
 	}
 	if t.pnext != nil {
 		t.pnext.pprev = t.pprev
 	} else {
-		a.ptail = t.pprev
+		l.tail = t.pprev
 	}
 	t.pprev, t.pnext = nil, nil
-	t.bound = false
+}
+
+// firstEnded is the bound waiter whose holder wait ended first, if it
+// has ended by now, else nil.
+func (a *Admitter) firstEnded(now int64) *Ticket {
+	var t *Ticket
+	for i := range a.hold {
+		if h := a.hold[i].head; h != nil && h.until <= now && (t == nil || h.until < t.until) {
+			t = h
+		}
+	}
+	return t
 }
 
 func (a *Admitter) newFlow(key uint64) *flow {

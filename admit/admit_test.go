@@ -518,6 +518,31 @@ func TestHolderWait(t *testing.T) {
 	}
 }
 
+// Holder waits end on time whatever their order of arrival: a short one
+// queued behind a longer one is not held until the longer one ends.
+func TestHolderWaitsEndInTheirOwnOrder(t *testing.T) {
+	r := newRig(t, Config{Backends: fleet(2), MaxInflight: 1, QueueSize: 4, QueueTimeout: 100 * time.Millisecond})
+	r.hold(t, r.ticket(Normal, "", 0), 0)
+	long := r.ticket(Normal, "", 0, 1)
+	long.Preferred, long.HolderWait = setOf(0), 40*time.Millisecond
+	short := r.ticket(Normal, "", 0, 1)
+	short.Preferred, short.HolderWait = setOf(0), 10*time.Millisecond
+	if r.a.Admit(long) != Queued || r.a.Admit(short) != Queued {
+		t.Fatal("follow-ups did not wait for their full holder")
+	}
+	r.clk.advance(10 * time.Millisecond)
+	r.a.Sweep()
+	if got := r.w.take(); len(got) != 1 || short.State() != Granted || short.Backend() != 1 || long.State() != Waiting {
+		t.Fatalf("at 10 ms: short state %d backend %d, long state %d", short.State(), short.Backend(), long.State())
+	}
+	r.a.Done(short)
+	r.clk.advance(30 * time.Millisecond)
+	r.a.Sweep()
+	if got := r.w.take(); len(got) != 1 || long.State() != Granted || long.Backend() != 1 {
+		t.Fatalf("at 40 ms: long state %d backend %d", long.State(), long.Backend())
+	}
+}
+
 // waitBehindFullHolder queues a follow-up of class c that prefers backend
 // 0 on two full backends of one slot each (a 50 ms queue timeout, a 250
 // ms holder wait), and returns the rig, the ticket holding backend 1 and

@@ -219,8 +219,10 @@ func (a *Admitter) next() int64 {
 			at = h.deadline
 		}
 	}
-	if a.phead != nil && (at == 0 || a.phead.until < at) {
-		at = a.phead.until
+	for i := range a.hold {
+		if h := a.hold[i].head; h != nil && (at == 0 || h.until < at) {
+			at = h.until
+		}
 	}
 	return at
 }
@@ -245,9 +247,12 @@ func (a *Admitter) Sweep() {
 		// in a slot that a cheaper request, or the next one, serves better,
 		// so it is shed now, before a slot freed elsewhere until the timer
 		// fires again could go to it.
-		for n < len(ws) && a.phead != nil && a.phead.until <= now {
-			t := a.phead
-			late := t.until == t.deadline-1
+		for n < len(ws) {
+			t := a.firstEnded(now)
+			if t == nil {
+				break
+			}
+			late := t.hold == 1
 			a.unbind(t)
 			if late && a.overloaded(now) {
 				ws[n] = a.drop(t, ReasonTimeout, now)
