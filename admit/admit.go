@@ -186,6 +186,7 @@ type Ticket struct {
 	fromQueue  bool
 	bound      bool  // waits for Preferred only
 	hold       uint8 // which of Admitter.hold t is on while bound
+	lb         uint8 // its tenant's bucket in Admitter.load while it holds a slot
 	reason     Reason
 	retryAfter int
 	room       chain.Set
@@ -340,12 +341,50 @@ type Admitter struct {
 	closed  bool
 	// shedAt is when a waiter was last shed for its timeout or a full
 	// queue: the queue is over capacity (see Sweep).
-	shedAt int64
+	shedAt atomic.Int64
+	// load counts the slots held per tenant, in buckets of the tenant
+	// key: enough to tell a tenant holding a small share from the
+	// busiest one (light), with neither a lock nor a map that the end
+	// users a body names could grow. Two tenants may share a bucket and
+	// count as one.
+	load [tenantBuckets]atomic.Int32
+}
+
+const tenantBuckets = 256
+
+// charge counts in load the slot t is about to hold.
+func (a *Admitter) charge(t *Ticket) {
+	t.lb = bucket(t.Tenant)
+	a.load[t.lb].Add(1)
+}
+
+func bucket(tenant uint64) uint8 { return uint8(tenant >> 1) } // bit 0 is set in every key
+
+// spared reports whether the queue's bets that shed are not made for t:
+// while the queue sheds (overloaded), t's tenant holds fewer than half
+// the slots that the busiest tenant holds. It sends less than another
+// tenant is served, so its holders are busy with that tenant's requests
+// as much as with its own, and a wait for them, a long holder wait that
+// ends in a shed, or its newest request served before its oldest would
+// shed its requests to the benefit of a tenant over its share. A tenant
+// alone, or one of equals, is never spared.
+func (a *Admitter) spared(t *Ticket, now int64) bool {
+	if !a.overloaded(now) {
+		return false
+	}
+	own := a.load[bucket(t.Tenant)].Load()
+	for i := range a.load {
+		if a.load[i].Load() > 2*own {
+			return true
+		}
+	}
+	return false
 }
 
 // overloaded reports whether a waiter was shed within the last second.
 func (a *Admitter) overloaded(now int64) bool {
-	return a.shedAt != 0 && now-a.shedAt < int64(time.Second)
+	at := a.shedAt.Load()
+	return at != 0 && now-at < int64(time.Second)
 }
 
 // New builds an admitter.
@@ -545,6 +584,7 @@ func (a *Admitter) take(t *Ticket, b int) bool {
 		if a.highPreempts(t) {
 			a.slots[b].high.Add(1)
 		}
+		a.charge(t)
 		if old := t.slot.Swap(int32(b + 1)); old != 0 {
 			a.releaseOf(t, int(old-1))
 		}
@@ -679,7 +719,8 @@ func (a *Admitter) addRoom(elig, room *chain.Set, c Class) {
 }
 
 // binds reports whether t should wait for its preferred backends: it
-// has a holder wait and one of them is eligible and healthy.
+// has a holder wait, one of them is eligible and healthy, and t is not
+// spared.
 func (a *Admitter) binds(t *Ticket) bool {
 	if a.holderWaitOf(t) <= 0 {
 		return false
@@ -687,7 +728,7 @@ func (a *Admitter) binds(t *Ticket) bool {
 	for wi := range t.Preferred {
 		for word := t.Preferred[wi] & t.Eligible[wi]; word != 0; word &= word - 1 {
 			if i := wi<<6 | trailingZeros(word); i < len(a.slots) && a.healthy(i) {
-				return true
+				return !a.spared(t, a.now())
 			}
 		}
 	}
@@ -716,7 +757,7 @@ func (a *Admitter) holderWaitOf(t *Ticket) int64 {
 	if t.HolderWait > 0 {
 		w = int64(t.HolderWait)
 	}
-	if w > 0 && a.timeout > 1 && a.leaving(t) > a.timeout/2 {
+	if w > 0 && a.timeout > 1 && a.leaving(t) > a.timeout/2 && !a.spared(t, a.now()) {
 		return a.timeout - 1
 	}
 	return min(w, a.timeout/2)
@@ -761,6 +802,7 @@ func (a *Admitter) acquire(t *Ticket, b int) bool {
 
 // releaseOf gives back t's slot on b.
 func (a *Admitter) releaseOf(t *Ticket, b int) {
+	a.load[t.lb].Add(-1)
 	if a.highPreempts(t) {
 		a.slots[b].high.Add(-1)
 	}
@@ -852,6 +894,7 @@ func (a *Admitter) grant(t *Ticket, b int) wake {
 	if a.highPreempts(t) {
 		a.slots[b].high.Add(1)
 	}
+	a.charge(t)
 	t.slot.Store(int32(b + 1))
 	t.fromQueue = true
 	t.waitNs = now - t.enq
@@ -863,7 +906,7 @@ func (a *Admitter) grant(t *Ticket, b int) wake {
 // drop sheds a queued t for r.
 func (a *Admitter) drop(t *Ticket, r Reason, now int64) wake {
 	if r == ReasonTimeout || r == ReasonQueueFull {
-		a.shedAt = now
+		a.shedAt.Store(now)
 	}
 	a.remove(t)
 	t.reason = r
@@ -896,7 +939,7 @@ func (a *Admitter) enqueue(t *Ticket, bound bool) Verdict {
 			t.reason = ReasonQueueFull
 			t.retryAfter = a.retryAfterLocked(now)
 			t.state.Store(Dropped)
-			a.shedAt = now
+			a.shedAt.Store(now)
 			a.mu.Unlock()
 			a.m.shed(t.Class, ReasonQueueFull)
 			return Shed
@@ -1156,7 +1199,8 @@ func (a *Admitter) pick(b int) *Ticket {
 }
 
 func (a *Admitter) book(c Class, t *Ticket, b int, now int64, late func(*Ticket) bool) *Ticket {
-	t = a.q[c].take(t, b, now-t.enq >= a.timeout/2, func(x *Ticket) int64 { return a.ttftOn(x, b, now) }, late)
+	stale := now-t.enq >= a.timeout/2 && !a.spared(t, now)
+	t = a.q[c].take(t, b, stale, func(x *Ticket) int64 { return a.ttftOn(x, b, now) }, late)
 	if t != nil {
 		a.served(c)
 	}

@@ -543,6 +543,98 @@ func TestHolderWaitsEndInTheirOwnOrder(t *testing.T) {
 	}
 }
 
+// tenantSlots is the slots the tenants are counted as holding, all
+// together: the slots held, once each.
+func tenantSlots(a *Admitter) int32 {
+	n := int32(0)
+	for i := range a.load {
+		n += a.load[i].Load()
+	}
+	return n
+}
+
+// While the queue sheds, a tenant holding less than half of what the
+// busiest one holds is spared its bets: its follow-up takes a free slot
+// rather than wait for a full holder, and its oldest waiter is served
+// first. The busiest tenant's follow-up still waits for its holder, and
+// without shedding the small tenant's does too.
+func TestSparedTenant(t *testing.T) {
+	setup := func(t *testing.T, shed bool) (*rig, *Ticket) {
+		r := newRig(t, Config{Backends: fleet(2), MaxInflight: 1, QueueSize: 8, QueueTimeout: 100 * time.Millisecond, HolderWait: 50 * time.Millisecond})
+		r.hold(t, r.ticket(Normal, "big", 0), 0)
+		b1 := r.ticket(Normal, "big", 1)
+		r.hold(t, b1, 1)
+		if shed {
+			r.shedOne(t, 0, 100*time.Millisecond)
+		}
+		return r, b1
+	}
+	followup := func(r *rig, tenant string) *Ticket {
+		f := r.ticket(Normal, tenant, 0, 1)
+		f.Preferred = setOf(0)
+		return f
+	}
+	t.Run("its follow-up takes a free slot", func(t *testing.T) {
+		for _, shed := range []bool{true, false} {
+			r, b1 := setup(t, shed)
+			big, small := followup(r, "big"), followup(r, "small")
+			if r.a.Admit(small) != Queued || r.a.Admit(big) != Queued {
+				t.Fatal("not queued with every backend full")
+			}
+			r.a.Done(b1)
+			if shed && (small.State() != Granted || small.Backend() != 1 || big.State() != Waiting) {
+				t.Fatalf("shedding: small state %d backend %d, big state %d", small.State(), small.Backend(), big.State())
+			}
+			if !shed && (small.State() != Waiting || big.State() != Waiting || r.a.Inflight(1) != 0) {
+				t.Fatalf("not shedding: small state %d, big state %d, backend 1 in flight %d", small.State(), big.State(), r.a.Inflight(1))
+			}
+		}
+	})
+	t.Run("its oldest goes first", func(t *testing.T) {
+		for _, tenant := range []string{"small", "big"} {
+			r, b1 := setup(t, true)
+			x := r.ticket(Normal, tenant, 0, 1)
+			if r.a.Admit(x) != Queued {
+				t.Fatal("x not queued")
+			}
+			r.clk.advance(55 * time.Millisecond)
+			y := r.ticket(Normal, tenant, 0, 1)
+			if r.a.Admit(y) != Queued {
+				t.Fatal("y not queued")
+			}
+			r.clk.advance(5 * time.Millisecond) // x has waited past half the timeout
+			r.a.Done(b1)
+			first, second := x, y // spared: in order
+			if tenant == "big" {
+				first, second = y, x // a backlogged tenant: the sooner first token
+			}
+			if first.State() != Granted || second.State() != Waiting {
+				t.Fatalf("%s: states x %d, y %d", tenant, x.State(), y.State())
+			}
+		}
+	})
+	t.Run("slots counted once", func(t *testing.T) {
+		r, b1 := setup(t, true)
+		small := followup(r, "small")
+		if r.a.Admit(small) != Queued {
+			t.Fatal("not queued")
+		}
+		r.a.Done(b1)
+		r.w.take()
+		if r.a.Admit(small) != Go || !r.a.Take(small, 1) {
+			t.Fatal("granted slot not taken")
+		}
+		if n := tenantSlots(r.a); n != 2 {
+			t.Fatalf("tenants hold %d slots, want 2", n)
+		}
+		r.a.Done(small)
+		r.a.Done(small)
+		if n := tenantSlots(r.a); n != 1 {
+			t.Fatalf("after done: tenants hold %d slots, want 1", n)
+		}
+	})
+}
+
 // waitBehindFullHolder queues a follow-up of class c that prefers backend
 // 0 on two full backends of one slot each (a 50 ms queue timeout, a 250
 // ms holder wait), and returns the rig, the ticket holding backend 1 and
@@ -1511,7 +1603,7 @@ func TestLateGrantsWhileShedding(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRig(t, Config{Backends: bs, MaxInflight: 1, QueueSize: 8, QueueTimeout: 100 * time.Millisecond, HolderWait: time.Second})
-			cur := r.ticket(Normal, "", 0)
+			cur := r.ticket(Normal, "a", 0) // one tenant: none is spared
 			r.hold(t, cur, 0)
 			if tc.shed {
 				r.shedOne(t, 0, 100*time.Millisecond)

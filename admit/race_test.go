@@ -160,6 +160,9 @@ func TestExactReleaseUnderStress(t *testing.T) {
 	if a.Queued() != 0 {
 		t.Fatalf("%d left queued", a.Queued())
 	}
+	if n := tenantSlots(a); n != 0 {
+		t.Fatalf("tenants keep %d slots", n)
+	}
 	t.Logf("granted from the queue %d, shed %d, cancelled %d", granted.Load(), shed.Load(), cancelled.Load())
 	if granted.Load() == 0 {
 		t.Fatal("the queue was never used")
