@@ -344,7 +344,7 @@ type Admitter struct {
 	shedAt atomic.Int64
 	// load counts the slots held per tenant, in buckets of the tenant
 	// key: enough to tell a tenant holding a small share from the
-	// busiest one (light), with neither a lock nor a map that the end
+	// busiest one (spared), with neither a lock nor a map that the end
 	// users a body names could grow. Two tenants may share a bucket and
 	// count as one.
 	load [tenantBuckets]atomic.Int32
@@ -757,7 +757,7 @@ func (a *Admitter) holderWaitOf(t *Ticket) int64 {
 	if t.HolderWait > 0 {
 		w = int64(t.HolderWait)
 	}
-	if w > 0 && a.timeout > 1 && a.leaving(t) > a.timeout/2 && !a.spared(t, a.now()) {
+	if w > 0 && a.timeout > 1 && a.leaving(t) > a.timeout/2 {
 		return a.timeout - 1
 	}
 	return min(w, a.timeout/2)
