@@ -880,9 +880,22 @@ func (a *Admitter) deliver(w *wake) {
 	if w.fn != nil {
 		w.fn(w.t, w.seq)
 	} else if w.ch != nil {
-		select {
-		case w.ch <- w.seq:
-		default: // a stale wake still unread: AdmitWait skips it anyway
+		// The channel holds one wake. One still unread there may be
+		// stale (its wait ended with the client leaving), and it must
+		// not keep this one out: wait sequences only grow, so the
+		// larger of the two stays, and AdmitWait skips a stale one.
+		seq := w.seq
+		for {
+			select {
+			case w.ch <- seq:
+				return
+			default:
+			}
+			select {
+			case old := <-w.ch:
+				seq = max(seq, old)
+			default:
+			}
 		}
 	}
 }

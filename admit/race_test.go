@@ -235,3 +235,21 @@ func TestStressWithTimer(t *testing.T) {
 	}
 	t.Logf("timed out %d", timedOut.Load())
 }
+
+// A wake left unread in the channel (a wait that ended with the client
+// leaving) does not keep the next wait's wake out: AdmitWait would wait
+// for it forever.
+func TestStaleWakeDoesNotHideTheNext(t *testing.T) {
+	a, err := New(Config{Backends: fleet(1), MaxInflight: 1, QueueSize: 1, QueueTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	tk := &Ticket{woken: make(chan uint64, 1)}
+	a.deliver(&wake{t: tk, ch: tk.woken, seq: 1})
+	a.deliver(&wake{t: tk, ch: tk.woken, seq: 2})
+	a.deliver(&wake{t: tk, ch: tk.woken, seq: 1}) // a stale one delivered late
+	if got := <-tk.woken; got != 2 {
+		t.Fatalf("channel holds wake %d, want 2", got)
+	}
+}
