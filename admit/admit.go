@@ -1033,9 +1033,9 @@ func (a *Admitter) push(t *Ticket, bound bool, now int64) {
 	next := t.deadline
 	if bound {
 		t.until = now + a.holderWaitOf(t)
-		t.hold = 0
+		t.hold = holdHalf
 		if t.until == t.deadline-1 {
-			t.hold = 1
+			t.hold = holdToTimeout
 		}
 		a.hold[t.hold].insert(t)
 		next = min(next, t.until)
@@ -1095,6 +1095,13 @@ func (a *Admitter) unbind(t *Ticket) {
 	t.bound = false
 }
 
+// The holder lists: waits of at most half the timeout, and waits until
+// just before it (holderWaitOf).
+const (
+	holdHalf uint8 = iota
+	holdToTimeout
+)
+
 // holdList is holder-bound waiters in order of the end of their holder
 // wait (Ticket.until).
 type holdList struct{ head, tail *Ticket }
@@ -1133,12 +1140,11 @@ func (l *holdList) remove(t *Ticket) {
 	t.pprev, t.pnext = nil, nil
 }
 
-// firstEnded is the bound waiter whose holder wait ended first, if it
-// has ended by now, else nil.
-func (a *Admitter) firstEnded(now int64) *Ticket {
+// firstHold is the bound waiter whose holder wait ends first, or nil.
+func (a *Admitter) firstHold() *Ticket {
 	var t *Ticket
 	for i := range a.hold {
-		if h := a.hold[i].head; h != nil && h.until <= now && (t == nil || h.until < t.until) {
+		if h := a.hold[i].head; h != nil && (t == nil || h.until < t.until) {
 			t = h
 		}
 	}

@@ -219,10 +219,8 @@ func (a *Admitter) next() int64 {
 			at = h.deadline
 		}
 	}
-	for i := range a.hold {
-		if h := a.hold[i].head; h != nil && (at == 0 || h.until < at) {
-			at = h.until
-		}
+	if h := a.firstHold(); h != nil && (at == 0 || h.until < at) {
+		at = h.until
 	}
 	return at
 }
@@ -248,11 +246,11 @@ func (a *Admitter) Sweep() {
 		// so it is shed now, before a slot freed elsewhere until the timer
 		// fires again could go to it.
 		for n < len(ws) {
-			t := a.firstEnded(now)
-			if t == nil {
+			t := a.firstHold()
+			if t == nil || t.until > now {
 				break
 			}
-			late := t.hold == 1
+			late := t.hold == holdToTimeout
 			a.unbind(t)
 			if late && a.overloaded(now) {
 				ws[n] = a.drop(t, ReasonTimeout, now)
