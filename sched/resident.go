@@ -167,3 +167,25 @@ func (s *Scheduler) residentBound(elig *chain.Set, now int64, res *[chain.MaxBac
 	})
 	return open
 }
+
+// leastResidentTied moves the choice to the least resident of the
+// backends in elig whose cost is bestCost, the first of them on a tie.
+func (s *Scheduler) leastResidentTied(elig *chain.Set, now int64, bestCost uint64, cost func(int) (uint64, uint64), best *int, bestSt *uint64) bool {
+	tau := float64(s.residentWindow())
+	least, at := math.Inf(1), -1
+	var atSt uint64
+	elig.Each(func(i int) {
+		c, st := cost(i)
+		if c != bestCost {
+			return
+		}
+		if v := s.Backends[i].model.residentAt(now, tau); v < least {
+			least, at, atSt = v, i, st
+		}
+	})
+	if at < 0 {
+		return false
+	}
+	*best, *bestSt = at, atSt
+	return true
+}

@@ -211,3 +211,48 @@ func TestResidentBoundLimits(t *testing.T) {
 		})
 	}
 }
+
+// kvca-cost sends a new conversation that no backend's cache knows to the
+// least resident of the backends tied on cost, so the first sights of
+// different prompts spread over the fleet instead of going in turns to
+// backends that already hold conversations; cost keeps its turns.
+func TestKvcaCostFirstSightToTheLeastResidentOfTheTied(t *testing.T) {
+	s := newFixed(t, 4, "kvca-cost")
+	now := s.Table.Now()
+	for i, x := range []float32{3, 2, 0.5, 2} {
+		setResident(s.Backends[i], x, now)
+	}
+	// Each conversation placed counts one resident turn where it went
+	// (the clock stands still, so nothing decays): 0.5 → 1.5 → 2.5, and
+	// the first of equals wins.
+	for n, want := range []int{2, 2, 1, 3} {
+		d, res := route(t, s, &Request{Chain: chainOf(100*n, 10)})
+		if d.Backend.Index != want || d.Cached != 0 || d.Phase != PhaseBootstrap {
+			t.Fatalf("request %d: %+v, want backend %d, the least resident idle one", n, d, want)
+		}
+		res.ReleaseActive()
+		res.ReleasePrefill()
+	}
+	// A backend busier than the others is not tied, however idle its
+	// cache: load still comes first.
+	// Resident work is now 3, 3, 2.5, 3.
+	s.Backends[2].state.Add(activeUnit)
+	if d, _ := route(t, s, &Request{Chain: chainOf(900, 10)}); d.Backend.Index != 0 {
+		t.Fatalf("%+v, want backend 0, the first of the least resident of the least loaded", d)
+	}
+
+	c := newFixed(t, 4, "cost")
+	for i, x := range []float32{3, 2, 0.5, 2} {
+		setResident(c.Backends[i], x, now)
+	}
+	seen := map[int]bool{}
+	for n := 0; n < 4; n++ {
+		d, res := route(t, c, &Request{Chain: chainOf(100*n, 10)})
+		seen[d.Backend.Index] = true
+		res.ReleaseActive()
+		res.ReleasePrefill()
+	}
+	if len(seen) != 4 {
+		t.Fatalf("cost went to %v, want its ties taken in turns", seen)
+	}
+}
