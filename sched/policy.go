@@ -139,7 +139,9 @@ func (costPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 // turn that spreads the prompt over one more backend. The bound keeps the
 // holders of a popular prompt from gathering more conversations than
 // their batches serve once the follow-ups, which stay, come back; below
-// half their batch there is no such risk to bound.
+// half their batch there is no such risk to bound. Ties on cost go to
+// the least resident backend (spread), so the first sights of different
+// prompts land on different backends.
 func pickCost(s *Scheduler, r *Request, d *Decision, holders bool) bool {
 	elig := s.Eligible(r)
 	var match [chain.MaxBackends]int32
