@@ -212,7 +212,7 @@ func TestResidentBoundLimits(t *testing.T) {
 	}
 }
 
-// kvca-cost sends a new conversation that no backend's cache knows to the
+// kvca-cost sends a new conversation whose prefix no backend holds to the
 // least resident of the backends tied on cost, so the first sights of
 // different prompts spread over the fleet instead of going in turns to
 // backends that already hold conversations; cost keeps its turns.
@@ -233,9 +233,8 @@ func TestKvcaCostFirstSightToTheLeastResidentOfTheTied(t *testing.T) {
 		res.ReleaseActive()
 		res.ReleasePrefill()
 	}
-	// A backend busier than the others is not tied, however idle its
-	// cache: load still comes first.
-	// Resident work is now 3, 3, 2.5, 3.
+	// Resident work is now 3, 3, 2.5, 3. A backend busier than the
+	// others is not tied, however little it holds: load comes first.
 	s.Backends[2].state.Add(activeUnit)
 	if d, _ := route(t, s, &Request{Chain: chainOf(900, 10)}); d.Backend.Index != 0 {
 		t.Fatalf("%+v, want backend 0, the first of the least resident of the least loaded", d)
