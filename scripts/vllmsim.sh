@@ -67,7 +67,7 @@ while read -r v; do unset "$v"; done < <(compgen -e | grep '^KVCA_' || true)
 # per word or punctuation mark, which counts the bench's filler text as
 # the mocks do; no HuggingFace lookup or render service), its prefix cache
 # on (ZMQ events off; POD_IP names it in them), 768 blocks of 16 tokens (12288 tokens,
-# 25% of the working set over the 4), 4 sequences at once (a request that
+# 17% of the working set over the 4), 4 sequences at once (a request that
 # does not fit the KV blocks still free fails with a 500 there, where vLLM
 # would queue it), prefill 5 ms + 100 µs per uncached token, 2 ms per
 # output token. Its durations are real time: --time-scale 1.
