@@ -101,11 +101,12 @@ func (s *Scheduler) noteGap(r *Request, holders *chain.Set, best int) {
 // the decayed count is the turn rate times the window, so the turns in
 // flight are res × service / window, and the new conversation adds
 // service / gap. Half full is read against the batch capacity. While
-// none is known, the bound is the most requests b was seen to run without
-// a slot wait, whole: that count is at most the capacity already, and
-// halving it as well shut the holders of a prompt out while their batches
-// were far from full, their few answers so far having come one or two at
-// a time. Far below its batch, concentrating conversations costs a
+// none is known, the bound is one more than the most requests b was seen
+// to run without a slot wait: that count is at most the capacity already
+// (a slot wait would have taught the capacity), and read as it is, or
+// halved, it shut the holders of a prompt out while their batches were
+// far from full, their few answers so far having come one or two at a
+// time. Far below its batch, concentrating conversations costs a
 // backend nothing, and a new conversation is better kept with the holders
 // of its prompt than sent to recompute it elsewhere.
 func (s *Scheduler) roomy(b *Backend, res float64) bool {
@@ -116,7 +117,7 @@ func (s *Scheduler) roomy(b *Backend, res float64) bool {
 	}
 	c := float64(m.cap()) / 2 // room for the bursts of the turns' arrivals
 	if c <= 0 {
-		c = float64(m.served.Load())
+		c = float64(m.served.Load() + 1)
 	}
 	g := math.Float64frombits(s.ttft.gap.Load())
 	w := float64(s.residentWindow())

@@ -469,14 +469,14 @@ func TestKvcaCostFirstTurnToThePromptsHolders(t *testing.T) {
 	// Past the bound, but far below its batch: a turn every second, a
 	// window of 3s, 100ms of service keep 6×0.1/3 + 0.1/1 = 0.3 turns in
 	// flight, under half the capacity of 2. At 1s of service, 3 would.
-	// While no capacity is known, the most requests seen served without a
-	// wait (2 here) bounds the turns in flight, whole: 1.5 at 500ms of
-	// service fit, 3 at 1s do not.
+	// While no capacity is known, one more than the most requests seen
+	// served without a wait (2 here) bounds the turns in flight, whole:
+	// 3 at 1s of service fit, 4.5 at 1.5s do not.
 	for _, c := range []struct {
 		svc    int64
 		served int32 // 0: the capacity of 2 is known
 		want   bool
-	}{{100 * ms, 0, true}, {1000 * ms, 0, false}, {500 * ms, 2, true}, {1000 * ms, 2, false}} {
+	}{{100 * ms, 0, true}, {1000 * ms, 0, false}, {1000 * ms, 2, true}, {1500 * ms, 2, false}} {
 		s, first = setup("kvca-cost", DefaultResidentEpsilon, 6)
 		setGap(s, 1000, 16)
 		for _, b := range s.Backends {
