@@ -150,7 +150,7 @@ func pickCost(s *Scheduler, r *Request, d *Decision, holders bool) bool {
 	if boundDecides(r, best) && s.pickBound(r, d) {
 		return true
 	}
-	d.spread, d.at = holders && !r.Followup, r.Now
+	d.spread, d.tableNow = holders && !r.Followup, r.Now
 	if holders && !r.Followup && best > 0 {
 		if held := s.promptHolders(&elig, &elig, r, &match, best, s.unixNow(r)); held != elig {
 			var res [chain.MaxBackends]float32

@@ -171,8 +171,8 @@ type Decision struct {
 	// spread: reserveMin breaks ties by the least resident work, so the
 	// first sights of different prompts go to different backends rather
 	// than in turns to one that already holds conversations.
-	spread bool
-	at     int64 // table time, for spread
+	spread   bool
+	tableNow int64 // Request.Now, for spread
 	// unix is the request's wall clock for engine signals (engineNow).
 	unix int64
 }
@@ -341,7 +341,7 @@ func (s *Scheduler) reserveMin(elig *chain.Set, n int, match *[chain.MaxBackends
 		}
 		if ties > 1 && s.preferTied(elig, d.prefer, bestCost, cost, &best, &bestSt) {
 			// The conversation's bound backend is among the tied.
-		} else if ties > 1 && d.spread && s.leastResidentTied(elig, d.at, bestCost, cost, &best, &bestSt) {
+		} else if ties > 1 && d.spread && s.leastResidentTied(elig, d.tableNow, bestCost, cost, &best, &bestSt) {
 			// A new conversation goes to the least resident of the tied.
 		} else if ties > 1 {
 			// Take the k-th of the tied backends in index order. Loads may
