@@ -28,6 +28,7 @@ const (
 	DefaultQueueTimeout    = 10 * time.Second
 	DefaultHolderWait      = 250 * time.Millisecond
 	DefaultStarvationLimit = 8
+	DefaultTenantReserve   = 2
 )
 
 // Config sets up an Admitter.
@@ -65,6 +66,12 @@ type Config struct {
 	// class High may take: a lower class is granted a slot there only
 	// while more than HighReserve stay free; 0: none.
 	HighReserve int
+	// TenantReserve is how many of the fleet's free slots a tenant holding
+	// more than twice the slots of another tenant may not take while the
+	// queue sheds: they wait for the lighter tenants' next requests, which
+	// would otherwise wait for a release behind the heavy tenant's
+	// waiters; class High is never held back; 0: none.
+	TenantReserve int
 	// HighPreempts says that the engines preempt a running sequence of
 	// lower priority for a high-priority one (SGLang's
 	// --enable-priority-scheduling, with the priority in the request's
@@ -311,6 +318,7 @@ type Admitter struct {
 	holderWait int64
 	maxPrefill time.Duration
 	reserve    int32
+	tenantRes  int32
 	k          int
 	size       int
 	seed       maphash.Seed
@@ -387,6 +395,52 @@ func (a *Admitter) overloaded(now int64) bool {
 	return at != 0 && now-at < int64(time.Second)
 }
 
+// heavy returns, while the tenant reserve applies, the slots the busiest
+// tenant holds; -1: it does not apply. It applies while the queue sheds,
+// at most Config.TenantReserve slots of the fleet are free (given counts
+// one being handed on, already held), and a tenant holding slots is
+// spared (holds fewer than half the busiest's).
+func (a *Admitter) heavy(now int64, given int32) int32 {
+	if a.tenantRes <= 0 || !a.overloaded(now) {
+		return -1
+	}
+	lo, hi := int32(0), int32(0)
+	for i := range a.load {
+		n := a.load[i].Load()
+		if n > 0 && (lo == 0 || n < lo) {
+			lo = n
+		}
+		hi = max(hi, n)
+	}
+	if lo == 0 || 2*lo >= hi {
+		return -1
+	}
+	free := given
+	for i := range int(a.used.Load()) {
+		s := &a.slots[i]
+		if s.healthy() {
+			free += max(s.limit.Load()-s.inflight.Load(), 0)
+		}
+	}
+	if free > a.tenantRes {
+		return -1
+	}
+	return hi
+}
+
+// heldBack reports whether the tenant reserve keeps t from a free slot:
+// t's tenant is not spared beside the busiest one, holding busiest slots
+// (heavy's answer), and t is not class High.
+func (a *Admitter) heldBack(t *Ticket, busiest int32) bool {
+	return busiest >= 0 && t.Class != High && 2*a.load[bucket(t.Tenant)].Load() >= busiest
+}
+
+// heldBackNow is heldBack for a slot free now, with no clock read when
+// there is no reserve.
+func (a *Admitter) heldBackNow(t *Ticket) bool {
+	return a.tenantRes > 0 && a.heldBack(t, a.heavy(a.now(), 0))
+}
+
 // New builds an admitter.
 func New(cfg Config) (*Admitter, error) {
 	if len(cfg.Backends) == 0 || len(cfg.Backends) > chain.MaxBackends {
@@ -400,6 +454,9 @@ func New(cfg Config) (*Admitter, error) {
 	}
 	if cfg.HighReserve < 0 || cfg.MaxInflight > 0 && cfg.HighReserve >= cfg.MaxInflight {
 		return nil, errors.New("admit: the high-priority reserve must be below the in-flight limit")
+	}
+	if cfg.TenantReserve < 0 {
+		return nil, errors.New("admit: the tenant reserve must not be negative")
 	}
 	if cfg.QueueTimeout == 0 {
 		cfg.QueueTimeout = DefaultQueueTimeout
@@ -415,6 +472,7 @@ func New(cfg Config) (*Admitter, error) {
 		holderWait: int64(cfg.HolderWait),
 		maxPrefill: cfg.MaxPrefill,
 		reserve:    int32(cfg.HighReserve),
+		tenantRes:  int32(cfg.TenantReserve),
 		k:          cfg.StarvationLimit,
 		size:       cfg.QueueSize,
 		seed:       maphash.MakeSeed(),
@@ -508,7 +566,7 @@ func (a *Admitter) admit(t *Ticket) Verdict {
 		if t.Eligible.Has(h) {
 			t.idle()
 			t.room = chain.Set{}
-			if !t.moved {
+			if !t.moved && !a.heldBackNow(t) {
 				a.addRoom(&t.Eligible, &t.room, t.Class)
 			}
 			t.room.Add(h)
@@ -525,7 +583,7 @@ func (a *Admitter) admit(t *Ticket) Verdict {
 	t.moved = false
 	t.idle()
 	t.room = chain.Set{}
-	a.addRoom(&t.Eligible, &t.room, t.Class)
+	a.roomFor(t)
 	bound := a.binds(t)
 	if !t.room.Empty() && (!bound || intersects(&t.room, &t.Preferred)) {
 		return Go
@@ -701,6 +759,14 @@ func (a *Admitter) Close() {
 		a.timer.Stop()
 	}
 	a.mu.Unlock()
+}
+
+// roomFor adds to t's room the eligible backends with a free slot it may
+// take, none while the tenant reserve holds it back.
+func (a *Admitter) roomFor(t *Ticket) {
+	if !a.heldBackNow(t) {
+		a.addRoom(&t.Eligible, &t.room, t.Class)
+	}
 }
 
 func (a *Admitter) addRoom(elig, room *chain.Set, c Class) {
@@ -935,7 +1001,7 @@ func (a *Admitter) enqueue(t *Ticket, bound bool) Verdict {
 	// before this look, or sees waiting > 0 and fills after this unlock.
 	a.waiting.Add(1)
 	t.room = chain.Set{}
-	a.addRoom(&t.Eligible, &t.room, t.Class)
+	a.roomFor(t)
 	if !t.room.Empty() && (!bound || intersects(&t.room, &t.Preferred) || a.n >= a.size) {
 		// Room after all, or the holders are full and so is the queue:
 		// another backend serves it now rather than nobody.
@@ -1182,9 +1248,13 @@ func (a *Admitter) pick(b int) *Ticket {
 	over := a.overloaded(now)
 	late := func(t *Ticket) bool { return over && a.late(t, b, now) }
 	others := a.slots[b].inflight.Load() - 1 // the slot to give is counted
+	var skip func(*Ticket) bool
+	if busiest := a.heavy(now, 1); busiest >= 0 {
+		skip = func(t *Ticket) bool { return a.heldBack(t, busiest) }
+	}
 	for c := Class(NumClasses - 1); c > High; c-- {
 		if a.passed[c] >= a.k && a.q[c].n > 0 && a.laneOpen(b, c, others) {
-			if t, _ := a.q[c].find(b); t != nil {
+			if t, _ := a.q[c].find(b, skip); t != nil {
 				if g := a.book(c, t, b, now, late); g != nil {
 					return g
 				}
@@ -1197,7 +1267,7 @@ func (a *Admitter) pick(b int) *Ticket {
 		if !a.laneOpen(b, c, others) {
 			break // closed for this class, so for every lower one
 		}
-		t, h := a.q[c].find(b)
+		t, h := a.q[c].find(b, skip)
 		if t != nil {
 			if held != nil {
 				if g := a.book(heldClass, held, b, now, late); g != nil {

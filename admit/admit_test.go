@@ -65,10 +65,11 @@ func (w *wakes) take() []*Ticket {
 }
 
 type rig struct {
-	a   *Admitter
-	clk *clock
-	w   *wakes
-	set *metrics.Set
+	a    *Admitter
+	clk  *clock
+	w    *wakes
+	set  *metrics.Set
+	keys map[string]uint64
 }
 
 func newRig(t testing.TB, cfg Config) *rig {
@@ -93,7 +94,34 @@ func setOf(bs ...int) chain.Set {
 }
 
 func (r *rig) ticket(c Class, tenant string, elig ...int) *Ticket {
-	return &Ticket{Class: c, Tenant: r.a.TenantKey([]byte(tenant)), Eligible: setOf(elig...), Wake: r.w.fn}
+	return &Ticket{Class: c, Tenant: r.key(tenant), Eligible: setOf(elig...), Wake: r.w.fn}
+}
+
+// key is the tenant key of a test's tenant name: its own bucket of the
+// slot counts, unlike keys from TenantKey, which are seeded anew for each
+// admitter and may share one, so that tests of those counts do not see
+// two tenants as one.
+func (r *rig) key(tenant string) uint64 {
+	if tenant == "" {
+		return 0
+	}
+	if k, ok := r.keys[tenant]; ok {
+		return k
+	}
+	if r.keys == nil {
+		r.keys = map[string]uint64{}
+	}
+	for i := 0; ; i++ {
+		k := r.a.TenantKey([]byte(fmt.Sprintf("%s-%d", tenant, i)))
+		clash := bucket(k) == bucket(0)
+		for _, o := range r.keys {
+			clash = clash || bucket(o) == bucket(k)
+		}
+		if !clash {
+			r.keys[tenant] = k
+			return k
+		}
+	}
 }
 
 // hold admits t and takes backend b for it, failing the test otherwise.
@@ -633,6 +661,106 @@ func TestSparedTenant(t *testing.T) {
 			t.Fatalf("after done: tenants hold %d slots, want 1", n)
 		}
 	})
+}
+
+// While the queue sheds, a tenant holding more than twice the slots of
+// another may not take the last TenantReserve free slots of the fleet: a
+// slot it frees there stays free for the lighter tenant's next request,
+// which takes it at once, and the heavy tenant's waiter is granted only a
+// slot beyond the reserve. Its class High requests are not held back, and
+// without shedding or without a reserve nothing is.
+func TestTenantReserve(t *testing.T) {
+	// Two backends of three slots: "big" holds five, "small" one.
+	var small0 *Ticket
+	setup := func(t *testing.T, reserve int, shed bool) (*rig, []*Ticket) {
+		r := newRig(t, Config{Backends: fleet(2), MaxInflight: 3, QueueSize: 8, QueueTimeout: 100 * time.Millisecond, TenantReserve: reserve})
+		var big []*Ticket
+		for _, b := range []int{0, 0, 0, 1, 1} {
+			tk := r.ticket(Normal, "big", 0, 1)
+			r.hold(t, tk, b)
+			big = append(big, tk)
+		}
+		small0 = r.ticket(Normal, "small", 0, 1)
+		r.hold(t, small0, 1)
+		if shed {
+			r.shedOne(t, 0, 100*time.Millisecond)
+		}
+		return r, big
+	}
+	t.Run("the last free slot waits for the light tenant", func(t *testing.T) {
+		r, big := setup(t, 1, true)
+		w := r.ticket(Normal, "big", 0, 1)
+		if r.a.Admit(w) != Queued {
+			t.Fatal("big waiter not queued on a full fleet")
+		}
+		r.a.Done(big[0])
+		if w.State() != Waiting || r.a.Inflight(0) != 2 {
+			t.Fatalf("within the reserve: big waiter state %d, backend 0 in flight %d", w.State(), r.a.Inflight(0))
+		}
+		if nb := r.ticket(Normal, "big", 0, 1); r.a.Admit(nb) != Queued {
+			t.Fatal("a new big request took the reserve")
+		}
+		if hi := r.ticket(High, "big", 0, 1); r.a.Admit(hi) != Go || !r.a.Take(hi, 0) {
+			t.Fatal("a big high-priority request was held back")
+		} else {
+			r.a.Done(hi)
+		}
+		if w.State() != Waiting {
+			t.Fatal("the reserve slot freed by high went to the big waiter")
+		}
+		small := r.ticket(Normal, "small", 0, 1)
+		r.hold(t, small, 0)
+		// The small tenant's first request ends on 1: its slot, the only
+		// free one, stays free; a slot big frees beyond it goes to the
+		// big waiter.
+		r.a.Done(small0)
+		if w.State() != Waiting || r.a.Inflight(1) != 2 {
+			t.Fatalf("within the reserve: big waiter state %d, backend 1 in flight %d", w.State(), r.a.Inflight(1))
+		}
+		r.a.Done(big[1])
+		if w.State() != Granted || w.Backend() != 0 {
+			t.Fatalf("beyond the reserve: state %d backend %d, want granted on 0", w.State(), w.Backend())
+		}
+		r.a.Done(w)
+		r.a.Done(small)
+	})
+	t.Run("a spared tenant is not held back", func(t *testing.T) {
+		// Three backends of four slots: "big" holds seven, "mid" three
+		// (less than half of big's), "small" one; one slot is free.
+		r := newRig(t, Config{Backends: fleet(3), MaxInflight: 4, QueueSize: 8, QueueTimeout: 100 * time.Millisecond, TenantReserve: 1})
+		for i, b := range []int{0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2} {
+			tenant := "big"
+			switch {
+			case i >= 10:
+				tenant = "small"
+			case i >= 7:
+				tenant = "mid"
+			}
+			r.hold(t, r.ticket(Normal, tenant, 0, 1, 2), b)
+		}
+		r.shedOne(t, 0, 100*time.Millisecond)
+		if nb := r.ticket(Normal, "big", 0, 1, 2); r.a.Admit(nb) != Queued {
+			t.Fatal("big took the reserve")
+		}
+		r.hold(t, r.ticket(Normal, "mid", 0, 1, 2), 2)
+	})
+	for _, c := range []struct {
+		name    string
+		reserve int
+		shed    bool
+	}{{"no reserve", 0, true}, {"not shedding", 1, false}} {
+		t.Run(c.name, func(t *testing.T) {
+			r, big := setup(t, c.reserve, c.shed)
+			w := r.ticket(Normal, "big", 0, 1)
+			if r.a.Admit(w) != Queued {
+				t.Fatal("big waiter not queued on a full fleet")
+			}
+			r.a.Done(big[0])
+			if w.State() != Granted || w.Backend() != 0 {
+				t.Fatalf("state %d backend %d, want granted on 0", w.State(), w.Backend())
+			}
+		})
+	}
 }
 
 // waitBehindFullHolder queues a follow-up of class c that prefers backend

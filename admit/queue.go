@@ -77,13 +77,18 @@ func (q *classQueue) tag(f *flow, t *Ticket) {
 // the caller gives b rather than let a lower class have it.
 //
 // A tenant none of whose waiters can use b keeps its small tags, so it is
-// served first when a backend it can use frees.
-func (q *classQueue) find(b int) (t, held *Ticket) {
+// served first when a backend it can use frees. A tenant whose first
+// waiter skip holds back (the tenant reserve; nil: none) is passed over
+// the same way.
+func (q *classQueue) find(b int, skip func(*Ticket) bool) (t, held *Ticket) {
 	var best *Ticket
 	// The best holder-bound candidates of the two best tenants by their
 	// bound waiters, so that one of another tenant than best's remains.
 	var h1, h2 *Ticket
 	for f := q.first; f != nil; f = f.next {
+		if skip != nil && skip(f.head) {
+			continue
+		}
 		var bound *Ticket
 		for w := f.head; w != nil; w = w.fnext {
 			if !w.Eligible.Has(b) {
@@ -255,6 +260,9 @@ func (a *Admitter) Sweep() {
 			if late && a.overloaded(now) {
 				ws[n] = a.drop(t, ReasonTimeout, now)
 				n++
+				continue
+			}
+			if a.heldBack(t, a.heavy(now, 0)) {
 				continue
 			}
 			if b := a.freeFor(t); b >= 0 {

@@ -100,6 +100,10 @@ type Config struct {
 	// QueueHighReserve is how many of each backend's slots only high
 	// priority may take; 0: none.
 	QueueHighReserve int
+	// QueueTenantReserve is how many of the fleet's free slots a tenant
+	// holding more than twice another's slots may not take while the
+	// queue sheds (admit.Config.TenantReserve); 0: none.
+	QueueTenantReserve int
 	// QueueHighPreempts says the engines preempt a running lower-priority
 	// sequence for a high-priority one: high priority may then go past
 	// MaxInflightPerBackend (admit.Config.HighPreempts).
@@ -208,6 +212,7 @@ func DefaultConfig() Config {
 		QueueTimeout:          admit.DefaultQueueTimeout,
 		QueueHolderWait:       admit.DefaultHolderWait,
 		QueueStarvationLimit:  admit.DefaultStarvationLimit,
+		QueueTenantReserve:    admit.DefaultTenantReserve,
 		ClientIdleTimeout:     2 * time.Minute,
 		MaxConnsPerBackend:    1024,
 		TTFT:                  sched.TTFTConfig{ResidentEpsilon: sched.DefaultResidentEpsilon},
@@ -381,8 +386,8 @@ func (c *Config) Validate() error {
 	if c.HeaderTimeout == 0 {
 		c.HeaderTimeout = d.HeaderTimeout
 	}
-	if c.MaxInflightPerBackend < 0 || c.QueueSize < 0 || c.QueueTimeout < 0 || c.QueueHolderWait < 0 || c.QueueStarvationLimit < 0 || c.QueueMaxPrefill < 0 || c.QueueHighReserve < 0 {
-		return fmt.Errorf("--max-inflight-per-backend, --queue-size, --queue-timeout, --queue-holder-wait, --queue-starvation-limit, --queue-max-prefill and --queue-high-reserve must not be negative")
+	if c.MaxInflightPerBackend < 0 || c.QueueSize < 0 || c.QueueTimeout < 0 || c.QueueHolderWait < 0 || c.QueueStarvationLimit < 0 || c.QueueMaxPrefill < 0 || c.QueueHighReserve < 0 || c.QueueTenantReserve < 0 {
+		return fmt.Errorf("--max-inflight-per-backend, --queue-size, --queue-timeout, --queue-holder-wait, --queue-starvation-limit, --queue-max-prefill, --queue-high-reserve and --queue-tenant-reserve must not be negative")
 	}
 	if c.MaxInflightPerBackend > 0 && c.QueueHighReserve >= c.MaxInflightPerBackend {
 		return fmt.Errorf("--queue-high-reserve must be below --max-inflight-per-backend")
