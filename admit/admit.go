@@ -191,9 +191,9 @@ type Ticket struct {
 	moved      bool
 	counted    bool // admitted counted
 	fromQueue  bool
-	bound      bool  // waits for Preferred only
-	hold       uint8 // which of Admitter.hold t is on while bound
-	lb         uint8 // its tenant's bucket in Admitter.load while it holds a slot
+	bound      bool   // waits for Preferred only
+	hold       uint8  // which of Admitter.hold t is on while bound
+	lb         uint16 // its tenant's bucket in Admitter.load while it holds a slot
 	reason     Reason
 	retryAfter int
 	room       chain.Set
@@ -354,19 +354,58 @@ type Admitter struct {
 	// key: enough to tell a tenant holding a small share from the
 	// busiest one (spared), with neither a lock nor a map that the end
 	// users a body names could grow. Two tenants may share a bucket and
-	// count as one.
+	// count as one. held marks the buckets that may be non-zero, one bit
+	// each, so that a look at the counts reads those only.
 	load [tenantBuckets]atomic.Int32
+	held [tenantBuckets / 64]atomic.Uint64
 }
 
-const tenantBuckets = 256
+const tenantBuckets = 4096
 
-// charge counts in load the slot t is about to hold.
+func bucket(tenant uint64) uint16 { return uint16(tenant>>1) & (tenantBuckets - 1) } // bit 0 is set in every key
+
+// charge counts in load the slot t is about to hold, and marks its
+// bucket when it was empty and unmarked.
 func (a *Admitter) charge(t *Ticket) {
 	t.lb = bucket(t.Tenant)
-	a.load[t.lb].Add(1)
+	if a.load[t.lb].Add(1) == 1 {
+		if w, bit := &a.held[t.lb>>6], uint64(1)<<(t.lb&63); w.Load()&bit == 0 {
+			w.Or(bit)
+		}
+	}
 }
 
-func bucket(tenant uint64) uint8 { return uint8(tenant >> 1) } // bit 0 is set in every key
+// discharge uncounts t's slot; its bucket stays marked until spread
+// finds it empty, so that a tenant taking and releasing one slot at a
+// time pays one atomic add for each.
+func (a *Admitter) discharge(t *Ticket) { a.load[t.lb].Add(-1) }
+
+// spread returns the fewest slots a tenant holding any holds and the
+// most any holds (0, 0: none holds any). It unmarks the empty buckets
+// it meets, and marks one again if a charge came in between: a charge
+// that saw the mark before it went is then seen here, so a bucket
+// holding slots keeps its mark.
+func (a *Admitter) spread() (lo, hi int32) {
+	for wi := range a.held {
+		for w := a.held[wi].Load(); w != 0; w &= w - 1 {
+			i := wi<<6 | trailingZeros(w)
+			n := a.load[i].Load()
+			if n <= 0 {
+				bit := uint64(1) << (i & 63)
+				a.held[wi].And(^bit)
+				if n = a.load[i].Load(); n <= 0 {
+					continue
+				}
+				a.held[wi].Or(bit)
+			}
+			if lo == 0 || n < lo {
+				lo = n
+			}
+			hi = max(hi, n)
+		}
+	}
+	return lo, hi
+}
 
 // spared reports whether the queue's bets that shed are not made for t:
 // while the queue sheds (overloaded), t's tenant holds fewer than half
@@ -380,13 +419,8 @@ func (a *Admitter) spared(t *Ticket, now int64) bool {
 	if !a.overloaded(now) {
 		return false
 	}
-	own := a.load[bucket(t.Tenant)].Load()
-	for i := range a.load {
-		if a.load[i].Load() > 2*own {
-			return true
-		}
-	}
-	return false
+	_, hi := a.spread()
+	return hi > 2*a.load[bucket(t.Tenant)].Load()
 }
 
 // overloaded reports whether a waiter was shed within the last second.
@@ -404,14 +438,7 @@ func (a *Admitter) heavy(now int64, given int32) int32 {
 	if a.tenantRes <= 0 || !a.overloaded(now) {
 		return -1
 	}
-	lo, hi := int32(0), int32(0)
-	for i := range a.load {
-		n := a.load[i].Load()
-		if n > 0 && (lo == 0 || n < lo) {
-			lo = n
-		}
-		hi = max(hi, n)
-	}
+	lo, hi := a.spread()
 	if lo == 0 || 2*lo >= hi {
 		return -1
 	}
@@ -868,7 +895,7 @@ func (a *Admitter) acquire(t *Ticket, b int) bool {
 
 // releaseOf gives back t's slot on b.
 func (a *Admitter) releaseOf(t *Ticket, b int) {
-	a.load[t.lb].Add(-1)
+	a.discharge(t)
 	if a.highPreempts(t) {
 		a.slots[b].high.Add(-1)
 	}

@@ -253,3 +253,45 @@ func TestStaleWakeDoesNotHideTheNext(t *testing.T) {
 		t.Fatalf("channel holds wake %d, want 2", got)
 	}
 }
+
+// Slots of one tenant taken and released on many goroutines at once
+// leave its bucket marked whenever it holds any, though spread unmarks
+// the buckets it finds empty meanwhile: the tenants' spread, read from
+// the marked buckets only, counts every slot held.
+func TestTenantCountsRace(t *testing.T) {
+	r := newRig(t, Config{Backends: fleet(1), MaxInflight: 1})
+	a := r.a
+	key := r.key("acme")
+	const workers = 8
+	for i := 0; i < 500; i++ {
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for w := 0; w < workers; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				tk := &Ticket{Tenant: key}
+				for range 4 {
+					a.charge(tk)
+					a.discharge(tk)
+					a.spread() // unmarks the bucket when it finds it empty
+				}
+				if w%2 == 0 {
+					a.charge(tk) // half of them end holding a slot
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		if lo, hi := a.spread(); lo != workers/2 || hi != workers/2 {
+			t.Fatalf("iteration %d: spread %d, %d, want %d, %d", i, lo, hi, workers/2, workers/2)
+		}
+		for range workers / 2 {
+			a.discharge(&Ticket{Tenant: key, lb: bucket(key)})
+		}
+		if lo, hi := a.spread(); lo != 0 || hi != 0 {
+			t.Fatalf("iteration %d: spread %d, %d after every release", i, lo, hi)
+		}
+	}
+}
