@@ -66,11 +66,12 @@ type Config struct {
 	// class High may take: a lower class is granted a slot there only
 	// while more than HighReserve stay free; 0: none.
 	HighReserve int
-	// TenantReserve is how many of the fleet's free slots a tenant holding
-	// more than twice the slots of another tenant may not take while the
-	// queue sheds: they wait for the lighter tenants' next requests, which
-	// would otherwise wait for a release behind the heavy tenant's
-	// waiters; class High is never held back; 0: none.
+	// TenantReserve is how many of the fleet's free slots the tenants that
+	// are not spared (holding at least half the busiest tenant's slots)
+	// may not take while the queue sheds and a spared tenant holds slots:
+	// they wait for the spared tenants' next requests, which would
+	// otherwise wait for a release behind the heavy tenants' waiters;
+	// class High is never held back; 0: none.
 	TenantReserve int
 	// HighPreempts says that the engines preempt a running sequence of
 	// lower priority for a high-priority one (SGLang's
@@ -462,12 +463,6 @@ func (a *Admitter) heldBack(t *Ticket, busiest int32) bool {
 	return busiest >= 0 && t.Class != High && 2*a.load[bucket(t.Tenant)].Load() >= busiest
 }
 
-// heldBackNow is heldBack for a slot free now, with no clock read when
-// there is no reserve.
-func (a *Admitter) heldBackNow(t *Ticket) bool {
-	return a.tenantRes > 0 && a.heldBack(t, a.heavy(a.now(), 0))
-}
-
 // New builds an admitter.
 func New(cfg Config) (*Admitter, error) {
 	if len(cfg.Backends) == 0 || len(cfg.Backends) > chain.MaxBackends {
@@ -593,8 +588,8 @@ func (a *Admitter) admit(t *Ticket) Verdict {
 		if t.Eligible.Has(h) {
 			t.idle()
 			t.room = chain.Set{}
-			if !t.moved && !a.heldBackNow(t) {
-				a.addRoom(&t.Eligible, &t.room, t.Class)
+			if !t.moved {
+				a.roomFor(t)
 			}
 			t.room.Add(h)
 			return Go
@@ -789,9 +784,10 @@ func (a *Admitter) Close() {
 }
 
 // roomFor adds to t's room the eligible backends with a free slot it may
-// take, none while the tenant reserve holds it back.
+// take, none while the tenant reserve holds it back (no clock read
+// without a reserve).
 func (a *Admitter) roomFor(t *Ticket) {
-	if !a.heldBackNow(t) {
+	if a.tenantRes == 0 || !a.heldBack(t, a.heavy(a.now(), 0)) {
 		a.addRoom(&t.Eligible, &t.room, t.Class)
 	}
 }

@@ -663,9 +663,9 @@ func TestSparedTenant(t *testing.T) {
 	})
 }
 
-// While the queue sheds, a tenant holding more than twice the slots of
-// another may not take the last TenantReserve free slots of the fleet: a
-// slot it frees there stays free for the lighter tenant's next request,
+// While the queue sheds, a tenant holding at least half the busiest's
+// slots, beside one holding less than half, may not take the last
+// TenantReserve free slots of the fleet: a slot it frees there stays free for the lighter tenant's next request,
 // which takes it at once, and the heavy tenant's waiter is granted only a
 // slot beyond the reserve. Its class High requests are not held back, and
 // without shedding or without a reserve nothing is.

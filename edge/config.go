@@ -101,7 +101,7 @@ type Config struct {
 	// priority may take; 0: none.
 	QueueHighReserve int
 	// QueueTenantReserve is how many of the fleet's free slots a tenant
-	// holding more than twice another's slots may not take while the
+	// holding at least half the busiest one's slots may not take while the
 	// queue sheds (admit.Config.TenantReserve); 0: none.
 	QueueTenantReserve int
 	// QueueHighPreempts says the engines preempt a running lower-priority
