@@ -73,6 +73,12 @@ type Config struct {
 	// otherwise wait for a release behind the heavy tenants' waiters;
 	// class High is never held back; 0: none.
 	TenantReserve int
+	// HighPool is how many of the fleet's free slots only class High may
+	// take: a lower class is granted a slot only while more than HighPool
+	// of the fleet's slots stay free, so that a high-priority request
+	// under overload finds a slot at once instead of waiting for the
+	// next release; 0: none.
+	HighPool int
 	// HighPreempts says that the engines preempt a running sequence of
 	// lower priority for a high-priority one (SGLang's
 	// --enable-priority-scheduling, with the priority in the request's
@@ -320,6 +326,7 @@ type Admitter struct {
 	maxPrefill time.Duration
 	reserve    int32
 	tenantRes  int32
+	pool       int32
 	k          int
 	size       int
 	seed       maphash.Seed
@@ -443,6 +450,15 @@ func (a *Admitter) heavy(now int64, given int32) int32 {
 	if lo == 0 || 2*lo >= hi {
 		return -1
 	}
+	if a.fleetFree(given) > a.tenantRes {
+		return -1
+	}
+	return hi
+}
+
+// fleetFree counts the free slots of the healthy backends, and given:
+// one being handed on, still counted as held.
+func (a *Admitter) fleetFree(given int32) int32 {
 	free := given
 	for i := range int(a.used.Load()) {
 		s := &a.slots[i]
@@ -450,10 +466,14 @@ func (a *Admitter) heavy(now int64, given int32) int32 {
 			free += max(s.limit.Load()-s.inflight.Load(), 0)
 		}
 	}
-	if free > a.tenantRes {
-		return -1
-	}
-	return hi
+	return free
+}
+
+// poolOpen reports whether a request of class c may take one of the
+// fleet's free slots (given as in fleetFree): c is High, or more than
+// the high-priority pool (Config.HighPool) are free.
+func (a *Admitter) poolOpen(c Class, given int32) bool {
+	return c == High || a.pool <= 0 || a.fleetFree(given) > a.pool
 }
 
 // heldBack reports whether the tenant reserve keeps t from a free slot:
@@ -477,8 +497,11 @@ func New(cfg Config) (*Admitter, error) {
 	if cfg.HighReserve < 0 || cfg.MaxInflight > 0 && cfg.HighReserve >= cfg.MaxInflight {
 		return nil, errors.New("admit: the high-priority reserve must be below the in-flight limit")
 	}
-	if cfg.TenantReserve < 0 {
-		return nil, errors.New("admit: the tenant reserve must not be negative")
+	if cfg.TenantReserve < 0 || cfg.HighPool < 0 {
+		return nil, errors.New("admit: the tenant reserve and the high-priority pool must not be negative")
+	}
+	if cfg.MaxInflight > 0 && cfg.HighPool >= cfg.MaxInflight*len(cfg.Backends) {
+		return nil, errors.New("admit: the high-priority pool must be below the fleet's slots (backends times the in-flight limit)")
 	}
 	if cfg.QueueTimeout == 0 {
 		cfg.QueueTimeout = DefaultQueueTimeout
@@ -495,6 +518,7 @@ func New(cfg Config) (*Admitter, error) {
 		maxPrefill: cfg.MaxPrefill,
 		reserve:    int32(cfg.HighReserve),
 		tenantRes:  int32(cfg.TenantReserve),
+		pool:       int32(cfg.HighPool),
 		k:          cfg.StarvationLimit,
 		size:       cfg.QueueSize,
 		seed:       maphash.MakeSeed(),
@@ -793,6 +817,9 @@ func (a *Admitter) roomFor(t *Ticket) {
 }
 
 func (a *Admitter) addRoom(elig, room *chain.Set, c Class) {
+	if !a.poolOpen(c, 0) {
+		return
+	}
 	for wi, word := range elig {
 		for word != 0 {
 			i := wi<<6 | trailingZeros(word)
@@ -1275,7 +1302,8 @@ func (a *Admitter) pick(b int) *Ticket {
 	if busiest := a.heavy(now, 1); busiest >= 0 {
 		skip = func(t *Ticket) bool { return a.heldBack(t, busiest) }
 	}
-	for c := Class(NumClasses - 1); c > High; c-- {
+	lower := a.poolOpen(Normal, 1) // classes below High may take the slot
+	for c := Class(NumClasses - 1); c > High && lower; c-- {
 		if a.passed[c] >= a.k && a.q[c].n > 0 && a.laneOpen(b, c, others) {
 			if t, _ := a.q[c].find(b, skip); t != nil {
 				if g := a.book(c, t, b, now, late); g != nil {
@@ -1287,7 +1315,7 @@ func (a *Admitter) pick(b int) *Ticket {
 	var held *Ticket
 	heldClass := High
 	for c := High; c < NumClasses; c++ {
-		if !a.laneOpen(b, c, others) {
+		if !a.laneOpen(b, c, others) || c > High && !lower {
 			break // closed for this class, so for every lower one
 		}
 		t, h := a.q[c].find(b, skip)

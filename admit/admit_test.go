@@ -1159,6 +1159,56 @@ func TestHighReserve(t *testing.T) {
 	}
 }
 
+// With a pool, lower classes leave the last HighPool free slots of the
+// fleet, wherever they are, to high priority: they queue while no more
+// are free, a slot freed into the pool stays free for the next high
+// request, and one freed beyond it goes to the oldest normal waiter.
+func TestHighPool(t *testing.T) {
+	r := newRig(t, Config{Backends: fleet(2), MaxInflight: 2, QueueSize: 8, HighPool: 1})
+	a := r.a
+	var held []*Ticket
+	for _, b := range []int{0, 0, 1} {
+		tk := r.ticket(Normal, "", 0, 1)
+		r.hold(t, tk, b)
+		held = append(held, tk)
+	}
+	var waiters []*Ticket
+	for _, c := range []Class{Normal, Low} {
+		tk := r.ticket(c, "", 0, 1)
+		if a.Admit(tk) != Queued {
+			t.Fatalf("class %v: not queued with only the pool free", c)
+		}
+		waiters = append(waiters, tk)
+	}
+	hi := r.ticket(High, "", 0, 1)
+	if a.Admit(hi) != Go || *hi.Room() != setOf(1) || !a.Take(hi, 1) {
+		t.Fatalf("high: room %v, want the pool's slot on 1", *hi.Room())
+	}
+	// The fleet is full. A normal request done on 0 frees one slot: the
+	// pool again, so neither waiter may have it.
+	a.Done(held[0])
+	if got := r.w.take(); len(got) != 0 || a.Inflight(0) != 1 {
+		t.Fatalf("a pool slot went to a lower class: %d wakes, inflight %d", len(got), a.Inflight(0))
+	}
+	if st := a.Snapshot(); st.HighPool != 1 || st.Free != 1 || st.Queued != 2 {
+		t.Fatalf("snapshot: pool %d, free %d, queued %d", st.HighPool, st.Free, st.Queued)
+	}
+	// The high request done on 1: two free, the normal waiter takes one.
+	a.Done(hi)
+	if got := r.w.take(); len(got) != 1 || got[0] != waiters[0] {
+		t.Fatalf("the slot beyond the pool: wakes %v, want the normal waiter", got)
+	}
+	if a.Queued() != 1 || a.Inflight(0)+a.Inflight(1) != 3 {
+		t.Fatalf("queued %d, held %d+%d: want the low waiter left and 3 held", a.Queued(), a.Inflight(0), a.Inflight(1))
+	}
+	for _, tk := range append(held[1:], waiters...) {
+		a.Done(tk)
+	}
+	if a.Queued() != 0 || a.Inflight(0) != 0 || a.Inflight(1) != 0 {
+		t.Fatalf("after every Done: queued %d, held %d+%d", a.Queued(), a.Inflight(0), a.Inflight(1))
+	}
+}
+
 // With engines that preempt for high priority, a high request takes a
 // slot past the limit while the backend holds fewer high requests than
 // its limit; the slots past the limit are never passed on, so the engine
@@ -1227,7 +1277,7 @@ func TestConfigRejected(t *testing.T) {
 	swapped[0], swapped[1] = swapped[1], swapped[0]
 	for _, c := range []Config{{}, {Backends: fleet(chain.MaxBackends + 1)}, {Backends: swapped},
 		{Backends: fleet(1), MaxInflight: -1}, {Backends: fleet(1), QueueTimeout: -1},
-		{Backends: fleet(1), MaxInflight: 2, HighReserve: 2}, {Backends: fleet(1), MaxInflight: 2, HighReserve: -1}} {
+		{Backends: fleet(1), MaxInflight: 2, HighReserve: 2}, {Backends: fleet(1), MaxInflight: 2, HighReserve: -1}, {Backends: fleet(1), MaxInflight: 2, HighPool: -1}, {Backends: fleet(2), MaxInflight: 2, HighPool: 4}} {
 		if _, err := New(c); err == nil {
 			t.Errorf("accepted %+v", c)
 		}

@@ -299,6 +299,9 @@ func (a *Admitter) Sweep() {
 // freeFor takes a free slot on the least busy backend t may use, or
 // returns -1.
 func (a *Admitter) freeFor(t *Ticket) int {
+	if !a.poolOpen(t.Class, 0) {
+		return -1
+	}
 	for {
 		best, bestN := -1, int32(0)
 		for wi, word := range t.Eligible {

@@ -2,11 +2,15 @@ package admit
 
 // State is the admission's picture for /admin/state.
 type State struct {
-	MaxInflight int            `json:"max_inflight_per_backend"` // 0: unlimited
-	QueueSize   int            `json:"queue_size"`
-	Queued      int            `json:"queued"`
-	Classes     []ClassState   `json:"classes"`
-	Backends    []BackendState `json:"backends"`
+	MaxInflight int `json:"max_inflight_per_backend"` // 0: unlimited
+	QueueSize   int `json:"queue_size"`
+	// HighPool is the fleet's free slots only class High may take, and
+	// Free the free slots of the healthy backends.
+	HighPool int            `json:"high_pool,omitempty"`
+	Free     int            `json:"free"`
+	Queued   int            `json:"queued"`
+	Classes  []ClassState   `json:"classes"`
+	Backends []BackendState `json:"backends"`
 	// ReleaseRate is the smoothed rate at which slots were freed (per
 	// second), what Retry-After is computed from.
 	ReleaseRate float64 `json:"release_rate"`
@@ -33,7 +37,10 @@ type BackendState struct {
 
 // Snapshot returns the current state (it allocates: for the admin API).
 func (a *Admitter) Snapshot() State {
-	st := State{MaxInflight: a.cfg.MaxInflight, QueueSize: a.cfg.QueueSize}
+	st := State{MaxInflight: a.cfg.MaxInflight, QueueSize: a.cfg.QueueSize, HighPool: a.cfg.HighPool}
+	if a.limited {
+		st.Free = int(a.fleetFree(0))
+	}
 	for i := range int(a.used.Load()) {
 		st.Backends = append(st.Backends, BackendState{Index: i, Inflight: a.Inflight(i), Limit: a.Limit(i), High: int(a.slots[i].high.Load())})
 	}

@@ -104,6 +104,9 @@ type Config struct {
 	// holding at least half the busiest one's slots may not take while the
 	// queue sheds (admit.Config.TenantReserve); 0: none.
 	QueueTenantReserve int
+	// QueueHighPool is how many of the fleet's free slots only high
+	// priority may take (admit.Config.HighPool); 0: none.
+	QueueHighPool int
 	// QueueHighPreempts says the engines preempt a running lower-priority
 	// sequence for a high-priority one: high priority may then go past
 	// MaxInflightPerBackend (admit.Config.HighPreempts).
@@ -386,8 +389,8 @@ func (c *Config) Validate() error {
 	if c.HeaderTimeout == 0 {
 		c.HeaderTimeout = d.HeaderTimeout
 	}
-	if c.MaxInflightPerBackend < 0 || c.QueueSize < 0 || c.QueueTimeout < 0 || c.QueueHolderWait < 0 || c.QueueStarvationLimit < 0 || c.QueueMaxPrefill < 0 || c.QueueHighReserve < 0 || c.QueueTenantReserve < 0 {
-		return fmt.Errorf("--max-inflight-per-backend, --queue-size, --queue-timeout, --queue-holder-wait, --queue-starvation-limit, --queue-max-prefill, --queue-high-reserve and --queue-tenant-reserve must not be negative")
+	if c.MaxInflightPerBackend < 0 || c.QueueSize < 0 || c.QueueTimeout < 0 || c.QueueHolderWait < 0 || c.QueueStarvationLimit < 0 || c.QueueMaxPrefill < 0 || c.QueueHighReserve < 0 || c.QueueTenantReserve < 0 || c.QueueHighPool < 0 {
+		return fmt.Errorf("--max-inflight-per-backend, --queue-size, --queue-timeout, --queue-holder-wait, --queue-starvation-limit, --queue-max-prefill, --queue-high-reserve, --queue-tenant-reserve and --queue-high-pool must not be negative")
 	}
 	if c.MaxInflightPerBackend > 0 && c.QueueHighReserve >= c.MaxInflightPerBackend {
 		return fmt.Errorf("--queue-high-reserve must be below --max-inflight-per-backend")

@@ -287,6 +287,7 @@ func restartOnly(cur, next Config) []string {
 	diff("queue-max-prefill", cur.QueueMaxPrefill != next.QueueMaxPrefill)
 	diff("queue-high-reserve", cur.QueueHighReserve != next.QueueHighReserve)
 	diff("queue-tenant-reserve", cur.QueueTenantReserve != next.QueueTenantReserve)
+	diff("queue-high-pool", cur.QueueHighPool != next.QueueHighPool)
 	diff("queue-high-preempts", cur.QueueHighPreempts != next.QueueHighPreempts)
 	diff("loops", cur.Loops != next.Loops)
 	diff("prefill-release", cur.PrefillAtHeaders != next.PrefillAtHeaders)

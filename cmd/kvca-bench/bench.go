@@ -48,6 +48,7 @@ func proxyFlags() []cli.Flag {
 		&cli.GenericFlag{Name: "queue-max-prefill", Value: cliflag.Duration(0), Usage: "proxy: the prefill a request may find waiting ahead of it on a backend, high priority excepted (before --time-scale; 0: no bound)", EnvVars: env("queue-max-prefill")},
 		&cli.IntFlag{Name: "queue-high-reserve", Usage: "proxy: of each backend's slots, how many only high-priority requests may take", EnvVars: env("queue-high-reserve")},
 		&cli.IntFlag{Name: "queue-tenant-reserve", Value: d.QueueTenantReserve, Usage: "proxy: while the queue sheds, how many of the fleet's free slots the tenants holding at least half the busiest one's slots may not take while a lighter tenant holds slots", EnvVars: env("queue-tenant-reserve")},
+		&cli.IntFlag{Name: "queue-high-pool", Usage: "proxy: of the fleet's free slots, how many only high-priority requests may take", EnvVars: env("queue-high-pool")},
 		&cli.BoolFlag{Name: "queue-high-preempts", Usage: "proxy: the engines preempt for high priority, which may then go past --max-inflight-per-backend (pair with --engine-priority)", EnvVars: env("queue-high-preempts")},
 		&cli.GenericFlag{Name: "queue-holder-wait", Value: cliflag.Duration(d.QueueHolderWait), Usage: "proxy: how long a follow-up waits for a holder of its prefix (before --time-scale)", EnvVars: env("queue-holder-wait")},
 		&cli.IntFlag{Name: "queue-starvation-limit", Value: d.QueueStarvationLimit, Usage: "proxy: grants to higher classes a waiting class may be passed over by in a row", EnvVars: env("queue-starvation-limit")},
@@ -179,7 +180,7 @@ func proxyFactory(c *cli.Context, timeScale float64) run.ProxyFactory {
 				"--max-inflight-per-backend", strconv.Itoa(c.Int("max-inflight-per-backend")), "--queue-size", strconv.Itoa(c.Int("queue-size")),
 				"--queue-timeout", scaled("queue-timeout").String(), "--queue-holder-wait", scaled("queue-holder-wait").String(), "--queue-max-prefill", scaled("queue-max-prefill").String(),
 				"--queue-starvation-limit", strconv.Itoa(c.Int("queue-starvation-limit")), "--queue-high-reserve", strconv.Itoa(c.Int("queue-high-reserve")),
-				"--queue-tenant-reserve", strconv.Itoa(c.Int("queue-tenant-reserve")),
+				"--queue-tenant-reserve", strconv.Itoa(c.Int("queue-tenant-reserve")), "--queue-high-pool", strconv.Itoa(c.Int("queue-high-pool")),
 				"--queue-high-preempts="+strconv.FormatBool(c.Bool("queue-high-preempts")),
 				"--queue-engine-aware="+strconv.FormatBool(c.Bool("queue-engine-aware")))
 			for _, b := range backends {
@@ -212,6 +213,7 @@ func proxyFactory(c *cli.Context, timeScale float64) run.ProxyFactory {
 		cfg.QueueMaxPrefill = scaled("queue-max-prefill")
 		cfg.QueueHighReserve = c.Int("queue-high-reserve")
 		cfg.QueueTenantReserve = c.Int("queue-tenant-reserve")
+		cfg.QueueHighPool = c.Int("queue-high-pool")
 		cfg.QueueHighPreempts = c.Bool("queue-high-preempts")
 		cfg.QueueStarvationLimit = c.Int("queue-starvation-limit")
 		cfg.QueueEngineAware = c.Bool("queue-engine-aware")
