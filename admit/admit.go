@@ -949,6 +949,24 @@ func (a *Admitter) release(b int) {
 	if a.waiting.Load() > 0 {
 		a.fill(b)
 	}
+	if a.pool > 0 && a.waiting.Load() > 0 {
+		a.fillPool(b)
+	}
+}
+
+// fillPool offers the free slots of the backends other than b to the
+// waiters once the slot freed on b has opened the high-priority pool:
+// a waiter that may not use b may use one of them, kept free until then.
+// Under load few slots are free, so this looks at few backends.
+func (a *Admitter) fillPool(b int) {
+	if a.fleetFree(0) <= a.pool {
+		return
+	}
+	for i := range int(a.used.Load()) {
+		if s := &a.slots[i]; i != b && s.healthy() && s.free() {
+			a.fill(i)
+		}
+	}
 }
 
 // fill grants b's free slots to waiters that can use them.

@@ -1209,6 +1209,28 @@ func TestHighPool(t *testing.T) {
 	}
 }
 
+// A slot freed where a waiter may not go still opens the pool for it: the
+// waiter takes the free slot it was kept from on another backend.
+func TestHighPoolOpensElsewhere(t *testing.T) {
+	r := newRig(t, Config{Backends: fleet(2), MaxInflight: 2, QueueSize: 8, HighPool: 1})
+	a := r.a
+	r.hold(t, r.ticket(Normal, "", 0, 1), 0)
+	b1, b2 := r.ticket(Normal, "", 0, 1), r.ticket(Normal, "", 0, 1)
+	r.hold(t, b1, 1)
+	r.hold(t, b2, 1)
+	w := r.ticket(Normal, "", 0) // may use backend 0 only
+	if a.Admit(w) != Queued {
+		t.Fatal("not queued with only the pool's slot free")
+	}
+	a.Done(b1)
+	if got := r.w.take(); len(got) != 1 || got[0] != w || w.Backend() != 0 {
+		t.Fatalf("wakes %v, want the waiter granted backend 0", got)
+	}
+	if a.Inflight(0) != 2 || a.Inflight(1) != 1 || a.Queued() != 0 {
+		t.Fatalf("held %d+%d, queued %d", a.Inflight(0), a.Inflight(1), a.Queued())
+	}
+}
+
 // With engines that preempt for high priority, a high request takes a
 // slot past the limit while the backend holds fewer high requests than
 // its limit; the slots past the limit are never passed on, so the engine

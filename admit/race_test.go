@@ -1,6 +1,7 @@
 package admit
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"sync"
@@ -43,11 +44,18 @@ func TestWakeCancelRace(t *testing.T) {
 }
 
 // Many owners admit, queue, cancel, take and release at once: no backend
-// ever holds more than its limit, and every slot comes back.
+// ever holds more than its limit, and every slot comes back; without and
+// with a high-priority pool.
 func TestExactReleaseUnderStress(t *testing.T) {
+	for _, pool := range []int{0, 2} {
+		t.Run(fmt.Sprintf("pool %d", pool), func(t *testing.T) { exactReleaseUnderStress(t, pool) })
+	}
+}
+
+func exactReleaseUnderStress(t *testing.T, pool int) {
 	const backends, limit, workers, rounds = 4, 3, 24, 300
 	r := newRig(t, Config{Backends: fleet(backends), MaxInflight: limit, QueueSize: 6,
-		QueueTimeout: 50 * time.Millisecond, EngineAware: true})
+		QueueTimeout: 50 * time.Millisecond, EngineAware: true, HighPool: pool})
 	a := r.a
 	// Meanwhile time passes: deadlines and holder waits expire, engines
 	// report queues and stop, a backend fails and recovers.
