@@ -186,9 +186,19 @@ func (sh *shard) moveToFront(i int32) {
 // current reports whether e already holds b's location of this generation
 // as of now or later, so that a touch would change nothing but LRU order
 // among blocks touched within the same millisecond.
-func (e *entry) current(b int, gen uint32, now int64) bool {
+func (e *entry) current(b int, gen uint32, now int64, mode touchMode) bool {
 	return e.anyLoc(func(l uint64) bool {
-		return locBackend(l) == b && locGen(l) == gen&0xff && locTime(l) >= now
+		// A confirmation must clear a prediction's mark, however fresh.
+		return locBackend(l) == b && locGen(l) == gen&0xff && locTime(l) >= now &&
+			(mode == touchPredict || !locIsPredicted(l))
+	})
+}
+
+// confirmed reports whether e holds a live location of b, of generation
+// gen, that an answer confirmed.
+func (sh *shard) confirmed(t *Table, e *entry, b int, gen uint32, now int64) bool {
+	return e.anyLoc(func(l uint64) bool {
+		return locBackend(l) == b && locGen(l) == gen&0xff && !locIsPredicted(l) && t.live(l, now)
 	})
 }
 
@@ -209,14 +219,24 @@ func (e *entry) anyLoc(f func(uint64) bool) bool {
 
 // set creates or refreshes b's location in e, a block at depth bucket
 // depth of its chain. A refresh never moves the time backwards (remote
-// updates may arrive late) and keeps an existing pin.
-func (sh *shard) set(e *entry, b int, gen uint32, now int64, pin bool, depth uint64) {
+// updates may arrive late) and keeps an existing pin; a confirmation
+// clears a prediction's mark, and a prediction marks what it creates or
+// refreshes (the caller leaves live confirmed locations alone).
+func (sh *shard) set(e *entry, b int, gen uint32, now int64, mode touchMode, depth uint64) {
 	depth <<= locDepthShift
+	pin := mode == touchPin
+	if mode == touchPredict {
+		depth |= locPredicted
+	}
 	upd := func(l uint64) uint64 {
-		if locGen(l) == gen&0xff {
+		// A prediction's time is no access: a confirmation over it (a
+		// peer's, dated earlier) keeps its own time.
+		if locGen(l) == gen&0xff && (mode == touchPredict || !locIsPredicted(l)) {
 			if t := locTime(l); t > now {
 				now = t
 			}
+		}
+		if locGen(l) == gen&0xff {
 			pin = pin || locIsPinned(l)
 		}
 		return makeLoc(now, gen, pin, b) | depth

@@ -39,8 +39,11 @@ const (
 	locBackendMask = 0xff
 	locPinned      = 1 << 8
 	locDepthShift  = 9 // 4 bits: the block's depth in its chain, log2 (capacity.go)
-	locGenShift    = 16
-	locTimeShift   = 24
+	// locPredicted: recorded at routing time (Predict) and not yet
+	// confirmed by an answer; it lives min(predict TTL, TTL).
+	locPredicted = 1 << 13
+	locGenShift  = 16
+	locTimeShift = 24
 )
 
 // depthOf is the depth bucket of a chain's i-th block: bits.Len(i), at
@@ -58,10 +61,20 @@ func makeLoc(ms int64, gen uint32, pinned bool, b int) uint64 {
 	return l
 }
 
-func locBackend(l uint64) int   { return int(l & locBackendMask) }
-func locTime(l uint64) int64    { return int64(l >> locTimeShift) }
-func locGen(l uint64) uint32    { return uint32(l>>locGenShift) & 0xff }
-func locIsPinned(l uint64) bool { return l&locPinned != 0 }
+func locBackend(l uint64) int      { return int(l & locBackendMask) }
+func locTime(l uint64) int64       { return int64(l >> locTimeShift) }
+func locGen(l uint64) uint32       { return uint32(l>>locGenShift) & 0xff }
+func locIsPinned(l uint64) bool    { return l&locPinned != 0 }
+func locIsPredicted(l uint64) bool { return l&locPredicted != 0 }
+
+// How a touch records a location.
+type touchMode uint8
+
+const (
+	touchConfirm touchMode = iota // an answer (or a peer's) confirmed it
+	touchPredict                  // routing predicted it (Predict)
+	touchPin                      // pinned (Pin)
+)
 
 // Eviction reasons, as counted in Stats and the kvca_table_evictions_total
 // metric.
@@ -93,15 +106,22 @@ type Config struct {
 // each with its last successful access. It is lock-striped; no operation
 // takes a global lock.
 type Table struct {
-	shards    []shard
-	mask      uint64
-	ttl       atomic.Int64 // ms; SetTTL changes it live
-	slack     int64        // ms, Config.TouchSlack
-	perShard  int
-	maxBlocks int
-	epoch     time.Time
-	now       func() time.Time
-	gens      [MaxBackends]atomic.Uint32
+	shards []shard
+	mask   uint64
+	ttl    atomic.Int64 // ms; SetTTL changes it live
+	// predTTL bounds a predicted location's life (ms; SetPredictTTL); it
+	// never exceeds ttl, which live applies as well.
+	predTTL atomic.Int64
+	// evictedThrough[b] is, plus one, the latest access time at which
+	// backend b's engine was seen to have evicted a block (EvictedThrough):
+	// its unpinned locations last touched before that are dead.
+	evictedThrough [MaxBackends]atomic.Int64
+	slack          int64 // ms, Config.TouchSlack
+	perShard       int
+	maxBlocks      int
+	epoch          time.Time
+	now            func() time.Time
+	gens           [MaxBackends]atomic.Uint32
 
 	// recent holds, per slot, the chain (by its last block) and backend
 	// last touched and the millisecond of that touch: the requests of one
@@ -153,6 +173,7 @@ func NewTable(cfg Config) *Table {
 		now:       now,
 	}
 	t.SetTTL(cfg.TTL)
+	t.predTTL.Store(t.ttl.Load())
 	for i := range t.shards {
 		t.shards[i].init()
 	}
@@ -192,6 +213,38 @@ func (t *Table) TTL() time.Duration { return time.Duration(t.ttl.Load()) * time.
 // every location at once (expiry is computed from the refresh time).
 func (t *Table) SetTTL(d time.Duration) { t.ttl.Store(max(d.Milliseconds(), 1)) }
 
+// SetPredictTTL sets how long a predicted location lives unless an answer
+// confirms it; the TTL applies too, so it lives min(d, TTL). d <= 0: as
+// long as the TTL.
+func (t *Table) SetPredictTTL(d time.Duration) {
+	if d <= 0 {
+		t.predTTL.Store(1 << 62)
+		return
+	}
+	t.predTTL.Store(max(d.Milliseconds(), 1))
+}
+
+// PredictTTL returns the life of a predicted location: min(predict TTL, TTL).
+func (t *Table) PredictTTL() time.Duration {
+	return time.Duration(min(t.predTTL.Load(), t.ttl.Load())) * time.Millisecond
+}
+
+// EvictedThrough records that backend b's engine no longer holds a block
+// that kvca last saw it access at table time at (its answer reported fewer
+// cached tokens than kvca predicted). Engines evict least recently used
+// blocks first, so every unpinned location of b last touched at or before
+// at is taken as gone too: from now on none of them is live, and lookups
+// and the vacuum drop them. It never moves backwards.
+func (t *Table) EvictedThrough(b int, at int64) {
+	w := &t.evictedThrough[b]
+	for {
+		cur := w.Load()
+		if at+1 <= cur || w.CompareAndSwap(cur, at+1) {
+			return
+		}
+	}
+}
+
 // Capacity returns the maximum number of blocks (rounded up to a whole
 // number per shard).
 func (t *Table) Capacity() int { return t.perShard * len(t.shards) }
@@ -226,10 +279,22 @@ func (t *Table) shardOf(h uint64) *shard {
 
 // live reports whether a location still counts at now.
 func (t *Table) live(l uint64, now int64) bool {
-	if locGen(l) != t.gens[locBackend(l)].Load()&0xff {
+	b := locBackend(l)
+	if locGen(l) != t.gens[b].Load()&0xff {
 		return false
 	}
-	return locIsPinned(l) || locTime(l)+t.ttl.Load() > now
+	if locIsPinned(l) {
+		return true
+	}
+	at := locTime(l)
+	if at < t.evictedThrough[b].Load() {
+		return false
+	}
+	ttl := t.ttl.Load()
+	if locIsPredicted(l) {
+		ttl = min(ttl, t.predTTL.Load())
+	}
+	return at+ttl > now
 }
 
 // Lookup returns the backends with a live location for block h. Expired
@@ -281,28 +346,40 @@ func (t *Table) Lookup(h uint64, now int64) (s Set) {
 	return s
 }
 
-// Touch records that backend b holds every block of chain as of now.
+// Touch records that backend b holds every block of chain as of now: an
+// answer confirmed it.
 func (t *Table) Touch(chain []uint64, b int, now int64) {
-	t.touch(chain, b, now, false)
+	t.touch(chain, b, now, touchConfirm)
 }
 
 // TouchAt applies a location learned elsewhere (another replica) with its
 // original time; it never moves a newer local time backwards.
 func (t *Table) TouchAt(chain []uint64, b int, at int64) {
-	t.touch(chain, b, at, false)
+	t.touch(chain, b, at, touchConfirm)
+}
+
+// Predict records that b is expected to hold chain once it answers (it was
+// just routed there): a burst of requests sharing a new prefix can follow
+// the first before any answer comes. A predicted location lives
+// min(predict TTL, TTL) unless Touch confirms it; it never refreshes nor
+// replaces a live confirmed location, so a prediction cannot keep an
+// association alive past the TTL of its last confirmed access.
+func (t *Table) Predict(chain []uint64, b int, now int64) {
+	t.touch(chain, b, now, touchPredict)
 }
 
 // Pin marks b's locations of chain as exempt from expiry, creating them if
 // needed; Unpin clears the mark, after which the locations age from their
 // last access as usual.
-func (t *Table) Pin(chain []uint64, b int, now int64) { t.touch(chain, b, now, true) }
+func (t *Table) Pin(chain []uint64, b int, now int64) { t.touch(chain, b, now, touchPin) }
 
-func (t *Table) touch(chain []uint64, b int, now int64, pin bool) {
+func (t *Table) touch(chain []uint64, b int, now int64, mode touchMode) {
 	gen := t.gens[b].Load()
 	var slot *atomic.Uint64
 	var mark uint64
+	pin := mode == touchPin
 	if !pin && len(chain) > 0 {
-		slot, mark = t.recentSlot(chain[len(chain)-1], b, gen, now)
+		slot, mark = t.recentSlot(chain[len(chain)-1], b, gen, now, mode)
 		if v := slot.Load(); v>>32 == mark>>32 {
 			// The same chain and backend: skip if it was touched at most
 			// slack ago; a touch dated earlier than the one recorded (a
@@ -327,7 +404,7 @@ func (t *Table) touch(chain []uint64, b int, now int64, pin bool) {
 	for pos, h := range chain {
 		sh := t.shardOf(h)
 		if checking {
-			if t.current(h, b, gen, now) {
+			if t.current(h, b, gen, now, mode) {
 				continue
 			}
 			checking = false
@@ -341,7 +418,12 @@ func (t *Table) touch(chain []uint64, b int, now int64, pin bool) {
 			i = sh.insert(h)
 		}
 		e := &sh.ents[i]
-		sh.set(e, b, gen, now, pin, depthOf(pos))
+		if mode == touchPredict && sh.confirmed(t, e, b, gen, now) {
+			// A live confirmed location stays as its answer left it.
+			sh.mu.Unlock()
+			continue
+		}
+		sh.set(e, b, gen, now, mode, depthOf(pos))
 		sh.moveToFront(i)
 		sh.mu.Unlock()
 	}
@@ -350,12 +432,13 @@ func (t *Table) touch(chain []uint64, b int, now int64, pin bool) {
 const recentSlots = 1024
 
 // recentSlot returns the slot for chain (its last block h) touched by b of
-// generation gen, and the value that records a touch at now. A block hash
-// names its whole prefix, so equal values mean the same chain; the key's
-// high 32 bits (never all zero, which is an empty slot) share the word
-// with the low 32 bits of now.
-func (t *Table) recentSlot(h uint64, b int, gen uint32, now int64) (*atomic.Uint64, uint64) {
-	k := h ^ uint64(b)<<48 ^ uint64(gen&0xff)<<40
+// generation gen in mode, and the value that records a touch at now. A
+// block hash names its whole prefix, so equal values mean the same chain
+// (and a prediction never passes for a confirmation); the key's high 32
+// bits (never all zero, which is an empty slot) share the word with the
+// low 32 bits of now.
+func (t *Table) recentSlot(h uint64, b int, gen uint32, now int64, mode touchMode) (*atomic.Uint64, uint64) {
+	k := h ^ uint64(b)<<48 ^ uint64(gen&0xff)<<40 ^ uint64(mode)<<36
 	k ^= k >> 29
 	k *= 0xbf58476d1ce4e5b9
 	k ^= k >> 32
@@ -363,12 +446,13 @@ func (t *Table) recentSlot(h uint64, b int, gen uint32, now int64) (*atomic.Uint
 }
 
 // current reports whether block h already holds b's location of
-// generation gen as of now or later (see entry.current).
-func (t *Table) current(h uint64, b int, gen uint32, now int64) bool {
+// generation gen as of now or later, as a touch in mode would leave it
+// (see entry.current).
+func (t *Table) current(h uint64, b int, gen uint32, now int64, mode touchMode) bool {
 	sh := t.shardOf(h)
 	sh.mu.RLock()
 	i, ok := sh.find(h)
-	cur := ok && sh.ents[i].current(b, gen, now)
+	cur := ok && sh.ents[i].current(b, gen, now, mode)
 	sh.mu.RUnlock()
 	return cur
 }
@@ -404,6 +488,9 @@ type Location struct {
 	Backend int
 	Last    int64 // ms since epoch
 	Pinned  bool
+	// Predicted: recorded at routing, not yet confirmed by an answer; it
+	// lives PredictTTL from Last.
+	Predicted bool
 }
 
 // Locations lists the live locations of block h (for the admin and KDN
@@ -419,7 +506,7 @@ func (t *Table) Locations(h uint64, now int64, dst []Location) []Location {
 	e := &sh.ents[i]
 	add := func(l uint64) {
 		if l != 0 && t.live(l, now) {
-			dst = append(dst, Location{locBackend(l), locTime(l), locIsPinned(l)})
+			dst = append(dst, Location{locBackend(l), locTime(l), locIsPinned(l), locIsPredicted(l)})
 		}
 	}
 	add(e.loc)
@@ -459,8 +546,10 @@ func (t *Table) evictTail(sh *shard, now int64) {
 // no location go. It returns how many locations it dropped.
 func (t *Table) Forget(chain []uint64, b int) int {
 	if len(chain) > 0 {
-		slot, _ := t.recentSlot(chain[len(chain)-1], b, t.gens[b].Load(), 0)
-		slot.Store(0)
+		for _, m := range [...]touchMode{touchConfirm, touchPredict} {
+			slot, _ := t.recentSlot(chain[len(chain)-1], b, t.gens[b].Load(), 0, m)
+			slot.Store(0)
+		}
 	}
 	n := 0
 	for _, h := range chain {

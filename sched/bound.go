@@ -1,6 +1,11 @@
 package sched
 
-import "github.com/kvca/kvca/chain"
+import (
+	"math"
+	"sync/atomic"
+
+	"github.com/kvca/kvca/chain"
+)
 
 // A conversation the client named (a session key) or continues (a
 // Responses API thread) is bound to the backend that served it. The binding
@@ -8,9 +13,157 @@ import "github.com/kvca/kvca/chain"
 // before any answer arrived, has instead of a known prefix: whatever prefix
 // the table knows of a bootstrap is one other conversations share too (a
 // system prompt, tool definitions), while the binding knows this one. So a
-// bound bootstrap goes to its backend, and so does a follow-up of which no
-// eligible backend holds anything; a follow-up whose prefix the table
-// knows goes by its prefix, and the binding only breaks ties.
+// bound bootstrap goes to its backend (under kvca-cost and cost; under
+// kvca, Phase 1 is least-loaded and the binding only breaks its ties), and
+// so does a follow-up of which no eligible backend holds anything; a
+// follow-up whose prefix the table knows goes by its prefix, and the
+// binding only breaks ties.
+//
+// Every such preference for a backend, other than load, is an affinity,
+// and every affinity is bounded by load (the load bound below). What
+// correctness requires is not an affinity: a previous_response_id whose
+// response only its producer stores (Request.Pin) goes there whatever its
+// load.
+
+// Rule names what chose a decision's backend; the access log and the
+// explain header print it.
+type Rule uint8
+
+const (
+	RuleNone         Rule = iota
+	RuleLeastLoaded       // the least loaded (Phase 1, fallback, least-loaded)
+	RuleCost              // the least cost: load plus the blocks to compute
+	RulePrefix            // a holder of the follow-up's longest known prefix (Phase 2)
+	RulePredicted         // as RulePrefix, the holder known from a prediction made at routing
+	RuleDeparted          // the holder the capacity bound dropped the conversation's rest from
+	RulePromptHolder      // a holder of a new conversation's prompt (kvca-cost, ttft)
+	RuleSession           // the backend the conversation is bound to (a session key)
+	RuleProducer          // the only backend storing previous_response_id's response
+	RuleOverflow          // an affinity's backends were past the load bound: placed by load
+	RuleTTFT              // the least predicted time to first token (ttft)
+	RuleRoundRobin
+	RuleRandom
+	RuleHash // session-hash's rendezvous choice
+	NumRules
+)
+
+var ruleNames = [NumRules]string{"none", "least_loaded", "cost", "prefix", "predicted", "departed",
+	"prompt_holder", "session", "producer", "overflow", "ttft", "round_robin", "random", "hash"}
+
+func (r Rule) String() string {
+	if r < NumRules {
+		return ruleNames[r]
+	}
+	return "unknown"
+}
+
+// Affinity reports whether r prefers a backend for a reason other than
+// load, and so is bounded by load.
+func (r Rule) Affinity() bool {
+	switch r {
+	case RulePrefix, RulePredicted, RuleDeparted, RulePromptHolder, RuleSession, RuleHash:
+		return true
+	}
+	return false
+}
+
+// The load bound (consistent hashing with bounded loads): an affinity may
+// send a request to backend b only while
+//
+//	active(b) + 1 <= ceil((1+ε) × (Σ active + 1) / n) + 1
+//
+// over the n backends eligible for the request, active being the requests
+// in flight there (this replica's and, with clustering, the others'). That
+// is b's share of the fleet's requests, this one included, at most (1+ε)
+// times the mean, rounded up, plus one request: the one request of slack
+// lets two siblings of a new prefix land together on an idle fleet, and
+// the least loaded backend is always within the bound. Past it the
+// request is placed as if it had no affinity, and the overflow is counted
+// per affinity. The check and the reservation are two steps: requests
+// routed at the same instant may each pass it, so a backend can exceed
+// the bound by at most the routes racing on it.
+
+// DefaultAffinityEpsilon is ε of the load bound (--affinity-epsilon): the
+// value consistent hashing with bounded loads is commonly run at, which
+// the bench measured (docs/placement.md).
+const DefaultAffinityEpsilon = 0.25
+
+// boundState is the bound's setting and counts, shared by the schedulers
+// Rebuild makes.
+type boundState struct {
+	eps      atomic.Uint64 // float64 bits; negative: no bound
+	overflow [NumRules]atomic.Uint64
+}
+
+// SetAffinityEpsilon sets ε of the load bound; negative turns the bound
+// off (affinities unbounded, as before it existed).
+func (s *Scheduler) SetAffinityEpsilon(eps float64) { s.bound.eps.Store(math.Float64bits(eps)) }
+
+// AffinityEpsilon returns ε of the load bound.
+func (s *Scheduler) AffinityEpsilon() float64 { return math.Float64frombits(s.bound.eps.Load()) }
+
+// Overflows returns, per affinity rule, the requests it would have placed
+// that the load bound sent elsewhere.
+func (s *Scheduler) Overflows() (n [NumRules]uint64) {
+	for i := range n {
+		n[i] = s.bound.overflow[i].Load()
+	}
+	return n
+}
+
+// active is b's in-flight requests as the bound counts them.
+func (s *Scheduler) active(i int) int64 {
+	b := s.Backends[i]
+	ra, _ := b.RemoteLoad()
+	return b.Active() + int64(ra)
+}
+
+// LoadCap is the load bound over elig: the most requests a backend may
+// hold, this one included, for an affinity to send it there.
+// math.MaxInt64 when the bound is off.
+func (s *Scheduler) LoadCap(elig *chain.Set) int64 {
+	eps := s.AffinityEpsilon()
+	if eps < 0 {
+		return math.MaxInt64
+	}
+	var sum, n int64
+	eachIn(elig, func(i int) { sum += s.active(i); n++ })
+	if n == 0 {
+		return 0
+	}
+	// The small subtraction keeps a mean that is whole in exact
+	// arithmetic from rounding up through float error.
+	return int64(math.Ceil((1+eps)*float64(sum+1)/float64(n)-1e-9)) + 1
+}
+
+// bounded returns the members of set whose load leaves room under cap.
+func (s *Scheduler) bounded(set *chain.Set, cap int64) chain.Set {
+	var in chain.Set
+	eachIn(set, func(i int) {
+		if s.active(i)+1 <= cap {
+			in.Add(i)
+		}
+	})
+	return in
+}
+
+// overflowed books that affinity r's backends were past the bound for d's
+// request; the first affinity refused is the one d reports.
+func (s *Scheduler) overflowed(r Rule, d *Decision) {
+	s.bound.overflow[r].Add(1)
+	if d.Overflowed == RuleNone {
+		d.Overflowed = r
+	}
+}
+
+// loadRule is the rule d reports when a load rule placed it: overflow if
+// an affinity was refused on the way.
+func loadRule(d *Decision, r Rule) Rule {
+	if d.Overflowed != RuleNone {
+		return RuleOverflow
+	}
+	return r
+}
 
 // boundDecides reports whether the binding, not the prefix, places r, the
 // longest eligible match being best blocks.
@@ -18,8 +171,10 @@ func boundDecides(r *Request, best int) bool {
 	return r.Bound != 0 && (!r.Followup || best == 0)
 }
 
-// pickBound reserves r on its bound backend if that one is eligible; false
-// if r has none or it is not eligible, and nothing is reserved.
+// pickBound reserves r on its bound backend if that one is eligible and,
+// unless the binding is required (Pin), within the load bound; false if r
+// has none, it is not eligible or it is past the bound (counted), and
+// nothing is reserved.
 func (s *Scheduler) pickBound(r *Request, d *Decision) bool {
 	i := r.Bound - 1
 	if i < 0 || i >= len(s.Backends) {
@@ -28,6 +183,15 @@ func (s *Scheduler) pickBound(r *Request, d *Decision) bool {
 	b := s.Backends[i]
 	if !b.Healthy() || r.Exclude.Has(i) || (r.Allowed != nil && !r.Allowed.Has(i)) {
 		return false
+	}
+	d.Rule = RuleProducer
+	if !r.Pin {
+		elig := s.Eligible(r)
+		if s.active(i)+1 > s.LoadCap(&elig) {
+			s.overflowed(RuleSession, d)
+			return false
+		}
+		d.Rule = RuleSession
 	}
 	m := matchOf(s, r, i)
 	reserveOn(b, len(r.Chain)-m, d)

@@ -19,8 +19,9 @@ func noLoadLeft(t *testing.T, s *Scheduler) {
 
 // A known session's first requests, fired together before any answer
 // (sub-agents sharing a new prefix after a system prompt that other
-// backends already hold), all go to its backend although its load grows
-// with each.
+// backends already hold), go to its backend while its load is within the
+// load bound, and past it to the least loaded (cost, kvca-cost). Under
+// kvca, Phase 1 is least-loaded: the binding only breaks its ties.
 func TestBoundSiblingsLandTogether(t *testing.T) {
 	for _, p := range boundPolicies {
 		s := newSched(t, 4, p)
@@ -30,17 +31,49 @@ func TestBoundSiblingsLandTogether(t *testing.T) {
 		var held []*Reservation
 		for k := 0; k < 5; k++ {
 			c := append(append([]uint64(nil), shared...), chainOf(1000+k*100, 5)...)
-			d, res := route(t, s, &Request{Chain: c, Bound: 3})
-			if d.Backend.Index != 2 || !d.Bound || d.Phase != PhaseBootstrap || d.Novel != 8 || d.Cached != 0 {
-				t.Fatalf("%s sibling %d: %+v", p, k, d)
+			var all chain.Set
+			for i := range 4 {
+				all.Add(i)
 			}
+			room := s.Backends[2].Active()+1 <= s.LoadCap(&all)
+			d, res := route(t, s, &Request{Chain: c, Bound: 3})
 			held = append(held, res)
+			// On 4 idle backends the bound holds two requests: a third
+			// exceeds ceil(1.25 × 3 / 4) + 1.
+			if k < 2 && !room {
+				t.Fatalf("%s sibling %d: no room on an idle fleet", p, k)
+			}
+			switch {
+			case p == "kvca":
+				if d.Bound || d.Rule != RuleLeastLoaded || (k == 0 && d.Backend.Index != 2) {
+					t.Fatalf("%s sibling %d: %+v", p, k, d)
+				}
+			case room:
+				if d.Backend.Index != 2 || !d.Bound || d.Phase != PhaseBootstrap || d.Novel != 8 || d.Cached != 0 || d.Rule != RuleSession {
+					t.Fatalf("%s sibling %d: %+v", p, k, d)
+				}
+			default:
+				if d.Backend.Index == 2 || d.Bound || d.Rule != RuleOverflow || d.Overflowed != RuleSession {
+					t.Fatalf("%s sibling %d past the bound: %+v", p, k, d)
+				}
+			}
 		}
-		if a := s.Backends[2].Active(); a != 5 {
+		if a := s.Backends[2].Active(); p != "kvca" && a != 3 {
 			t.Fatalf("%s: %d active on the bound backend", p, a)
 		}
 		// A follow-up whose prefix nobody knows yet (its siblings' answers
-		// have not come) goes there too, as a fallback.
+		// have not come) goes there too, as a fallback, while within the
+		// bound.
+		for _, r := range held[1:] {
+			r.ReleaseActive()
+		}
+		held = held[:1]
+		if p == "kvca" {
+			for _, r := range held {
+				r.ReleaseActive()
+			}
+			held = held[:0]
+		}
 		d, res := route(t, s, &Request{Chain: chainOf(5000, 4), Followup: true, Bound: 3})
 		if d.Backend.Index != 2 || !d.Bound || d.Phase != PhaseFallback {
 			t.Fatalf("%s follow-up: %+v", p, d)
@@ -48,6 +81,9 @@ func TestBoundSiblingsLandTogether(t *testing.T) {
 		held = append(held, res)
 		for _, r := range held {
 			r.ReleaseActive()
+		}
+		if got := s.Overflows()[RuleSession]; (p == "kvca") != (got == 0) {
+			t.Fatalf("%s: %d session overflows", p, got)
 		}
 		noLoadLeft(t, s)
 	}
@@ -67,8 +103,10 @@ func TestPrefixWinsOverBinding(t *testing.T) {
 		// A first turn sharing a known prefix (another conversation's
 		// system prompt): the binding knows this conversation, the prefix
 		// only what it shares with others.
+		// Under kvca, Phase 1 is least-loaded, and the idle backends tie:
+		// the binding breaks the tie.
 		d, res = route(t, s, &Request{Chain: c, Bound: 2})
-		if d.Backend.Index != 1 || !d.Bound || d.Phase != PhaseBootstrap || d.Cached != 0 || d.Novel != 12 {
+		if d.Backend.Index != 1 || d.Bound != (p != "kvca") || d.Phase != PhaseBootstrap || d.Cached != 0 || d.Novel != 12 {
 			t.Fatalf("%s first turn: %+v", p, d)
 		}
 		res.ReleaseActive()

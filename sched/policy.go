@@ -45,8 +45,9 @@ func PolicyByName(name string) (Policy, error) {
 func trailingZeros(w uint64) int { return bits.TrailingZeros64(w) }
 
 // kvcaPolicy is the two dispatch phases: bootstrap requests to the least
-// loaded backend, follow-ups to the least loaded holder of their longest
-// known prefix (fallback to the first phase when none is healthy).
+// loaded backend (a binding only breaks its ties), follow-ups to the least
+// loaded holder of their longest known prefix within the load bound
+// (fallback to the least loaded when none is eligible or within it).
 type kvcaPolicy struct{}
 
 func (kvcaPolicy) Name() string { return "kvca" }
@@ -54,22 +55,39 @@ func (kvcaPolicy) Name() string { return "kvca" }
 func (kvcaPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 	elig := s.Eligible(r)
 	d.prefer = r.Bound
+	var match *[chain.MaxBackends]int32
 	if r.Followup && len(r.Chain) > 0 {
 		if phase2(s, r, elig, d) {
 			return true
 		}
 		d.Phase = PhaseFallback
+		if s.pickBound(r, d) {
+			return true
+		}
+		if d.Overflowed != RuleNone {
+			// A holder was refused for load: count what the chosen
+			// backend holds, though load alone chooses.
+			var m [chain.MaxBackends]int32
+			if prefixMatch(s, r, elig, &m) > 0 {
+				match = &m
+			}
+		}
 	}
-	if s.pickBound(r, d) {
-		return true
+	// Phase 1 (and fallback): every eligible backend by load alone.
+	d.Rule = loadRule(d, RuleLeastLoaded)
+	if !s.reserveMin(&elig, len(r.Chain), match, false, d) {
+		return false
 	}
-	// Phase 1 (and fallback): every eligible backend, all blocks novel.
-	return s.reserveMin(&elig, len(r.Chain), nil, false, d)
+	if d.Overflowed != RuleNone {
+		d.Phase = phaseOf(r, d.Cached)
+	}
+	return true
 }
 
 // phase2 walks the chain to the divergence point and reserves the
 // least-loaded eligible holder of the block before it (the replicas of the
-// longest known prefix); false if there is none.
+// longest known prefix) within the load bound; false if there is none,
+// or none within the bound (counted in d.Overflowed).
 func phase2(s *Scheduler, r *Request, elig chain.Set, d *Decision) bool {
 	div, prev := s.Table.Prefix(r.Chain, r.Now)
 	if div == 0 {
@@ -81,31 +99,58 @@ func phase2(s *Scheduler, r *Request, elig chain.Set, d *Decision) bool {
 	}
 	s.noteGap(r, &prev, div)
 	s.avoidFull(&prev, d, func(int) int { return len(r.Chain) - div })
+	cap := s.LoadCap(&elig)
 	if div < len(r.Chain) && prev.Len() > 1 {
 		// The rest of the conversation was dropped for capacity: go back
 		// to the holder it was dropped from, as a table without the bound
-		// would.
+		// would, while its load allows.
 		if b, ok := s.Table.Departed(r.Chain[div]); ok && prev.Has(b) {
-			prev = chain.Set{}
-			prev.Add(b)
+			if s.active(b)+1 <= cap {
+				var one chain.Set
+				one.Add(b)
+				return holderPick(s, r, &one, div, RuleDeparted, d)
+			}
+			s.overflowed(RuleDeparted, d)
 		}
 	}
+	open := s.bounded(&prev, cap)
+	if open.Empty() {
+		s.overflowed(RulePrefix, d)
+		return false
+	}
+	return holderPick(s, r, &open, div, RulePrefix, d)
+}
+
+// holderPick reserves the least loaded of holders, which hold the chain's
+// first div blocks, under rule (a prefix holder is reported as predicted
+// when its location was recorded at routing and no answer confirmed it).
+func holderPick(s *Scheduler, r *Request, holders *chain.Set, div int, rule Rule, d *Decision) bool {
 	var match [chain.MaxBackends]int32
-	prev.Each(func(b int) { match[b] = int32(div) })
+	holders.Each(func(b int) { match[b] = int32(div) })
 	d.Phase = PhaseFollowup
-	return s.reserveMin(&prev, len(r.Chain), &match, false, d)
+	if !s.reserveMin(holders, len(r.Chain), &match, false, d) {
+		return false
+	}
+	d.Rule = rule
+	if l, ok := s.Table.LocationOf(r.Chain[div-1], d.Backend.Index, r.Now); rule == RulePrefix && ok && l.Predicted {
+		d.Rule = RulePredicted
+	}
+	return true
 }
 
 // kvcaCost routes follow-ups as kvca's Phase 2 does and everything else
 // (first turns, and follow-ups whose longest prefix has no eligible
-// holder) as cost does. A conversation stays with the replicas of its longest known prefix
-// whatever their prefill backlog: moving it would trade a short wait for a
-// recomputation that every later turn pays for too, which is why cost alone
-// loses hit rate once loads include the prefill still running. A first turn
-// has no conversation to keep, only a prefix it may share with others (a
-// document, a long system prompt, tool definitions), so it goes to the
-// backend that is best by a cache-locality utility: cost, the least load
-// after counting the blocks each backend would have to compute.
+// holder within the load bound) as cost does. A conversation stays with
+// the replicas of its longest known prefix whatever their prefill backlog,
+// while their load is within the bound: moving it would trade a short wait
+// for a recomputation that every later turn pays for too, which is why
+// cost alone loses hit rate once loads include the prefill still running.
+// Past the bound, cost decides, the blocks a holder saves still counting
+// for it. A first turn has no conversation to keep, only a prefix it may
+// share with others (a document, a long system prompt, tool definitions),
+// so it goes to the backend that is best by a cache-locality utility:
+// cost, the least load after counting the blocks each backend would have
+// to compute.
 type kvcaCost struct{}
 
 func (kvcaCost) Name() string { return "kvca-cost" }
@@ -132,16 +177,17 @@ func (costPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 // whose prompt some backends hold goes to one of them while they are
 // predicted to answer it about as fast as any other (promptHolders) and
 // their resident work stays within its bound (residentBound) or their
-// batch is expected to stay at most half full with it (roomy): counted as
+// batch is expected to stay at most half full with it (roomy), and, as
+// for every affinity, their load within the load bound: counted as
 // load, the prompt's first prefill there, or a conversation or two more
 // than elsewhere, would otherwise outweigh the prompt and send it to
 // recompute the prompt on an engine with as much batch room, a cold first
-// turn that spreads the prompt over one more backend. The bound keeps the
-// holders of a popular prompt from gathering more conversations than
-// their batches serve once the follow-ups, which stay, come back; below
-// half their batch there is no such risk to bound. Ties on cost go to
-// the least resident backend (spread), so the first sights of different
-// prompts land on different backends.
+// turn that spreads the prompt over one more backend. The resident bound
+// keeps the holders of a popular prompt from gathering more conversations
+// than their batches serve once the follow-ups, which stay, come back;
+// below half their batch there is no such risk to bound. Ties on cost go
+// to the least resident backend (spread), so the first sights of
+// different prompts land on different backends.
 func pickCost(s *Scheduler, r *Request, d *Decision, holders bool) bool {
 	elig := s.Eligible(r)
 	var match [chain.MaxBackends]int32
@@ -151,6 +197,7 @@ func pickCost(s *Scheduler, r *Request, d *Decision, holders bool) bool {
 		return true
 	}
 	d.spread, d.tableNow = holders && !r.Followup, r.Now
+	rule := loadRule(d, RuleCost)
 	if holders && !r.Followup && best > 0 {
 		if held := s.promptHolders(&elig, &elig, r, &match, best, s.unixNow(r)); held != elig {
 			var res [chain.MaxBackends]float32
@@ -162,7 +209,12 @@ func pickCost(s *Scheduler, r *Request, d *Decision, holders bool) bool {
 				}
 			})
 			if !take.Empty() {
-				elig = take
+				if take = s.bounded(&take, s.LoadCap(&elig)); take.Empty() {
+					s.overflowed(RulePromptHolder, d)
+					rule = RuleOverflow
+				} else {
+					elig, rule = take, RulePromptHolder
+				}
 			}
 		}
 	}
@@ -174,6 +226,7 @@ func pickCost(s *Scheduler, r *Request, d *Decision, holders bool) bool {
 	default:
 		d.Phase = PhaseFallback
 	}
+	d.Rule = rule
 	s.avoidFull(&elig, d, func(i int) int { return len(r.Chain) - int(match[i]) })
 	return s.reserveMin(&elig, len(r.Chain), &match, true, d)
 }
@@ -253,6 +306,7 @@ func (roundRobin) Pick(s *Scheduler, r *Request, d *Decision) bool {
 		return false
 	}
 	k := int((s.rr.Add(1) - 1) % uint64(n))
+	d.Rule = RuleRoundRobin
 	return pickFixed(s, r, nth(&elig, k), d)
 }
 
@@ -262,6 +316,7 @@ func (leastLoaded) Name() string { return "least-loaded" }
 
 func (leastLoaded) Pick(s *Scheduler, r *Request, d *Decision) bool {
 	elig := s.Eligible(r)
+	d.Rule = RuleLeastLoaded
 	if !s.reserveMin(&elig, len(r.Chain), nil, false, d) {
 		return false
 	}
@@ -281,26 +336,43 @@ func (randomPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 	if n == 0 {
 		return false
 	}
+	d.Rule = RuleRandom
 	return pickFixed(s, r, nth(&elig, rand.IntN(n)), d)
 }
 
 // sessionHash sends a conversation (identified by its first user message)
 // to the same backend with rendezvous hashing, so only the conversations of
-// a backend that leaves move.
+// a backend that leaves move; bounded by load (consistent hashing with
+// bounded loads): past the load bound, the conversation takes the next
+// backend in its rendezvous order that has room.
 type sessionHash struct{}
 
 func (sessionHash) Name() string { return "session-hash" }
 
 func (sessionHash) Pick(s *Scheduler, r *Request, d *Decision) bool {
 	elig := s.Eligible(r)
+	cap := s.LoadCap(&elig)
 	best, bestScore := -1, uint64(0)
+	top, topScore := -1, uint64(0)
 	elig.Each(func(i int) {
-		if sc := mix64(r.Session ^ s.Backends[i].seed); best < 0 || sc > bestScore {
+		sc := mix64(r.Session ^ s.Backends[i].seed)
+		if top < 0 || sc > topScore {
+			top, topScore = i, sc
+		}
+		if s.active(i)+1 <= cap && (best < 0 || sc > bestScore) {
 			best, bestScore = i, sc
 		}
 	})
-	if best < 0 {
+	if top < 0 {
 		return false
+	}
+	d.Rule = RuleHash
+	if best != top {
+		s.overflowed(RuleHash, d)
+		d.Rule = RuleOverflow
+	}
+	if best < 0 {
+		best = top // unreachable: the least loaded is always within the bound
 	}
 	return pickFixed(s, r, best, d)
 }

@@ -20,13 +20,27 @@ func TestFollowupReturnsToTheDepartedHolder(t *testing.T) {
 		if n := s.Table.EnforceCapacity(); n != 4 {
 			t.Fatalf("%s: dropped %d, want the conversation's 4 blocks", policy, n)
 		}
-		s.Backends[1].state.Add(3 * activeUnit) // the busiest
+		// The busiest, within the load bound: 3 requests of at most
+		// ceil(1.25 × 8 / 3) + 1 = 5.
+		s.Backends[0].state.Add(2 * activeUnit)
+		s.Backends[1].state.Add(3 * activeUnit)
+		s.Backends[2].state.Add(2 * activeUnit)
 		next := append(append([]uint64(nil), conv...), chainOf(200, 2)...)
 		d, res := route(t, s, &Request{Chain: next, Followup: true, Now: now + 1})
-		if d.Backend.Index != 1 || d.Phase != PhaseFollowup || d.Cached != 8 {
-			t.Fatalf("%s: routed to %d (%v, %d cached), want back to 1 with the prompt cached", policy, d.Backend.Index, d.Phase, d.Cached)
+		if d.Backend.Index != 1 || d.Phase != PhaseFollowup || d.Cached != 8 || d.Rule != RuleDeparted {
+			t.Fatalf("%s: routed to %d (%v, %d cached, %v), want back to 1 with the prompt cached", policy, d.Backend.Index, d.Phase, d.Cached, d.Rule)
 		}
 		res.ReleaseActive()
+		// Past the bound (6 requests there, 2 and 2 elsewhere: a 7th
+		// exceeds ceil(1.25 × 11 / 3) + 1 = 6) it goes to the prompt's
+		// other holders.
+		s.Backends[1].state.Add(3 * activeUnit)
+		d, res = route(t, s, &Request{Chain: next, Followup: true, Now: now + 1})
+		if d.Backend.Index == 1 || d.Cached != 8 || d.Overflowed != RuleDeparted {
+			t.Fatalf("%s past the bound: routed to %d (%d cached, overflowed %v)", policy, d.Backend.Index, d.Cached, d.Overflowed)
+		}
+		res.ReleaseActive()
+
 		// Without that memory it is placed by load among the prompt's
 		// holders.
 		other := append(append([]uint64(nil), sys...), chainOf(300, 6)...)
@@ -35,5 +49,9 @@ func TestFollowupReturnsToTheDepartedHolder(t *testing.T) {
 			t.Fatalf("%s: a follow-up with no departed holder went to the busiest backend", policy)
 		}
 		res.ReleaseActive()
+		s.Backends[0].state.Add(^uint64(2*activeUnit) + 1)
+		s.Backends[1].state.Add(^uint64(6*activeUnit) + 1)
+		s.Backends[2].state.Add(^uint64(2*activeUnit) + 1)
+		noLoadLeft(t, s)
 	}
 }

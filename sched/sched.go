@@ -141,10 +141,11 @@ type Request struct {
 	Exclude chain.Set
 	// Bound is 1 + the index of the backend the request's conversation is
 	// bound to (a named session, a Responses API thread), 0 if none. The
-	// kvca, cost and kvca-cost policies send a bootstrap there, and a
-	// follow-up of which no eligible backend holds any block; otherwise the
-	// prefix decides and Bound is preferred among equally good choices
-	// (bound.go).
+	// cost and kvca-cost policies send a bootstrap there, and the kvca,
+	// cost and kvca-cost policies a follow-up of which no eligible backend
+	// holds any block, while it is within the load bound; otherwise the
+	// prefix and load decide and Bound is preferred among equally good
+	// choices (bound.go).
 	Bound int
 	// Pin makes Bound binding for every policy while that backend is
 	// eligible: a Responses API continuation (previous_response_id) can only
@@ -161,6 +162,9 @@ type Decision struct {
 	// Predicted is the time to first token the ttft policy expected on
 	// Backend; 0 when the policy does not predict.
 	Predicted time.Duration
+	// Rule is what chose Backend; Overflowed, the first affinity whose
+	// backends the load bound refused on the way (RuleNone: none).
+	Rule, Overflowed Rule
 	// before is Backend's load word just before this request was reserved.
 	before uint64
 	// Bound: the choice was Request.Bound's backend because of the binding
@@ -206,6 +210,8 @@ type Scheduler struct {
 	// ttft is the predicted-latency policy's settings and shared state.
 	// ttft is shared with the schedulers Rebuild makes from this one.
 	ttft *ttftState
+	// bound is the load bound over affinities (bound.go), shared likewise.
+	bound *boundState
 }
 
 // New builds a scheduler; policy is one of Policies().
@@ -224,7 +230,8 @@ func New(backends []*Backend, table *chain.Table, activeWeight int, policy strin
 		return nil, err
 	}
 	s := &Scheduler{Backends: backends, Table: table, ActiveWeight: uint64(activeWeight), Policy: p,
-		KVFull: DefaultKVFull, LongPrefixBlocks: DefaultLongPrefixBlocks, ttft: &ttftState{}}
+		KVFull: DefaultKVFull, LongPrefixBlocks: DefaultLongPrefixBlocks, ttft: &ttftState{}, bound: &boundState{}}
+	s.SetAffinityEpsilon(DefaultAffinityEpsilon)
 	s.initTTFT()
 	return s, nil
 }
@@ -248,7 +255,7 @@ func (s *Scheduler) Rebuild(backends []*Backend, policy string, activeWeight int
 	}
 	n := &Scheduler{Backends: backends, Table: s.Table, ActiveWeight: s.ActiveWeight, Policy: s.Policy,
 		KVFull: s.KVFull, LongPrefixBlocks: s.LongPrefixBlocks, engineMaxAge: s.engineMaxAge,
-		ExtraLoad: s.ExtraLoad, ttft: s.ttft}
+		ExtraLoad: s.ExtraLoad, ttft: s.ttft, bound: s.bound}
 	if policy != "" {
 		p, err := PolicyByName(policy)
 		if err != nil {

@@ -56,14 +56,15 @@ func TestKvcaPhases(t *testing.T) {
 	home := d.Backend.Index
 
 	// Phase 2: divergence point 6, novel 4, the holder is chosen even
-	// though it is now more loaded than the others.
-	s.Backends[home].state.Add(3 * activeUnit)
+	// though it is now more loaded than the others (within the load
+	// bound: 2 requests of at most ceil(1.25 × 2 / 4) + 1).
+	s.Backends[home].state.Add(1 * activeUnit)
 	d2, res2 := route(t, s, &Request{Chain: c, Followup: true})
 	if d2.Phase != PhaseFollowup || d2.Backend.Index != home || d2.Cached != 6 || d2.Novel != 4 {
 		t.Fatalf("followup %+v (home %d)", d2, home)
 	}
 	res2.ReleaseActive()
-	s.Backends[home].state.Add(^uint64(3*activeUnit - 1))
+	s.Backends[home].state.Add(^uint64(1*activeUnit - 1))
 
 	// Unknown prefix: fallback.
 	d3, res3 := route(t, s, &Request{Chain: chainOf(100, 3), Followup: true})
@@ -113,8 +114,9 @@ func TestKvcaCostFollowupsStickFirstTurnsWeighPrefix(t *testing.T) {
 	c := chainOf(0, 20)
 	s.Table.Touch(c[:10], 0, s.Table.Now())
 	// Backend 0 is far busier than the 10 blocks it saves, yet a follow-up
-	// stays with its prefix (Phase 2), where cost would move it.
-	s.Backends[0].state.Add(5*activeUnit + 100)
+	// stays with its prefix (Phase 2), where cost would move it, while its
+	// 3 requests stay within the load bound (ceil(1.25 × 4 / 2) + 1).
+	s.Backends[0].state.Add(3*activeUnit + 100)
 	d, res := route(t, s, &Request{Chain: c, Followup: true})
 	if d.Backend.Index != 0 || d.Phase != PhaseFollowup || d.Cached != 10 || d.Novel != 10 {
 		t.Fatalf("follow-up: %+v", d)
@@ -129,7 +131,7 @@ func TestKvcaCostFollowupsStickFirstTurnsWeighPrefix(t *testing.T) {
 	res.ReleaseActive()
 	// With backend 0 lightly loaded (one active request, weight 4, less
 	// than the 10 blocks saved) the first turn goes to the holder.
-	s.Backends[0].state.Add(^uint64(4*activeUnit+100) + 1)
+	s.Backends[0].state.Add(^uint64(2*activeUnit+100) + 1)
 	d, res = route(t, s, &Request{Chain: c})
 	if d.Backend.Index != 0 || d.Phase != PhaseBootstrap || d.Cached != 10 {
 		t.Fatalf("light holder: %+v", d)

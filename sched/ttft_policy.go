@@ -52,6 +52,11 @@ func (ttftPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 			}
 		})
 		s.noteGap(r, &holders, best)
+		// The holders are an affinity: only those within the load bound
+		// count as holders; with none, prediction places it among all.
+		if holders = s.bounded(&holders, s.LoadCap(&elig)); holders.Empty() {
+			s.overflowed(RulePrefix, d)
+		}
 		// Residency only breaks ties among a follow-up's candidates.
 		tau := float64(s.residentWindow())
 		elig.Each(func(i int) { res[i] = float32(s.Backends[i].model.residentAt(r.Now, tau)) })
@@ -61,8 +66,16 @@ func (ttftPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 		open = s.residentBound(&elig, r.Now, &res, 0)
 		s.yieldBound(&elig, &open, r, &match, unix)
 	}
+	rule := loadRule(d, RuleTTFT)
 	if !follow && best > 0 {
-		open = s.promptHolders(&elig, &open, r, &match, best, unix)
+		if held := s.promptHolders(&elig, &open, r, &match, best, unix); held != open {
+			if held = s.bounded(&held, s.LoadCap(&elig)); held.Empty() {
+				s.overflowed(RulePromptHolder, d)
+				rule = RuleOverflow
+			} else {
+				open, rule = held, RulePromptHolder
+			}
+		}
 	}
 	n := len(r.Chain)
 	for attempt := 0; ; attempt++ {
@@ -79,7 +92,7 @@ func (ttftPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 				pa += int64(lost) * s.Backends[at].model.blockTime()
 			}
 			cand = &elig
-			if ph <= moveFactor*pa {
+			if !holders.Empty() && ph <= moveFactor*pa {
 				cand = &holders
 			}
 		}
@@ -146,7 +159,11 @@ func (ttftPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 			d.Novel = novel
 			d.Cached = n - novel
 			d.Predicted = time.Duration(pickPred)
-			if follow && !holders.Has(pick) {
+			d.Rule = rule
+			if follow && holders.Has(pick) {
+				d.Rule = RulePrefix
+			} else if follow {
+				d.Rule = loadRule(d, RuleTTFT)
 				s.ttft.moves.Add(1)
 			}
 			return true

@@ -1,0 +1,182 @@
+package sched
+
+import (
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvca/kvca/chain"
+)
+
+// The invariants every policy keeps, whatever the affinities a workload
+// brings, checked on randomized workloads of every affinity source: one
+// user value for every conversation, session fan-outs, hot shared
+// prefixes, bursts of near-identical requests, predicted locations,
+// follow-ups, clock steps past the TTL.
+//
+//   - No request goes to a backend because of an affinity while that
+//     backend is past the load bound (another having room).
+//   - Under kvca, a first turn goes to a least-loaded backend.
+//   - Every load returns to exactly zero.
+//   - No location is live after the TTL since its last touch.
+func TestRoutingInvariantsRandomized(t *testing.T) {
+	t.Parallel()
+	for _, policy := range Policies() {
+		for seed := uint64(1); seed <= 12; seed++ {
+			checkInvariants(t, policy, seed)
+		}
+	}
+}
+
+type clockT struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clockT) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clockT) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func checkInvariants(t *testing.T, policy string, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 99))
+	n := 2 + rng.IntN(7)
+	bs := make([]*Backend, n)
+	for i := range bs {
+		bs[i] = NewBackend(i, "http://b", "b")
+	}
+	clk := &clockT{t: time.Unix(1_000_000, 0)}
+	ttl := time.Duration(2+rng.IntN(10)) * time.Second
+	tab := chain.NewTable(chain.Config{TTL: ttl, MaxBlocks: 1 << 15, Now: clk.now})
+	tab.SetPredictTTL(time.Duration(rng.IntN(4)) * time.Second)
+	s, err := New(bs, tab, 1+rng.IntN(8), policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eps := []float64{0, 0.1, 0.25, 0.5, 1}[rng.IntN(5)]
+	s.SetAffinityEpsilon(eps)
+
+	type flight struct {
+		res   *Reservation
+		chain []uint64
+		b     int
+	}
+	var inflight []flight
+	sessions := map[uint64]int{} // session key → bound backend, as the proxy keeps them
+	// Conversations: a shared system prompt (hot prefix) plus their own
+	// turns; each keeps the chain of its latest turn.
+	systems := [][]uint64{chainOf(0, 4+rng.IntN(20)), chainOf(10_000, 2+rng.IntN(6))}
+	convs := make([][]uint64, 8+rng.IntN(40))
+	convSession := make([]uint64, len(convs))
+	constUser := rng.IntN(2) == 0
+	for i := range convs {
+		sys := systems[rng.IntN(len(systems))]
+		convs[i] = append(append([]uint64(nil), sys...), chainOf(100_000+i*1000, 1+rng.IntN(6))...)
+		switch {
+		case constUser:
+			convSession[i] = 42 // one user value for every conversation
+		case rng.IntN(3) == 0:
+			convSession[i] = uint64(1 + rng.IntN(3)) // fan-outs under a few session keys
+		}
+	}
+	var all chain.Set
+	for i := range n {
+		all.Add(i)
+	}
+	next := 1_000_000
+	for step := 0; step < 600; step++ {
+		switch op := rng.IntN(10); {
+		case op < 6: // route a turn
+			ci := rng.IntN(len(convs))
+			c := convs[ci]
+			followup := len(c) > len(systems[0])+7 || rng.IntN(3) == 0
+			if rng.IntN(4) == 0 {
+				// a burst of near-identical requests: the same new prefix
+				c = append(append([]uint64(nil), c...), chainOf(next, 2)...)
+			} else {
+				c = append(append([]uint64(nil), c...), chainOf(next, 1+rng.IntN(4))...)
+				next += 10
+			}
+			r := &Request{Chain: c, Followup: followup, Session: convSession[ci], Now: tab.Now()}
+			if k := convSession[ci]; k != 0 {
+				if b, ok := sessions[k]; ok {
+					r.Bound = b + 1
+				}
+			}
+			if rng.IntN(20) == 0 && r.Bound != 0 {
+				r.Pin = true // a Responses continuation: required, not an affinity
+			}
+			elig := s.Eligible(r)
+			cap := s.LoadCap(&elig)
+			var before [chain.MaxBackends]int64
+			var cost [chain.MaxBackends]uint64
+			for i := range n {
+				before[i] = bs[i].Active()
+				cost[i] = loadOf(bs[i].state.Load(), s.ActiveWeight)
+			}
+			var d Decision
+			res := &Reservation{}
+			if !s.Route(r, &d, res) {
+				t.Fatalf("%s seed %d: no backend", policy, seed)
+			}
+			b := d.Backend.Index
+			if d.Rule == RuleNone {
+				t.Fatalf("%s seed %d: a decision without a rule: %+v", policy, seed, d)
+			}
+			if d.Rule.Affinity() && before[b]+1 > cap {
+				t.Fatalf("%s seed %d step %d: affinity %v sent a request to backend %d at %d requests, past the bound %d (ε %v, loads %v)",
+					policy, seed, step, d.Rule, b, before[b], cap, eps, before[:n])
+			}
+			if d.Rule == RuleProducer && !r.Pin {
+				t.Fatalf("%s seed %d: producer rule without a pin", policy, seed)
+			}
+			if policy == "kvca" && !r.Followup && !r.Pin {
+				for i := range n {
+					if cost[i] < cost[b] {
+						t.Fatalf("kvca seed %d step %d: a first turn went to %d (load %d), %d had %d", seed, step, b, cost[b], i, cost[i])
+					}
+				}
+			}
+			if k := convSession[ci]; k != 0 {
+				sessions[k] = b
+			}
+			if rng.IntN(2) == 0 {
+				tab.Predict(c, b, r.Now)
+			}
+			convs[ci] = c
+			inflight = append(inflight, flight{res, c, b})
+		case op < 9 && len(inflight) > 0: // an answer ends
+			k := rng.IntN(len(inflight))
+			f := inflight[k]
+			if rng.IntN(5) > 0 {
+				tab.Touch(f.chain, f.b, tab.Now())
+			}
+			f.res.ReleasePrefill()
+			f.res.ReleaseActive()
+			f.res.ReleaseActive() // exactly once, however often called
+			inflight = append(inflight[:k], inflight[k+1:]...)
+		default:
+			clk.add(time.Duration(rng.IntN(1500)) * time.Millisecond)
+		}
+	}
+	for _, f := range inflight {
+		f.res.ReleaseActive()
+	}
+	for _, b := range bs {
+		if b.state.Load() != 0 {
+			t.Fatalf("%s seed %d: load left on %d: %x", policy, seed, b.Index, b.state.Load())
+		}
+	}
+	clk.add(ttl)
+	now := tab.Now()
+	for _, c := range convs {
+		for _, h := range c {
+			if got := tab.Lookup(h, now); !got.Empty() {
+				t.Fatalf("%s seed %d: a location outlived the TTL: %v", policy, seed, got)
+			}
+		}
+	}
+}
