@@ -107,6 +107,19 @@ func (c *Calibrator) BytesPerToken(model string) (float64, bool) {
 	c.mu.RLock()
 	m := c.models[model]
 	c.mu.RUnlock()
+	return c.ratioOf(m)
+}
+
+// BytesPerTokenOf is BytesPerToken for a model name in bytes, without
+// allocating.
+func (c *Calibrator) BytesPerTokenOf(model []byte) (float64, bool) {
+	c.mu.RLock()
+	m := c.models[string(model)]
+	c.mu.RUnlock()
+	return c.ratioOf(m)
+}
+
+func (c *Calibrator) ratioOf(m *calib) (float64, bool) {
 	if m != nil {
 		if r, ok := m.ratio(); ok {
 			return r, true

@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"strings"
+	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
@@ -30,6 +31,9 @@ type BackendState struct {
 	Load          int64  `json:"load"`
 	// Engine is what the engine's own metrics say (--engine-metrics).
 	Engine *telemetry.BackendState `json:"engine,omitempty"`
+	// CacheCheck is how the answers' cached-token counts compared with
+	// what kvca predicted (--cache-check), and the trust it earns.
+	CacheCheck sched.FeedbackState `json:"cache_check"`
 }
 
 // TableState is the block table in /admin/state.
@@ -53,6 +57,7 @@ type State struct {
 func (s *Server) State() State {
 	fl := s.fleet()
 	st := State{Backends: make([]BackendState, 0, len(fl.ups))}
+	now := time.Now()
 	for _, u := range fl.live() {
 		b := u.b
 		a, p := b.Active(), b.Prefill()
@@ -66,6 +71,7 @@ func (s *Server) State() State {
 			PrefillBlocks: p,
 			Load:          a*int64(fl.sched.ActiveWeight) + p,
 			Engine:        s.engineState(b.Index),
+			CacheCheck:    b.Feedback(now),
 		})
 	}
 	ts := s.table.Stats()

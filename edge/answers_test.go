@@ -263,9 +263,9 @@ func TestAppendClientHead(t *testing.T) {
 }
 
 // TestPredictedLocationDated: with --predict-ttl the backend chosen is a
-// location of the whole chain at once, dated so that it expires exactly
-// PredictTTL after routing; without it nothing is recorded until an
-// answer.
+// predicted location of the whole chain at once, dated at routing, that
+// expires exactly PredictTTL after it; without it nothing is recorded
+// until an answer.
 func TestPredictedLocationDated(t *testing.T) {
 	t.Parallel()
 	for _, predict := range []time.Duration{0, 5 * time.Second} {
@@ -303,12 +303,12 @@ func TestPredictedLocationDated(t *testing.T) {
 			ms := predict.Milliseconds()
 			for i, h := range c.req.Chain {
 				for _, o := range []int{0, 1} {
-					at, ok := s.table.LastAccess(h, o, now)
+					l, ok := s.table.LocationOf(h, o, now)
 					if want := predict > 0 && o == b; ok != want {
 						t.Fatalf("block %d on backend %d: located %v, want %v", i, o, ok, want)
 					}
-					if ok && at != now-time.Minute.Milliseconds()+ms {
-						t.Fatalf("block %d dated %d, want %d (now %d - TTL + predict)", i, at, now-time.Minute.Milliseconds()+ms, now)
+					if ok && (l.Last != now || !l.Predicted) {
+						t.Fatalf("block %d: %+v, want a prediction dated %d", i, l, now)
 					}
 				}
 				if predict > 0 {

@@ -7,6 +7,7 @@ package edge
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/url"
 	"strings"
@@ -49,11 +50,25 @@ type Config struct {
 	// p99 by a quarter on the Mooncake trace.
 	PrefillAtHeaders bool
 	// PredictTTL, when positive, records the chosen backend as a location
-	// of the request's chain at routing time, expiring after PredictTTL
-	// unless the answer confirms it (--predict-ttl): a burst of requests
-	// with a new prefix then follows the first instead of scattering before
-	// any of them has answered.
+	// of the request's chain at routing time, expiring after
+	// min(PredictTTL, TTL) unless the answer confirms it (--predict-ttl): a
+	// burst of requests with a new prefix then follows the first instead of
+	// scattering before any of them has answered.
 	PredictTTL time.Duration
+	// AffinityEpsilon is ε of the load bound over every affinity
+	// (--affinity-epsilon): a session, a prefix holder, a prediction may
+	// send a request to a backend only while it holds at most
+	// ceil((1+ε) × the mean) + 1 requests. Negative: unbounded.
+	AffinityEpsilon float64
+	// CacheCheck reads the cached-token count of every routed answer and
+	// checks the prediction against it (--cache-check): an engine that
+	// evicted what kvca believed it held has those locations dropped.
+	CacheCheck bool
+	// RouteHeader adds an X-Kvca-Route header to every routed answer
+	// (--route-header): the phase, the rule that chose the backend, the
+	// blocks predicted cached and the backend. Off by default: it tells a
+	// client about the fleet.
+	RouteHeader bool
 	// ModelsInterval is how often backends' /v1/models are asked (those
 	// without models fixed by a #suffix); 0 takes the default.
 	ModelsInterval time.Duration
@@ -219,6 +234,8 @@ func DefaultConfig() Config {
 		ClientIdleTimeout:     2 * time.Minute,
 		MaxConnsPerBackend:    1024,
 		TTFT:                  sched.TTFTConfig{ResidentEpsilon: sched.DefaultResidentEpsilon},
+		AffinityEpsilon:       sched.DefaultAffinityEpsilon,
+		CacheCheck:            true,
 		EngineMetricsInterval: time.Second,
 	}
 }
@@ -307,6 +324,12 @@ func (c *Config) Validate() error {
 	}
 	if c.TTL <= 0 {
 		return fmt.Errorf("--ttl must be positive, got %v", c.TTL)
+	}
+	if c.PredictTTL < 0 {
+		return fmt.Errorf("--predict-ttl must be 0 (off) or positive, got %v", c.PredictTTL)
+	}
+	if math.IsNaN(c.AffinityEpsilon) || math.IsInf(c.AffinityEpsilon, 0) {
+		return fmt.Errorf("--affinity-epsilon must be a number (negative: no bound), got %v", c.AffinityEpsilon)
 	}
 	if c.MaxBlocks <= 0 {
 		return fmt.Errorf("--max-blocks must be positive, got %d", c.MaxBlocks)

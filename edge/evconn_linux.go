@@ -701,9 +701,10 @@ func (c *cliConn) onHead(up *upConn) {
 		c.l.calTick++
 		calibrate = c.l.calTick%calSample == 0
 	}
-	if call.tenant != nil || calibrate || (c.route == routeResponses && r.Status < 300) {
+	if call.tenant != nil || calibrate || (c.route == routeResponses && r.Status < 300) || (s.cfg.CacheCheck && call.routed && r.Status < 300) {
 		// Usage is read in passing to charge the tenant what it used,
-		// and a Responses answer's id to find its backend again.
+		// to check the cached tokens predicted on the backend, and a
+		// Responses answer's id to find its backend again.
 		call.sniffing = true
 		f := sniff.JSON
 		if r.SSE {
@@ -716,6 +717,12 @@ func (c *cliConn) onHead(up *upConn) {
 	}
 	if call.tenant != nil {
 		quotaHeaders = call.qd.AppendHeaders(c.uhead[:0]) // the upstream head is sent: its buffer is free
+	}
+	if s.cfg.RouteHeader && call.routed {
+		if quotaHeaders == nil {
+			quotaHeaders = c.uhead[:0]
+		}
+		quotaHeaders = call.appendRouteHeader(quotaHeaders)
 	}
 	c.out = appendClientHead(c.out, up.buf[up.hoff:], r, up.mode, up.dechunk, call.rid, quotaHeaders, c.closeAfter)
 	c.state = cliRelay

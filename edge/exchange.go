@@ -70,6 +70,11 @@ type call struct {
 	// none); idBound: the answer's id has been bound to its backend.
 	session uint64
 	idBound bool
+	// lastAccess is when the chosen backend last used the prefix it was
+	// predicted to hold (table ms, -1: none), for the answer's check;
+	// engineCached the cached prompt tokens the answer reported (-1: none).
+	lastAccess   int64
+	engineCached int64
 }
 
 // Outcomes of an exchange, as the access log names them.
@@ -87,7 +92,7 @@ var outcomeNames = [numOutcomes]string{"completed", "client_gone", "upstream_cut
 func (s *Server) getCall() *call {
 	c, _ := s.calls.Get().(*call)
 	if c == nil {
-		c = &call{s: s, h: chain.NewHasher(s.key, s.cfg.BlockSize)}
+		c = &call{s: s, h: chain.NewHasher(s.key, s.cfg.BlockSize), lastAccess: -1, engineCached: -1}
 		c.h.UseMemo(s.memo)
 	}
 	return c
@@ -120,6 +125,7 @@ func (s *Server) putCall(c *call) {
 	c.model, c.path, c.client = c.model[:0], c.path[:0], c.client[:0]
 	c.info = canon.Info{Model: c.info.Model[:0], PreviousResponseID: c.info.PreviousResponseID[:0], Priority: c.info.Priority[:0]} // buffers kept
 	c.session, c.idBound = 0, false
+	c.lastAccess, c.engineCached = -1, -1
 	c.req = sched.Request{}
 	c.tk.Class, c.tk.Tenant, c.tk.HolderWait, c.tk.Wake, c.tk.Owner = 0, 0, 0, nil, nil
 	c.tenant, c.qd, c.sniffing = nil, quota.Decision{}, false
@@ -212,11 +218,15 @@ func (s *Server) pick(c *call, lastBusy bool) (*upstream, *reply) {
 		}
 		return nil, &replyBadGateway
 	}
+	if c.routed {
+		// Read before anything touches the chain on this backend again:
+		// the answer's check needs when kvca last saw the prefix used.
+		c.lastAccess = c.fl.sched.LastAccessOf(c.req.Chain, c.dec.Cached, c.dec.Backend.Index, c.req.Now)
+	}
 	if c.routed && s.cfg.PredictTTL > 0 && len(c.req.Chain) > 0 {
-		// Dated so that it expires PredictTTL from now; a 2xx answer
-		// refreshes it to a full TTL, and it never ages a real location.
-		at := c.req.Now - s.table.TTL().Milliseconds() + s.cfg.PredictTTL.Milliseconds()
-		s.table.TouchAt(c.req.Chain, c.dec.Backend.Index, max(at, 0))
+		// Lives min(--predict-ttl, --ttl) unless a 2xx answer confirms
+		// it, and never refreshes a confirmed location.
+		s.table.Predict(c.req.Chain, c.dec.Backend.Index, c.req.Now)
 	}
 	if c.attempt == 0 {
 		if c.req.Pin && !c.dec.Bound {
@@ -420,9 +430,13 @@ func (s *Server) streamFailed(u *upstream, err error) {
 // its pool. Its reservation must have been released.
 func (s *Server) done(c *call) {
 	c.tr.End(c.status)
-	if c.sniffing && c.routed && c.status >= 200 && c.status < 300 && s.calibrate {
-		if p, _, ok := c.sn.Usage(); ok {
+	if c.sniffing && c.routed && c.status >= 200 && c.status < 300 {
+		p, _, ok := c.sn.Usage()
+		if ok && s.calibrate {
 			s.cal.ObserveBytes(c.info.Model, c.info.CBRLen, int(p))
+		}
+		if s.cfg.CacheCheck && c.dec.Backend != nil {
+			s.checkCached(c, p)
 		}
 	}
 	if c.tenant != nil && c.qd.OK {
@@ -449,6 +463,63 @@ func (s *Server) done(c *call) {
 		s.accessLog(c)
 	}
 	s.putCall(c)
+}
+
+// appendRouteHeader appends the X-Kvca-Route header (--route-header):
+// how the request was routed, for a client or an operator to see.
+func (c *call) appendRouteHeader(dst []byte) []byte {
+	if c.dec.Backend == nil {
+		return dst
+	}
+	dst = append(dst, "X-Kvca-Route: phase="...)
+	dst = append(dst, c.dec.Phase.String()...)
+	dst = append(dst, "; rule="...)
+	dst = append(dst, c.dec.Rule.String()...)
+	if c.dec.Overflowed != sched.RuleNone {
+		dst = append(dst, "; overflowed="...)
+		dst = append(dst, c.dec.Overflowed.String()...)
+	}
+	dst = append(dst, "; cached_blocks="...)
+	dst = strconv.AppendInt(dst, int64(c.dec.Cached), 10)
+	dst = append(dst, "; backend="...)
+	dst = append(dst, c.dec.Backend.Name...)
+	return append(dst, "\r\n"...)
+}
+
+// engineBlockTokens is the block of tokens an engine caches in (vLLM's
+// default; SGLang and llama.cpp cache single tokens): the rounding of its
+// cached-token count.
+const engineBlockTokens = 16
+
+// checkCached holds the answer's cached-token count, if its engine
+// reported one, against the blocks predicted cached on its backend
+// (sched.CheckCached), prompt being the answer's prompt tokens (0: not
+// reported). Tokens become CBR blocks at this request's own bytes per
+// token when the answer gave its prompt tokens, else at the model's.
+func (s *Server) checkCached(c *call, prompt int64) {
+	cached, ok := c.sn.EngineCached()
+	if !ok {
+		return
+	}
+	c.engineCached = cached
+	bpt := 0.0
+	if prompt > 0 && c.info.CBRLen > 0 {
+		bpt = float64(c.info.CBRLen) / float64(prompt)
+	}
+	if bpt < 0.25 || bpt > 64 {
+		bpt, _ = s.cal.BytesPerTokenOf(c.info.Model)
+	}
+	bs := float64(s.cfg.BlockSize)
+	pred := c.dec.Cached
+	s.fleet().sched.CheckCached(c.dec.Backend, sched.Check{
+		PredictedBlocks: pred,
+		ReportedBlocks:  int(float64(cached) * bpt / bs),
+		PredictedTokens: int64(float64(pred) * bs / bpt),
+		ReportedTokens:  cached,
+		PromptTokens:    prompt,
+		Tolerance:       sched.Tolerance(pred, bpt, s.cfg.BlockSize, engineBlockTokens),
+		LastAccess:      c.lastAccess,
+	}, c.now())
 }
 
 // usage is what the answer consumed, for the tenant's quota: as the
@@ -494,10 +565,13 @@ func (s *Server) accessLog(c *call) {
 		slog.String("tenant", c.tenantName()),
 		slog.String("model", string(model)),
 		slog.String("phase", phase),
+		slog.String("rule", c.dec.Rule.String()),
+		slog.String("overflowed", c.dec.Overflowed.String()),
 		slog.String("backend", backend),
 		slog.Int("attempts", c.attempt),
 		slog.Int("cached_blocks", c.dec.Cached),
 		slog.Int("novel_blocks", c.dec.Novel),
+		slog.Int64("engine_cached_tokens", c.engineCached),
 		slog.Int("status", c.status),
 		slog.String("outcome", outcomeNames[c.outcome]),
 		slog.Int("request_bytes", c.inBytes),

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"sync/atomic"
+	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 
@@ -173,4 +174,29 @@ func (m *serverMetrics) tlsMetrics(cs *certSource) {
 		}
 		return 0
 	})
+}
+
+// writeRoutingMetrics writes the load bound's overflows per affinity and
+// each backend's checks of predicted cached tokens against its answers.
+func (s *Server) writeRoutingMetrics(w io.Writer) {
+	fl := s.fleet()
+	ov := fl.sched.Overflows()
+	for r := sched.Rule(0); r < sched.NumRules; r++ {
+		if r.Affinity() {
+			metrics.WriteCounterUint64(w, fmt.Sprintf(`kvca_affinity_overflow_total{reason=%q}`, r.String()), ov[r])
+		}
+	}
+	now := time.Now()
+	for _, u := range fl.live() {
+		f := u.b.Feedback(now)
+		n := u.b.Name
+		metrics.WriteCounterUint64(w, fmt.Sprintf(`kvca_backend_predicted_cached_tokens_total{backend=%q}`, n), f.PredictedTokens)
+		metrics.WriteCounterUint64(w, fmt.Sprintf(`kvca_backend_engine_cached_tokens_total{backend=%q}`, n), f.EngineCachedTokens)
+		metrics.WriteCounterUint64(w, fmt.Sprintf(`kvca_backend_checked_prompt_tokens_total{backend=%q}`, n), f.PromptTokens)
+		metrics.WriteCounterUint64(w, fmt.Sprintf(`kvca_backend_cache_prediction_error_tokens_total{backend=%q}`, n), f.ErrorTokens)
+		metrics.WriteCounterUint64(w, fmt.Sprintf(`kvca_backend_cache_checks_total{backend=%q,verdict="agree"}`, n), f.Checks-f.Under-f.Over)
+		metrics.WriteCounterUint64(w, fmt.Sprintf(`kvca_backend_cache_checks_total{backend=%q,verdict="under"}`, n), f.Under)
+		metrics.WriteCounterUint64(w, fmt.Sprintf(`kvca_backend_cache_checks_total{backend=%q,verdict="over"}`, n), f.Over)
+		metrics.WriteGaugeFloat64(w, fmt.Sprintf(`kvca_backend_cache_prediction_drift{backend=%q}`, n), f.Drift)
+	}
 }

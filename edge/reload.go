@@ -244,6 +244,11 @@ func (s *Server) Reload(cfg Config) (BackendChange, []string, error) {
 		s.sessions.SetTTL(cfg.TTL)
 		s.log.Info("ttl changed", "ttl", cfg.TTL)
 	}
+	s.table.SetPredictTTL(cfg.PredictTTL)
+	if sc := s.fleet().sched; cfg.AffinityEpsilon != sc.AffinityEpsilon() {
+		sc.SetAffinityEpsilon(cfg.AffinityEpsilon)
+		s.log.Info("affinity epsilon changed", "affinity_epsilon", cfg.AffinityEpsilon)
+	}
 	if err := s.ReloadTLS(); err != nil {
 		s.log.Error("certificate reload failed; the previous certificates stay in service", "err", err)
 	}
@@ -292,6 +297,9 @@ func restartOnly(cur, next Config) []string {
 	diff("loops", cur.Loops != next.Loops)
 	diff("prefill-release", cur.PrefillAtHeaders != next.PrefillAtHeaders)
 	diff("access-log", cur.AccessLog != next.AccessLog)
+	diff("predict-ttl (on or off; its length is applied)", (cur.PredictTTL > 0) != (next.PredictTTL > 0))
+	diff("cache-check", cur.CacheCheck != next.CacheCheck)
+	diff("route-header", cur.RouteHeader != next.RouteHeader)
 	diff("tls-cert", cur.TLSCert != next.TLSCert || cur.TLSKey != next.TLSKey)
 	diff("admin-tls-cert", cur.AdminTLSCert != next.AdminTLSCert || cur.AdminTLSKey != next.AdminTLSKey)
 	diff("admin-token", cur.AdminToken != next.AdminToken)

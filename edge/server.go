@@ -160,6 +160,8 @@ func New(cfg Config) (*Server, error) {
 	if err := sc.SetTTFT(cfg.TTFT); err != nil {
 		return nil, err
 	}
+	sc.SetAffinityEpsilon(cfg.AffinityEpsilon)
+	table.SetPredictTTL(cfg.PredictTTL)
 	s := &Server{
 		cfg:         cfg,
 		key:         key,
@@ -176,6 +178,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.m = newServerMetrics(table, s.memo, &s.clientConns)
 	s.m.set.RegisterMetricsWriter(sc.WriteTTFTMetrics)
+	s.m.set.RegisterMetricsWriter(s.writeRoutingMetrics)
 	s.cal = chain.NewCalibrator(0)
 	s.threads = affinity.New(affinity.Responses, affinity.Config{TTL: max(cfg.TTL, time.Hour)})
 	s.sessions = affinity.New(affinity.Sessions, affinity.Config{TTL: cfg.TTL})

@@ -34,6 +34,8 @@ type Backend struct {
 	seed uint64
 	// model is b's learned first-token latency and resident work (ttft.go).
 	model predictor
+	// fb is b's record of answers checked against predictions (feedback.go).
+	fb feedback
 }
 
 const activeUnit = 1 << 32

@@ -16,8 +16,9 @@ func FuzzSniff(f *testing.F) {
 		}
 		s.Close()
 		p, c, _ := s.Usage()
-		if p < 0 || c < 0 || len(s.ID()) > MaxID || s.depth < 0 || s.depth > MaxDepth {
-			t.Fatalf("prompt %d completion %d id %d bytes depth %d", p, c, len(s.ID()), s.depth)
+		e, eok := s.EngineCached()
+		if p < 0 || c < 0 || e < 0 || (!eok && e != 0) || len(s.ID()) > MaxID || s.depth < 0 || s.depth > MaxDepth {
+			t.Fatalf("prompt %d completion %d engine cached %d %v id %d bytes depth %d", p, c, e, eok, len(s.ID()), s.depth)
 		}
 		// Whatever the pieces, the outcome is the same as in one piece.
 		var w Sniffer
@@ -28,6 +29,12 @@ func FuzzSniff(f *testing.F) {
 		_, _, ok := s.Usage()
 		if wp != p || wc != c || wok != ok || string(w.ID()) != string(s.ID()) {
 			t.Fatalf("pieces of %d: %d %d %v %q; whole: %d %d %v %q", step, p, c, ok, s.ID(), wp, wc, wok, w.ID())
+		}
+		we, weok := w.EngineCached()
+		r, cr := s.CacheTokens()
+		wr, wcr := w.CacheTokens()
+		if we != e || weok != eok || wr != r || wcr != cr {
+			t.Fatalf("pieces of %d: engine cached %d %v, cache %d %d; whole: %d %v, %d %d", step, e, eok, r, cr, we, weok, wr, wcr)
 		}
 	})
 }

@@ -10,8 +10,10 @@ const (
 	fPrompt = iota
 	fCompletion
 	fID
-	fCacheRead   // Anthropic: prompt tokens read from the cache, not in input_tokens
-	fCacheCreate // Anthropic: prompt tokens written to the cache, not in input_tokens
+	fCacheRead    // Anthropic: prompt tokens read from the cache, not in input_tokens
+	fCacheCreate  // Anthropic: prompt tokens written to the cache, not in input_tokens
+	fCachedTokens // OpenAI: prompt tokens read from the cache, part of prompt_tokens/input_tokens
+	fTimingsCache // llama.cpp: prompt tokens reused from the slot's cache (timings.cache_n)
 )
 
 type target struct {
@@ -19,8 +21,8 @@ type target struct {
 	field int
 }
 
-// targets are the paths recognised, from the top-level object; at most 16
-// (they are bits of a uint16), at most maxLevels deep, keys at most
+// targets are the paths recognised, from the top-level object; at most 32
+// (they are bits of a uint32), at most maxLevels deep, keys at most
 // maxKey bytes.
 var targets = [...]target{
 	{[]string{"usage", "prompt_tokens"}, fPrompt},
@@ -38,12 +40,16 @@ var targets = [...]target{
 	{[]string{"usage", "cache_creation_input_tokens"}, fCacheCreate},
 	{[]string{"message", "usage", "cache_read_input_tokens"}, fCacheRead},
 	{[]string{"message", "usage", "cache_creation_input_tokens"}, fCacheCreate},
+	{[]string{"usage", "prompt_tokens_details", "cached_tokens"}, fCachedTokens},
+	{[]string{"usage", "input_tokens_details", "cached_tokens"}, fCachedTokens},
+	{[]string{"response", "usage", "input_tokens_details", "cached_tokens"}, fCachedTokens},
+	{[]string{"timings", "cache_n"}, fTimingsCache},
 }
 
 const (
-	maxLevels  = 3
+	maxLevels  = 4
 	maxKey     = 32
-	allTargets = uint16(1)<<len(targets) - 1
+	allTargets = uint32(1)<<len(targets) - 1
 )
 
 // JSON tokenizer states.
@@ -389,18 +395,20 @@ func (s *Sniffer) keyDone() {
 
 // keyTargets is the set of targets whose path has key at level lvl: the
 // targets table compiled into switches (a test keeps them in step).
-func keyTargets(lvl int, key []byte) uint16 {
+func keyTargets(lvl int, key []byte) uint32 {
 	switch lvl {
 	case 0:
 		switch string(key) {
 		case "usage":
-			return 1<<0 | 1<<1 | 1<<2 | 1<<3 | 1<<11 | 1<<12
+			return 1<<0 | 1<<1 | 1<<2 | 1<<3 | 1<<11 | 1<<12 | 1<<15 | 1<<16
 		case "response":
-			return 1<<4 | 1<<5 | 1<<9
+			return 1<<4 | 1<<5 | 1<<9 | 1<<17
 		case "message":
 			return 1<<6 | 1<<7 | 1<<10 | 1<<13 | 1<<14
 		case "id":
 			return 1 << 8
+		case "timings":
+			return 1 << 18
 		}
 	case 1:
 		switch string(key) {
@@ -417,9 +425,15 @@ func keyTargets(lvl int, key []byte) uint16 {
 		case "cache_creation_input_tokens":
 			return 1 << 12
 		case "usage":
-			return 1<<4 | 1<<5 | 1<<6 | 1<<7 | 1<<13 | 1<<14
+			return 1<<4 | 1<<5 | 1<<6 | 1<<7 | 1<<13 | 1<<14 | 1<<17
 		case "id":
 			return 1<<9 | 1<<10
+		case "prompt_tokens_details":
+			return 1 << 15
+		case "input_tokens_details":
+			return 1 << 16
+		case "cache_n":
+			return 1 << 18
 		}
 	case 2:
 		switch string(key) {
@@ -431,16 +445,25 @@ func keyTargets(lvl int, key []byte) uint16 {
 			return 1 << 13
 		case "cache_creation_input_tokens":
 			return 1 << 14
+		case "cached_tokens":
+			return 1<<15 | 1<<16
+		case "input_tokens_details":
+			return 1 << 17
+		}
+	case 3:
+		if string(key) == "cached_tokens" {
+			return 1 << 17
 		}
 	}
 	return 0
 }
 
 // endsAt are the targets whose path ends at each level.
-var endsAt = [maxLevels]uint16{
+var endsAt = [maxLevels]uint32{
 	1 << 8,
-	1<<0 | 1<<1 | 1<<2 | 1<<3 | 1<<9 | 1<<10 | 1<<11 | 1<<12,
-	1<<4 | 1<<5 | 1<<6 | 1<<7 | 1<<13 | 1<<14,
+	1<<0 | 1<<1 | 1<<2 | 1<<3 | 1<<9 | 1<<10 | 1<<11 | 1<<12 | 1<<18,
+	1<<4 | 1<<5 | 1<<6 | 1<<7 | 1<<13 | 1<<14 | 1<<15 | 1<<16,
+	1 << 17,
 }
 
 func (s *Sniffer) leafField(f int) bool {
@@ -461,7 +484,11 @@ func (s *Sniffer) numDone() {
 			case fCompletion:
 				s.completion, s.hasCompletion = s.num, true
 			case fCacheRead:
-				s.cacheRead, s.hasPrompt = s.num, true
+				s.cacheRead, s.hasPrompt, s.hasCacheRead = s.num, true, true
+			case fCachedTokens:
+				s.cachedTokens, s.hasCachedTokens = s.num, true
+			case fTimingsCache:
+				s.timingsCache, s.hasTimingsCache = s.num, true
 			case fCacheCreate:
 				s.cacheCreate, s.hasPrompt = s.num, true
 			}
@@ -470,4 +497,4 @@ func (s *Sniffer) numDone() {
 	s.valueDone()
 }
 
-func trailingZeros(m uint16) int { return bits.TrailingZeros16(m) }
+func trailingZeros(m uint32) int { return bits.TrailingZeros32(m) }

@@ -88,7 +88,10 @@ func serveFlags() []cli.Flag {
 		&cli.StringFlag{Name: "upstream-cert", Usage: "client certificate `FILE` for mutual TLS to backends", EnvVars: env("upstream-cert")},
 		&cli.StringFlag{Name: "upstream-key", Usage: "client key `FILE` for --upstream-cert", EnvVars: env("upstream-key")},
 		&cli.BoolFlag{Name: "upstream-insecure", Usage: "do NOT verify backends' certificates (logged loudly; for tests only)", EnvVars: env("upstream-insecure")},
-		&cli.GenericFlag{Name: "predict-ttl", Value: cliflag.Duration(10 * time.Second), Usage: "record the chosen backend as holding a request's prefix at routing time, for this long unless its answer confirms it (0: learn only from answers)", EnvVars: env("predict-ttl")},
+		&cli.GenericFlag{Name: "predict-ttl", Value: cliflag.Duration(10 * time.Second), Usage: "record the chosen backend as holding a request's prefix at routing time, for this long (at most --ttl) unless its answer confirms it (0: learn only from answers)", EnvVars: env("predict-ttl")},
+		&cli.Float64Flag{Name: "affinity-epsilon", Value: sched.DefaultAffinityEpsilon, Usage: "ε of the load bound over every affinity (session key, user, prefix holder, prediction): one may send a request to a backend only while it holds at most ceil((1+ε) × the fleet's mean) + 1 requests; negative: unbounded", EnvVars: env("affinity-epsilon")},
+		&cli.BoolFlag{Name: "cache-check", Value: true, Usage: "read every answer's cached-token count (usage.prompt_tokens_details.cached_tokens, cache_read_input_tokens, timings.cache_n) and check the prediction: locations an engine evicted are dropped", EnvVars: env("cache-check")},
+		&cli.BoolFlag{Name: "route-header", Usage: "add X-Kvca-Route to answers: phase, rule, predicted cached blocks, backend (tells clients about the fleet)", EnvVars: env("route-header")},
 		&cli.BoolFlag{Name: "pprof", Usage: "serve /debug/pprof on the admin listener", EnvVars: env("pprof")},
 	}
 }
@@ -297,6 +300,9 @@ func configFrom(c *cli.Context) edge.Config {
 		PrefillAtHeaders:      c.String("prefill-release") == "headers",
 		AccessLog:             c.Bool("access-log"),
 		PredictTTL:            c.Duration("predict-ttl"),
+		AffinityEpsilon:       c.Float64("affinity-epsilon"),
+		CacheCheck:            c.Bool("cache-check"),
+		RouteHeader:           c.Bool("route-header"),
 		TLSCert:               c.String("tls-cert"),
 		TLSKey:                c.String("tls-key"),
 		AdminTLSCert:          c.String("admin-tls-cert"),

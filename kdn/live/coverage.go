@@ -15,7 +15,7 @@ type holding struct {
 	total    int   // blocks in the chain
 	pinned   int   // of the leading blocks, how many are pinned
 	newest   int64 // latest last access among them (table ms)
-	oldest   int64 // earliest last access among the unpinned ones, -1 if none
+	expires  int64 // earliest expiry among the unpinned ones (table ms), -1 if none
 	tableNow int64
 }
 
@@ -23,7 +23,8 @@ func (h holding) complete() bool { return h.total > 0 && h.blocks == h.total }
 
 // holdingOf reads the table for backend b's hold on c at table time now.
 func holdingOf(t *chain.Table, c []uint64, b int, now int64) holding {
-	h := holding{total: len(c), oldest: -1, tableNow: now}
+	h := holding{total: len(c), expires: -1, tableNow: now}
+	ttl, pred := t.TTL().Milliseconds(), t.PredictTTL().Milliseconds()
 	var buf [8]chain.Location
 	for _, blk := range c {
 		var loc *chain.Location
@@ -41,8 +42,15 @@ func holdingOf(t *chain.Table, c []uint64, b int, now int64) holding {
 		h.newest = max(h.newest, loc.Last)
 		if loc.Pinned {
 			h.pinned++
-		} else if h.oldest < 0 || loc.Last < h.oldest {
-			h.oldest = loc.Last
+		} else {
+			// A prediction not yet confirmed lives min(predict TTL, TTL).
+			exp := loc.Last + ttl
+			if loc.Predicted {
+				exp = loc.Last + pred
+			}
+			if h.expires < 0 || exp < h.expires {
+				h.expires = exp
+			}
 		}
 	}
 	return h
@@ -53,7 +61,9 @@ func holdingOf(t *chain.Table, c []uint64, b int, now int64) holding {
 // available when every block is held, partial when a leading part is,
 // unavailable when none. It was seen at the latest access of its blocks
 // and counts until the first of its unpinned blocks expires; pinned blocks
-// do not expire, so an all-pinned hold is re-observed after one TTL.
+// do not expire, so an all-pinned hold is re-observed after one TTL; a
+// predicted block (recorded at routing, not yet confirmed by an answer)
+// expires min(predict TTL, TTL) after it was recorded.
 func (g *Gateway) observe(p *prefixInfo, b int, gen int64, ts time.Time) (kdn.CacheReplicaObservation, holding) {
 	t := g.srv.Table()
 	h := holdingOf(t, p.chain, b, t.At(ts))
@@ -68,8 +78,8 @@ func (g *Gateway) observe(p *prefixInfo, b int, gen int64, ts time.Time) (kdn.Ca
 		if s := wire(t.TimeOf(h.newest)); s.Before(ts) {
 			seen = s
 		}
-		if h.oldest >= 0 {
-			until = wire(t.TimeOf(h.oldest).Add(ttl))
+		if h.expires >= 0 {
+			until = wire(t.TimeOf(h.expires))
 		}
 	}
 	if !until.After(seen) {
