@@ -38,6 +38,11 @@ type testBackend struct {
 	hold chan struct{}
 	// status, when non-zero, is returned instead of a completion.
 	status atomic.Int32
+	// delay, when set, is how long each answer takes (an engine's work).
+	delay time.Duration
+	// cached, when set, is the prompt_tokens_details.cached_tokens a
+	// non-streamed answer reports for its request's body.
+	cached func(body []byte) int
 }
 
 func newTestBackend(t *testing.T, name string) *testBackend {
@@ -126,11 +131,20 @@ func (b *testBackend) handle(ctx *fasthttp.RequestCtx) {
 		ctx.SetBodyString(`{"error":{"message":"backend says no","type":"server_error","param":null,"code":"x"}}`)
 		return
 	}
+	if b.delay > 0 {
+		time.Sleep(b.delay)
+	}
 	stream := fastjson.GetBool(ctx.PostBody(), "stream")
 	ctx.Response.Header.Set("X-Backend", b.name)
 	if !stream {
 		ctx.SetContentType("application/json")
-		fmt.Fprintf(ctx, `{"id":"c1","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hello from %s"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":3,"total_tokens":13}}`, b.name)
+		prompt, details := 10, ""
+		if b.cached != nil {
+			// About four bytes a token, as the calibration assumes.
+			prompt = len(ctx.PostBody()) / 4
+			details = fmt.Sprintf(`,"prompt_tokens_details":{"cached_tokens":%d}`, b.cached(ctx.PostBody()))
+		}
+		fmt.Fprintf(ctx, `{"id":"c1","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hello from %s"},"finish_reason":"stop"}],"usage":{"prompt_tokens":%d,"completion_tokens":3,"total_tokens":13%s}}`, b.name, prompt, details)
 		return
 	}
 	ctx.SetContentType("text/event-stream")

@@ -1,0 +1,241 @@
+package edge
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvca/kvca/internal/testkit"
+)
+
+// Affinities bounded by load, end to end: what a client that sets one
+// user value, one session header or one prompt_cache_key on every request
+// gets from the fleet.
+
+// fanOut sends n distinct first turns, one every gap, each carrying the
+// affinity set by mark, and returns how many each backend served.
+func fanOut(t *testing.T, s *Server, n int, gap time.Duration, mark func(body map[string]any, h http.Header)) map[string]int {
+	t.Helper()
+	var mu sync.Mutex
+	got := map[string]int{}
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for k := 0; k < n; k++ {
+		var body map[string]any
+		_ = json.Unmarshal([]byte(conversation(100+k, 0, false)), &body)
+		h := http.Header{"Content-Type": {"application/json"}}
+		mark(body, h)
+		raw, _ := json.Marshal(body)
+		req, _ := http.NewRequest(http.MethodPost, "http://"+s.Addr()+"/v1/chat/completions", strings.NewReader(string(raw)))
+		req.Header = h
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := client.Do(req)
+			if err != nil {
+				errs <- err
+				return
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				errs <- fmt.Errorf("status %d", resp.StatusCode)
+				return
+			}
+			mu.Lock()
+			got[backendOf(resp)]++
+			mu.Unlock()
+		}()
+		time.Sleep(gap)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// TestAffinityFanOutsSpread: 32 distinct conversations whose first turns
+// overlap (each answered in 75 ms, all started within 0.2 s: about a
+// dozen in flight) under one user value, one session header or one
+// prompt_cache_key spread within 1.5 times the mean per backend, under
+// kvca-cost and kvca alike.
+func TestAffinityFanOutsSpread(t *testing.T) {
+	t.Parallel()
+	sources := map[string]func(body map[string]any, h http.Header){
+		"user":             func(b map[string]any, _ http.Header) { b["user"] = "tenant-a" },
+		"session header":   func(_ map[string]any, h http.Header) { h.Set("X-Session-Id", "agent-7") },
+		"prompt_cache_key": func(b map[string]any, _ http.Header) { b["prompt_cache_key"] = "fan-out" },
+	}
+	for _, policy := range []string{"kvca-cost", "kvca"} {
+		for name, mark := range sources {
+			t.Run(policy+"/"+name, func(t *testing.T) {
+				t.Parallel()
+				var bs []*testBackend
+				for i := range 4 {
+					b := newTestBackend(t, fmt.Sprint("b", i))
+					b.delay = 75 * time.Millisecond
+					bs = append(bs, b)
+				}
+				s := startProxy(t, func(c *Config) { c.Policy = policy }, bs...)
+				got := fanOut(t, s, 32, 6*time.Millisecond, mark)
+				most := 0
+				for _, n := range got {
+					most = max(most, n)
+				}
+				t.Logf("served %v", got)
+				if most > 12 { // 1.5 × the mean of 8
+					t.Fatalf("%v: one backend served %d of 32", got, most)
+				}
+				waitIdle(t, s)
+			})
+		}
+	}
+}
+
+// TestSiblingsStayTogether: two requests of one session fired together
+// on an idle fleet land on one backend (kvca-cost), the load bound
+// leaving room for them.
+func TestSiblingsStayTogether(t *testing.T) {
+	t.Parallel()
+	var bs []*testBackend
+	for i := range 4 {
+		bs = append(bs, newTestBackend(t, fmt.Sprint("b", i)))
+	}
+	release := make(chan struct{})
+	for _, b := range bs {
+		b.hold = release
+	}
+	s := startProxy(t, nil, bs...)
+	hits := func() (n int64) {
+		for _, b := range bs {
+			n += b.hits.Load()
+		}
+		return n
+	}
+	out := make(chan string, 2)
+	send := func(k int) {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+s.Addr()+"/v1/chat/completions", strings.NewReader(conversation(200+k, 0, false)))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Session-Id", "pair")
+		resp, err := client.Do(req)
+		if err != nil {
+			out <- err.Error()
+			return
+		}
+		resp.Body.Close()
+		out <- backendOf(resp)
+	}
+	go send(0)
+	testkit.WaitUntil(t, "first sibling at a backend", func() bool { return hits() == 1 })
+	go send(1)
+	testkit.WaitUntil(t, "second sibling at a backend", func() bool { return hits() == 2 })
+	close(release)
+	if a, b := <-out, <-out; a != b {
+		t.Fatalf("siblings split: %s and %s", a, b)
+	}
+	waitIdle(t, s)
+}
+
+// TestTTLIsExact: with --ttl 1s (and predictions of 10 s, which the TTL
+// bounds), the table is empty 3 s after the last answer.
+func TestTTLIsExact(t *testing.T) {
+	t.Parallel()
+	a, b := newTestBackend(t, "a"), newTestBackend(t, "b")
+	s := startProxy(t, func(c *Config) { c.TTL = time.Second; c.PredictTTL = 10 * time.Second }, a, b)
+	for k := 0; k < 4; k++ {
+		post(t, s, "/v1/chat/completions", conversation(300+k, k%2, false))
+	}
+	last := time.Now()
+	if s.table.Stats().Blocks == 0 {
+		t.Fatal("nothing learned")
+	}
+	testkit.WaitUntil(t, "an empty table", func() bool { return s.table.Stats().Blocks == 0 })
+	if el := time.Since(last); el > 3*time.Second {
+		t.Fatalf("the table emptied %v after the last answer", el)
+	}
+}
+
+// TestCacheCheck: an answer that reports fewer cached tokens than kvca
+// predicted drops the backend's locations last used at or before the
+// predicted prefix, not those learned since; /admin/state and the access
+// log say what was checked.
+func TestCacheCheck(t *testing.T) {
+	t.Parallel()
+	a := newTestBackend(t, "a")
+	var evicted sync.Map // body prefix → nothing: the engine lost it
+	a.cached = func(body []byte) int {
+		if _, ok := evicted.Load("all"); ok {
+			return 0
+		}
+		return len(body) / 4 * 9 / 10 // most of the prompt
+	}
+	var logs testkit.LogBuffer
+	s := startProxy(t, func(c *Config) {
+		c.RouteHeader = true
+		c.AccessLog = true
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	}, a)
+	// Conversation X, then conversation Y's first turn: both learned.
+	post(t, s, "/v1/chat/completions", conversation(400, 0, false))
+	time.Sleep(5 * time.Millisecond)
+	resp, _ := post(t, s, "/v1/chat/completions", conversation(401, 0, false))
+	if h := resp.Header.Get("X-Kvca-Route"); !strings.HasPrefix(h, "phase=bootstrap; rule=") || !strings.Contains(h, "; backend=") {
+		t.Fatalf("X-Kvca-Route: %q", h)
+	}
+	x := planChain(t, s, conversation(400, 0, false))
+	if !heldOn(s, x, 0) {
+		t.Fatal("conversation X not learned")
+	}
+	time.Sleep(5 * time.Millisecond)
+	// Y's second turn: kvca predicts Y's first turn cached; the engine
+	// says it found nothing (it evicted Y's prefix, and so X's, older).
+	evicted.Store("all", true)
+	resp, _ = post(t, s, "/v1/chat/completions", conversation(401, 1, false))
+	if h := resp.Header.Get("X-Kvca-Route"); !strings.HasPrefix(h, "phase=followup; rule=prefix; cached_blocks=") {
+		t.Fatalf("X-Kvca-Route: %q", h)
+	}
+	waitIdle(t, s)
+	st := s.State().Backends[0].CacheCheck
+	if st.Checks != 3 || st.Under != 1 || st.EngineCachedTokens == 0 || st.PredictedTokens == 0 {
+		t.Fatalf("cache check %+v", st)
+	}
+	if heldOn(s, x, 0) {
+		t.Fatal("conversation X, older than what the engine evicted, is still believed held")
+	}
+	if y := planChain(t, s, conversation(401, 1, false)); !heldOn(s, y, 0) {
+		t.Fatal("Y's second turn, just computed, is not held")
+	}
+	if l := logs.String(); !strings.Contains(l, "engine_cached_tokens=0") || !strings.Contains(l, "rule=prefix") {
+		t.Fatalf("access log:\n%s", l)
+	}
+	var m strings.Builder
+	s.m.set.WritePrometheus(&m)
+	for _, want := range []string{`kvca_backend_cache_checks_total{backend="` + s.fleet().sched.Backends[0].Name + `",verdict="under"} 1`, `kvca_affinity_overflow_total{reason="session"} 0`} {
+		if !strings.Contains(m.String(), want) {
+			t.Fatalf("metrics lack %s", want)
+		}
+	}
+}
+
+// planChain is the chain kvca computes for a chat body.
+func planChain(t *testing.T, s *Server, body string) []uint64 {
+	t.Helper()
+	c := s.getCall()
+	defer s.putCall(c)
+	if err := s.plan(c, 0, []byte(body)); err != nil {
+		t.Fatal(err)
+	}
+	return append([]uint64(nil), c.req.Chain...)
+}
+
+// heldOn reports whether backend b holds ch's last block.
+func heldOn(s *Server, ch []uint64, b int) bool {
+	_, ok := s.table.LastAccess(ch[len(ch)-1], b, s.table.Now())
+	return ok
+}
