@@ -68,6 +68,9 @@ type Result struct {
 	// could not hold them.
 	Predicted         float64
 	CapacityEvictions uint64
+	// PredictedPerEngine is Predicted per engine (-1: nothing routed
+	// there), when the proxy can tell.
+	PredictedPerEngine []float64
 
 	TTFT        []time.Duration // successful requests, sorted
 	EngineStats []mock.Stats
@@ -183,6 +186,11 @@ func (r *Report) WriteTable(w io.Writer) {
 	writeCold(w, r)
 	fmt.Fprintln(w, "hit rate: what the engines' prefix caches report (token-weighted); predicted: what the proxy believed when routing (cached CBR blocks over all it routed)")
 	for _, res := range r.Results {
+		if gap, mean, ok := res.PredictionGap(); ok {
+			fmt.Fprintf(w, "%s: predicted against engine hit rate per engine: largest gap %.1f points, mean %.1f\n", res.Policy, 100*gap, 100*mean)
+		}
+	}
+	for _, res := range r.Results {
 		if res.CapacityEvictions > 0 {
 			fmt.Fprintf(w, "%s: %d locations dropped because a backend's cache could not hold them\n", res.Policy, res.CapacityEvictions)
 		}
@@ -208,4 +216,24 @@ func fmtDur(d time.Duration) string {
 	default:
 		return fmt.Sprintf("%.0fµs", float64(d)/1e3)
 	}
+}
+
+// PredictionGap is the largest and the mean difference, over the engines
+// that were routed to, between the hit rate the proxy predicted there and
+// the one the engine reported.
+func (res *Result) PredictionGap() (largest, mean float64, ok bool) {
+	n := 0
+	for i, p := range res.PredictedPerEngine {
+		if p < 0 || i >= len(res.EngineStats) || res.EngineStats[i].QueryTokens == 0 {
+			continue
+		}
+		d := math.Abs(p - res.EngineStats[i].HitRate())
+		largest = max(largest, d)
+		mean += d
+		n++
+	}
+	if n == 0 {
+		return 0, 0, false
+	}
+	return largest, mean / float64(n), true
 }

@@ -59,6 +59,14 @@ type Predictor interface {
 	CapacityEvictions() uint64
 }
 
+// BackendPredictor is implemented by proxies that can tell what they
+// predicted on each backend, in the order of the backends they were
+// given: the share of the blocks routed there believed cached (-1: none
+// routed).
+type BackendPredictor interface {
+	PredictedPerBackend() []float64
+}
+
 // Options configure a bench run.
 type Options struct {
 	Engines  int         // default 8
@@ -329,6 +337,9 @@ loop:
 			res.Predicted = v
 		}
 		res.CapacityEvictions = pr.CapacityEvictions()
+	}
+	if bp, ok := proxy.(BackendPredictor); ok {
+		res.PredictedPerEngine = bp.PredictedPerBackend()
 	}
 	var hit, query uint64
 	var busy []time.Duration

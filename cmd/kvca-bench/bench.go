@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -36,6 +37,8 @@ func proxyFlags() []cli.Flag {
 		&cli.IntFlag{Name: "active-weight", Value: d.ActiveWeight, Usage: "proxy: load of one active request, in blocks", EnvVars: env("active-weight")},
 		&cli.StringFlag{Name: "prefill-release", Value: "first-byte", Usage: "proxy: first-byte or headers", EnvVars: env("prefill-release")},
 		&cli.GenericFlag{Name: "predict-ttl", Value: cliflag.Duration(10 * time.Second), Usage: "proxy: predicted locations at routing time (before --time-scale; 0: off)", EnvVars: env("predict-ttl")},
+		&cli.Float64Flag{Name: "affinity-epsilon", Value: d.AffinityEpsilon, Usage: "proxy: ε of the load bound over affinities (negative: unbounded; a policy suffix /eps=X sets it for that policy)", EnvVars: env("affinity-epsilon")},
+		&cli.BoolFlag{Name: "cache-check", Value: d.CacheCheck, Usage: "proxy: check each answer's cached tokens against the prediction (a policy suffix /no-check turns it off for that policy)", EnvVars: env("cache-check")},
 		&cli.IntFlag{Name: "replicas", Value: 1, Usage: "kvca replicas sharing state through an embedded NATS server; requests are spread over them in turn", EnvVars: env("replicas")},
 		&cli.BoolFlag{Name: "no-cluster", Usage: "with --replicas N: replicas do not share state (the baseline clustering fixes)", EnvVars: env("no-cluster")},
 		&cli.BoolFlag{Name: "engine-metrics", Value: true, Usage: "proxy: scrape the engines' /metrics (--engine-metrics=false: kvca's own view only)", EnvVars: env("engine-metrics")},
@@ -56,8 +59,14 @@ func proxyFlags() []cli.Flag {
 	}, ttftflag.Flags(env)...)
 }
 
-// noTelemetrySuffix after a policy name runs it without engine metrics.
-const noTelemetrySuffix = "/no-telemetry"
+// Suffixes after a policy name vary the proxy in one run:
+// "/no-telemetry" runs it without engine metrics, "/no-check" without the
+// cache check, "/eps=X" with --affinity-epsilon X (in any order).
+const (
+	noTelemetrySuffix = "/no-telemetry"
+	noCheckSuffix     = "/no-check"
+	epsPrefix         = "/eps="
+)
 
 // benchProxy is an in-process kvca.
 type benchProxy struct{ s *edge.Server }
@@ -77,6 +86,20 @@ func (p benchProxy) Predicted() (float64, bool) {
 		return 0, false
 	}
 	return float64(cached) / float64(blocks), true
+}
+
+// PredictedPerBackend is Predicted per backend, in the order given.
+func (p benchProxy) PredictedPerBackend() []float64 {
+	bs := p.s.Scheduler().Backends
+	out := make([]float64, len(bs))
+	for i, b := range bs {
+		_, n, c := b.Routed()
+		out[i] = -1
+		if n > 0 {
+			out[i] = float64(c) / float64(n)
+		}
+	}
+	return out
 }
 
 func (p benchProxy) CapacityEvictions() uint64 {
@@ -172,7 +195,8 @@ func proxyFactory(c *cli.Context, timeScale float64) run.ProxyFactory {
 				"--max-blocks", strconv.Itoa(c.Int("max-blocks")), "--active-weight", strconv.Itoa(c.Int("active-weight")),
 				"--log-level", "warn", "--prefill-release", c.String("prefill-release"),
 				"--predict-ttl", time.Duration(float64(c.Duration("predict-ttl")) * timeScale).String(),
-				"--engine-metrics=" + strconv.FormatBool(c.Bool("engine-metrics")), "--engine-metrics-interval", interval.String()}
+				"--engine-metrics=" + strconv.FormatBool(c.Bool("engine-metrics")), "--engine-metrics-interval", interval.String(),
+				"--affinity-epsilon", strconv.FormatFloat(c.Float64("affinity-epsilon"), 'g', -1, 64), "--cache-check=" + strconv.FormatBool(c.Bool("cache-check"))}
 			tc := ttftflag.From(c, timeScale)
 			argv = append(argv, "--batch-capacity", strconv.Itoa(tc.Capacity), "--prefill-block-time", tc.BlockTime.String(),
 				"--first-token-base", tc.Base.String(), "--resident-window", tc.ResidentWindow.String(),
@@ -193,7 +217,18 @@ func proxyFactory(c *cli.Context, timeScale float64) run.ProxyFactory {
 		// "<policy>/no-telemetry" runs the policy with --engine-metrics
 		// off, so that one run compares both.
 		policy, noTelemetry := strings.CutSuffix(policy, noTelemetrySuffix)
+		policy, noCheck := strings.CutSuffix(policy, noCheckSuffix)
+		eps := c.Float64("affinity-epsilon")
+		if i := strings.Index(policy, epsPrefix); i >= 0 {
+			v, err := strconv.ParseFloat(policy[i+len(epsPrefix):], 64)
+			if err != nil {
+				return nil, fmt.Errorf("policy %q: %v", policy, err)
+			}
+			policy, eps = policy[:i], v
+		}
 		cfg := edge.DefaultConfig()
+		cfg.AffinityEpsilon = eps
+		cfg.CacheCheck = c.Bool("cache-check") && !noCheck
 		cfg.Listen, cfg.AdminListen = "127.0.0.1:0", ""
 		cfg.Backends = backends
 		cfg.Policy = policy
