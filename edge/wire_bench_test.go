@@ -21,10 +21,13 @@ import (
 // whole process's, so 0 means kvca's path allocates nothing either.
 
 var (
-	wireCompletion = []byte(`{"id":"cmpl-1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Hello from the wire benchmark backend, a short fixed answer."},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":12,"total_tokens":22}}`)
+	wireCompletion = []byte(`{"id":"cmpl-1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Hello from the wire benchmark backend, a short fixed answer."},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":12,"total_tokens":22,"prompt_tokens_details":{"cached_tokens":8}}}`)
 	wireEvent      = []byte("data: {\"id\":\"cmpl-1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"token\"}}]}\n\n")
-	wireDone       = []byte("data: [DONE]\n\n")
-	wireModels     = []byte(`{"object":"list","data":[{"id":"bench-model","object":"model"}]}`)
+	// wireUsage is a stream's last chunk: its usage, with the cached
+	// tokens the cache check reads.
+	wireUsage  = []byte("data: {\"id\":\"cmpl-1\",\"object\":\"chat.completion.chunk\",\"choices\":[],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":5,\"total_tokens\":15,\"prompt_tokens_details\":{\"cached_tokens\":8}}}\n\n")
+	wireDone   = []byte("data: [DONE]\n\n")
+	wireModels = []byte(`{"object":"list","data":[{"id":"bench-model","object":"model"}]}`)
 )
 
 // startWireBackend serves a fixed completion, or 5 SSE events written as
@@ -59,7 +62,7 @@ func startWireBackendLn(tb testing.TB, wrap func(net.Listener) net.Listener) str
 	return "http://" + ln.Addr().String()
 }
 
-// wireStream is an SSE body of five events and [DONE], one Read each;
+// wireStream is an SSE body of five events, usage and [DONE], one Read each;
 // fasthttp closes it when the response is written, which pools it.
 type wireStream struct{ n int }
 
@@ -76,6 +79,8 @@ func (w *wireStream) Read(p []byte) (int, error) {
 	case w.n <= 5:
 		return copy(p, wireEvent), nil
 	case w.n == 6:
+		return copy(p, wireUsage), nil
+	case w.n == 7:
 		return copy(p, wireDone), nil
 	}
 	return 0, io.EOF
