@@ -27,9 +27,10 @@ type Spec struct {
 	// Kind is what the conversations are sent as: "chat" (default),
 	// "messages" (the same conversations on the Anthropic Messages API),
 	// "threads" (Responses API threads continued by previous_response_id
-	// only) or "subagents" (SubAgents).
+	// only), "subagents" (SubAgents) or "agent" (Agent).
 	Kind      string
 	SubAgents workload.SubAgents
+	Agent     workload.Agent
 	// TimeScale multiplies arrival times (and, through Run.Engine.TimeScale,
 	// every simulated duration) so that long workloads replay quickly with
 	// the same load shape. ArrivalScale multiplies arrivals only: below 1 it
@@ -58,10 +59,24 @@ func env(name string) []string {
 func Flags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "workload", Value: "chat", Usage: "what the conversations are sent as: chat, messages (the same conversations on the Anthropic Messages API, /v1/messages), " +
-			"threads (synthetic conversations as Responses API threads continued by previous_response_id only), subagents (Messages API sessions fanning out parallel sub-agent requests that share a new prefix, named by x-claude-code-session-id)", EnvVars: env("workload")},
+			"threads (synthetic conversations as Responses API threads continued by previous_response_id only), subagents (Messages API sessions fanning out parallel sub-agent requests that share a new prefix, named by x-claude-code-session-id), " +
+			"agent (coding agents' long chat sessions of tool calls and results, each request repeating the previous one, with sub-agents sharing the whole prompt; the --agent-* flags)", EnvVars: env("workload")},
 		&cli.IntFlag{Name: "agents", Value: 4, Usage: "subagents: parallel sub-agent requests per fan-out", EnvVars: env("agents")},
 		&cli.IntFlag{Name: "fanouts", Value: 2, Usage: "subagents: fan-outs per session", EnvVars: env("fanouts")},
 		&cli.IntFlag{Name: "agent-context-tokens", Value: 2048, Usage: "subagents: tokens of the new prefix a fan-out's requests share", EnvVars: env("agent-context-tokens")},
+		&cli.IntFlag{Name: "agent-kinds", Value: 3, Usage: "agent: distinct agents, each with a system prompt and tool definitions all its sessions start with", EnvVars: env("agent-kinds")},
+		&cli.IntFlag{Name: "agent-sessions", Value: 24, Usage: "agent: sessions", EnvVars: env("agent-sessions")},
+		&cli.Float64Flag{Name: "agent-rate", Value: 0.05, Usage: "agent: session arrivals per second (Poisson)", EnvVars: env("agent-rate")},
+		&cli.IntFlag{Name: "agent-min-turns", Value: 20, Usage: "agent: fewest main-agent requests per session", EnvVars: env("agent-min-turns")},
+		&cli.IntFlag{Name: "agent-max-turns", Value: 60, Usage: "agent: most main-agent requests per session", EnvVars: env("agent-max-turns")},
+		&cli.IntFlag{Name: "agent-prefix-bytes", Value: 20_000, Usage: "agent: bytes of an agent's system prompt and tool definitions (the first request: these and a task)", EnvVars: env("agent-prefix-bytes")},
+		&cli.IntFlag{Name: "agent-min-bytes", Value: 500_000, Usage: "agent: fewest bytes a session's last request reaches (drawn per session up to --agent-max-bytes; the mock counts 4 bytes a token)", EnvVars: env("agent-min-bytes")},
+		&cli.IntFlag{Name: "agent-max-bytes", Value: 1_000_000, Usage: "agent: most bytes a session's last request reaches", EnvVars: env("agent-max-bytes")},
+		&cli.GenericFlag{Name: "agent-think-time", Value: cliflag.Duration(2 * time.Second), Usage: "agent: mean (exponential) of the model's step before each next request", EnvVars: env("agent-think-time")},
+		&cli.GenericFlag{Name: "agent-tool-time", Value: cliflag.Duration(4 * time.Second), Usage: "agent: median (log-normal, σ 1, at most 20×) of a tool's run, added to the step", EnvVars: env("agent-tool-time")},
+		&cli.IntFlag{Name: "agent-fanouts", Value: 2, Usage: "agent: sub-agent fan-outs per session (0: none)", EnvVars: env("agent-fanouts")},
+		&cli.IntFlag{Name: "agent-subagents", Value: 4, Usage: "agent: most sub-agents per fan-out (each has 2 to this many), started at once from the session's whole prompt", EnvVars: env("agent-subagents")},
+		&cli.IntFlag{Name: "agent-subagent-turns", Value: 4, Usage: "agent: most requests per sub-agent (each runs 2 to this many)", EnvVars: env("agent-subagent-turns")},
 		&cli.StringFlag{Name: "trace", Usage: "Mooncake-format JSONL trace `FILE` to replay (default: synthetic chat)", EnvVars: env("trace")},
 		&cli.IntFlag{Name: "max-requests", Usage: "replay only the first N requests of the trace (0: all)", EnvVars: env("max-requests")},
 		&cli.BoolFlag{Name: "plain", Usage: "send each trace request as one user message (no conversation reconstruction)", EnvVars: env("plain")},
@@ -133,22 +148,33 @@ func SpecFromCLI(c *cli.Context) (Spec, error) {
 	}
 	s.Kind = c.String("workload")
 	switch s.Kind {
-	case "chat", "messages", "subagents":
+	case "chat", "messages", "subagents", "agent":
 	case "threads":
 		if s.Trace != "" {
 			return s, fmt.Errorf("--workload threads is synthetic; it cannot replay --trace")
 		}
 	default:
-		return s, fmt.Errorf("--workload %q: want chat, messages, threads or subagents", s.Kind)
+		return s, fmt.Errorf("--workload %q: want chat, messages, threads, subagents or agent", s.Kind)
 	}
-	if s.Kind == "subagents" && s.Trace != "" {
-		return s, fmt.Errorf("--workload subagents is synthetic; it cannot replay --trace")
+	if (s.Kind == "subagents" || s.Kind == "agent") && s.Trace != "" {
+		return s, fmt.Errorf("--workload %s is synthetic; it cannot replay --trace", s.Kind)
 	}
 	s.SubAgents = workload.SubAgents{
 		Seed: c.Uint64("seed"), Sessions: c.Int("sessions"), Rate: c.Float64("rate"),
 		Rounds: c.Int("fanouts"), Agents: c.Int("agents"), ContextTokens: c.Int("agent-context-tokens"),
 		SystemTokens: c.Int("system-tokens"), UserTokens: c.Int("user-tokens"), OutputTokens: c.Int("output-tokens"),
 		ThinkTime: c.Duration("think-time"),
+	}
+	s.Agent = workload.Agent{
+		Seed: c.Uint64("seed"), Kinds: c.Int("agent-kinds"), Sessions: c.Int("agent-sessions"), Rate: c.Float64("agent-rate"),
+		MinTurns: c.Int("agent-min-turns"), MaxTurns: c.Int("agent-max-turns"),
+		PrefixBytes: c.Int("agent-prefix-bytes"), MinBytes: c.Int("agent-min-bytes"), MaxBytes: c.Int("agent-max-bytes"),
+		ThinkTime: c.Duration("agent-think-time"), ToolTime: c.Duration("agent-tool-time"),
+		Fanouts: c.Int("agent-fanouts"), MaxSubAgents: c.Int("agent-subagents"), SubAgentTurns: c.Int("agent-subagent-turns"),
+		OutputTokens: c.Int("output-tokens"),
+	}
+	if s.Agent.Fanouts == 0 {
+		s.Agent.Fanouts = -1 // none, where the struct's zero is its default
 	}
 	var policies []string
 	for _, p := range strings.Split(c.String("policies"), ",") {
@@ -198,6 +224,8 @@ func (s Spec) Workload() (*workload.Workload, error) {
 			w = s.Synth.Threads()
 		case "subagents":
 			w = s.SubAgents.Generate()
+		case "agent":
+			w = s.Agent.Generate()
 		default:
 			w = s.Synth.Generate()
 		}

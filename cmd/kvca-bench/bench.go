@@ -216,16 +216,26 @@ func proxyFactory(c *cli.Context, timeScale float64) run.ProxyFactory {
 	return func(policy string, backends []string) (run.Proxy, error) {
 		// "<policy>/no-telemetry" runs the policy with --engine-metrics
 		// off, so that one run compares both.
-		policy, noTelemetry := strings.CutSuffix(policy, noTelemetrySuffix)
-		policy, noCheck := strings.CutSuffix(policy, noCheckSuffix)
-		eps := c.Float64("affinity-epsilon")
-		if i := strings.Index(policy, epsPrefix); i >= 0 {
-			v, err := strconv.ParseFloat(policy[i+len(epsPrefix):], 64)
-			if err != nil {
-				return nil, fmt.Errorf("policy %q: %v", policy, err)
+		eps, noTelemetry, noCheck := c.Float64("affinity-epsilon"), false, false
+		name, mods, _ := strings.Cut(policy, "/")
+		for _, m := range strings.Split(mods, "/") {
+			switch {
+			case m == "":
+			case "/"+m == noTelemetrySuffix:
+				noTelemetry = true
+			case "/"+m == noCheckSuffix:
+				noCheck = true
+			case strings.HasPrefix("/"+m, epsPrefix):
+				v, err := strconv.ParseFloat(m[len(epsPrefix)-1:], 64)
+				if err != nil {
+					return nil, fmt.Errorf("policy %q: %v", policy, err)
+				}
+				eps = v
+			default:
+				return nil, fmt.Errorf("policy %q: unknown suffix /%s", policy, m)
 			}
-			policy, eps = policy[:i], v
 		}
+		policy = name
 		cfg := edge.DefaultConfig()
 		cfg.AffinityEpsilon = eps
 		cfg.CacheCheck = c.Bool("cache-check") && !noCheck

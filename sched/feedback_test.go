@@ -1,0 +1,112 @@
+package sched
+
+import (
+	"testing"
+	"time"
+)
+
+// CheckCached: within the tolerance nothing changes; fewer cached than
+// predicted drops the backend's locations last used at or before the
+// predicted prefix (and nobody else's, and none learned since); more, or
+// a check without a known last access, drops nothing. The counters and
+// the trust state follow.
+func TestCheckCached(t *testing.T) {
+	t.Parallel()
+	s := newFixed(t, 2, "kvca-cost")
+	now := s.Table.Now()
+	old, fresh := chainOf(0, 10), chainOf(100, 10)
+	s.Table.Touch(old, 0, now)
+	s.Table.Touch(old, 1, now)
+	s.Table.Touch(fresh, 0, now+5)
+	b := s.Backends[0]
+	at := time.Unix(1_000_000, 0)
+	if st := b.Feedback(at); st.Trust != TrustUnreported || st.Checks != 0 {
+		t.Fatalf("before any check: %+v", st)
+	}
+	check := func(pred, rep, tol int, last int64) int {
+		return s.CheckCached(b, Check{PredictedBlocks: pred, ReportedBlocks: rep, PredictedTokens: int64(pred) * 64,
+			ReportedTokens: int64(rep) * 64, PromptTokens: 1000, Tolerance: tol, LastAccess: last}, at)
+	}
+	held := func(c []uint64, be int) bool { return s.Table.Lookup(c[len(c)-1], now+6).Has(be) }
+	if v := check(10, 8, 2, now); v != VerdictAgree || !held(old, 0) {
+		t.Fatalf("within the tolerance: verdict %d, held %v", v, held(old, 0))
+	}
+	if v := check(10, 20, 2, now); v != VerdictOver || !held(old, 0) {
+		t.Fatalf("more: verdict %d, held %v", v, held(old, 0))
+	}
+	if v := check(10, 7, 2, -1); v != VerdictUnder || !held(old, 0) {
+		t.Fatalf("fewer, last access unknown: verdict %d, held %v", v, held(old, 0))
+	}
+	if v := check(10, 7, 2, now); v != VerdictUnder {
+		t.Fatalf("fewer: verdict %d", v)
+	}
+	if held(old, 0) || !held(old, 1) || !held(fresh, 0) {
+		t.Fatalf("after the eviction: old on 0 %v (want false), old on 1 %v, fresh on 0 %v (want true)", held(old, 0), held(old, 1), held(fresh, 0))
+	}
+	st := b.Feedback(at)
+	if st.Checks != 4 || st.Under != 2 || st.Over != 1 || st.PredictedTokens != 4*640 || st.EngineCachedTokens != (8+20+7+7)*64 ||
+		st.ErrorTokens != (2+10+3+3)*64 || st.PromptTokens != 4000 {
+		t.Fatalf("counters %+v", st)
+	}
+	if st.Trust != TrustChecked || st.Drift <= 0 {
+		t.Fatalf("3 of 4 disagreeing, decayed: %+v", st)
+	}
+	for range 40 {
+		check(10, 0, 2, -1)
+	}
+	if st := b.Feedback(at); st.Trust != TrustDrifting || st.Drift <= driftLimit {
+		t.Fatalf("after 40 disagreements: %+v", st)
+	}
+	for range 200 {
+		check(10, 10, 2, -1)
+	}
+	if st := b.Feedback(at); st.Trust != TrustChecked {
+		t.Fatalf("after 200 agreements: %+v", st)
+	}
+	if st := b.Feedback(at.Add(unreportedAfter + time.Second)); st.Trust != TrustUnreported {
+		t.Fatalf("no report for a while: %+v", st)
+	}
+	if got := s.Backends[1].Feedback(at); got.Checks != 0 {
+		t.Fatalf("another backend's record moved: %+v", got)
+	}
+}
+
+func TestTolerance(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		pred int
+		bpt  float64
+		bs   int
+		eng  int
+		want int
+	}{
+		{0, 4, 256, 16, 2},            // one block of kvca's, one of the engine's
+		{80, 4, 256, 16, 12},          // and an eighth of the prediction
+		{8, 4, 16, 16, 6},             // 64 bytes of engine block over 16-byte blocks
+		{16, 4, 0, 16, 16},            // no block size: anything goes
+		{100, 3.5, 64, 1, 1 + 1 + 12}, // a token-level cache
+	} {
+		if got := Tolerance(c.pred, c.bpt, c.bs, c.eng); got != c.want {
+			t.Errorf("Tolerance(%d, %v, %d, %d) = %d, want %d", c.pred, c.bpt, c.bs, c.eng, got, c.want)
+		}
+	}
+}
+
+// LastAccessOf is the deepest predicted block's last access, -1 when
+// nothing is predicted or it is not held.
+func TestLastAccessOf(t *testing.T) {
+	t.Parallel()
+	s := newFixed(t, 2, "kvca")
+	now := s.Table.Now()
+	c := chainOf(0, 6)
+	s.Table.Touch(c[:4], 1, now)
+	s.Table.Touch(c[:2], 1, now+7)
+	for _, tc := range []struct {
+		n, b int
+		want int64
+	}{{0, 1, -1}, {2, 1, now + 7}, {4, 1, now}, {5, 1, -1}, {4, 0, -1}, {7, 1, -1}} {
+		if got := s.LastAccessOf(c, tc.n, tc.b, now+8); got != tc.want {
+			t.Errorf("LastAccessOf(%d blocks on %d) = %d, want %d", tc.n, tc.b, got, tc.want)
+		}
+	}
+}
