@@ -63,29 +63,37 @@ func TestPredictionNeverRefreshesAConfirmedLocation(t *testing.T) {
 	}
 }
 
-// EvictedThrough: locations of that backend last touched at or before the
-// mark are dead, later ones and other backends' live; pinned ones stay.
-func TestEvictedThroughDropsOlderLocations(t *testing.T) {
+// SetRetention: a backend's unpinned locations live at most the retention
+// after their last access, below the TTL; other backends' and pinned ones
+// are untouched, and removing it restores the TTL.
+func TestRetentionBoundsABackendsLocations(t *testing.T) {
 	t.Parallel()
 	tb, clk := newTestTable(time.Hour, 1000)
 	tb.Touch([]uint64{1, 2}, 0, tb.Now())
 	tb.Touch([]uint64{1, 2}, 1, tb.Now())
 	tb.Pin([]uint64{5}, 0, tb.Now())
-	t0 := tb.Now()
 	clk.add(time.Second)
 	tb.Touch([]uint64{3, 4}, 0, tb.Now())
-	tb.EvictedThrough(0, t0)
-	tb.EvictedThrough(0, t0-5) // never backwards
+	clk.add(100 * time.Millisecond)
+	tb.SetRetention(0, 500*time.Millisecond)
+	if got := tb.Retention(0); got != 500*time.Millisecond {
+		t.Fatalf("Retention %v", got)
+	}
 	now := tb.Now()
 	for h, want := range map[uint64]Set{1: set(1), 2: set(1), 3: set(0), 4: set(0), 5: set(0)} {
 		if got := tb.Lookup(h, now); got != want {
 			t.Fatalf("block %d: %v, want %v", h, got, want)
 		}
 	}
-	// A location learned again after the mark is live.
-	tb.Touch([]uint64{1}, 0, now)
-	if got := tb.Lookup(1, now); got != set(0, 1) {
-		t.Fatalf("relearned: %v", got)
+	clk.add(400 * time.Millisecond) // 500 ms since blocks 3 and 4 were used
+	if got := tb.Lookup(3, tb.Now()); !got.Empty() {
+		t.Fatalf("block 3 outlived the retention: %v", got)
+	}
+	tb.SetRetention(0, 0)
+	tb.Touch([]uint64{6}, 0, tb.Now())
+	clk.add(time.Minute)
+	if got := tb.Lookup(6, tb.Now()); got != set(0) {
+		t.Fatalf("without a retention the TTL applies: %v", got)
 	}
 }
 

@@ -112,10 +112,9 @@ type Table struct {
 	// predTTL bounds a predicted location's life (ms; SetPredictTTL); it
 	// never exceeds ttl, which live applies as well.
 	predTTL atomic.Int64
-	// evictedThrough[b] is, plus one, the latest access time at which
-	// backend b's engine was seen to have evicted a block (EvictedThrough):
-	// its unpinned locations last touched before that are dead.
-	evictedThrough [MaxBackends]atomic.Int64
+	// retention[b] is how long backend b's engine is seen to keep a block
+	// after its last use (ms; SetRetention), 0: as long as the TTL.
+	retention [MaxBackends]atomic.Int64
 	slack          int64 // ms, Config.TouchSlack
 	perShard       int
 	maxBlocks      int
@@ -229,20 +228,17 @@ func (t *Table) PredictTTL() time.Duration {
 	return time.Duration(min(t.predTTL.Load(), t.ttl.Load())) * time.Millisecond
 }
 
-// EvictedThrough records that backend b's engine no longer holds a block
-// that kvca last saw it access at table time at (its answer reported fewer
-// cached tokens than kvca predicted). Engines evict least recently used
-// blocks first, so every unpinned location of b last touched at or before
-// at is taken as gone too: from now on none of them is live, and lookups
-// and the vacuum drop them. It never moves backwards.
-func (t *Table) EvictedThrough(b int, at int64) {
-	w := &t.evictedThrough[b]
-	for {
-		cur := w.Load()
-		if at+1 <= cur || w.CompareAndSwap(cur, at+1) {
-			return
-		}
-	}
+// SetRetention bounds how long backend b's unpinned locations live after
+// their last access to d, below the TTL: what its engine was seen to keep
+// (an engine under memory pressure evicts well before any TTL). d <= 0
+// removes the bound. It applies at once to every location of b.
+func (t *Table) SetRetention(b int, d time.Duration) {
+	t.retention[b].Store(max(d.Milliseconds(), 0))
+}
+
+// Retention returns b's bound set by SetRetention; 0: none.
+func (t *Table) Retention(b int) time.Duration {
+	return time.Duration(t.retention[b].Load()) * time.Millisecond
 }
 
 // Capacity returns the maximum number of blocks (rounded up to a whole
@@ -287,10 +283,10 @@ func (t *Table) live(l uint64, now int64) bool {
 		return true
 	}
 	at := locTime(l)
-	if at < t.evictedThrough[b].Load() {
-		return false
-	}
 	ttl := t.ttl.Load()
+	if r := t.retention[b].Load(); r > 0 {
+		ttl = min(ttl, r)
+	}
 	if locIsPredicted(l) {
 		ttl = min(ttl, t.predTTL.Load())
 	}

@@ -71,7 +71,7 @@ func (s *Server) State() State {
 			PrefillBlocks: p,
 			Load:          a*int64(fl.sched.ActiveWeight) + p,
 			Engine:        s.engineState(b.Index),
-			CacheCheck:    b.Feedback(now),
+			CacheCheck:    fl.sched.Feedback(b, now),
 		})
 	}
 	ts := s.table.Stats()

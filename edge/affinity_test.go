@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvca/kvca/chain"
 	"github.com/kvca/kvca/internal/testkit"
 )
 
@@ -83,6 +84,7 @@ func TestAffinityFanOutsSpread(t *testing.T) {
 					bs = append(bs, b)
 				}
 				s := startProxy(t, func(c *Config) { c.Policy = policy }, bs...)
+				waitServing(t, s, "m", 4)
 				got := fanOut(t, s, 32, 6*time.Millisecond, mark)
 				most := 0
 				for _, n := range got {
@@ -221,6 +223,25 @@ func TestCacheCheck(t *testing.T) {
 			t.Fatalf("metrics lack %s", want)
 		}
 	}
+}
+
+// waitServing waits until n healthy backends are known to serve model.
+func waitServing(t *testing.T, s *Server, model string, n int) {
+	t.Helper()
+	testkit.WaitUntil(t, fmt.Sprintf("%d backends serving %s", n, model), func() bool {
+		var dst chain.Set
+		set, err := s.allowedFor([]byte(model), &dst)
+		if err != nil || set == nil {
+			return false
+		}
+		healthy := 0
+		set.Each(func(i int) {
+			if s.fleet().sched.Backends[i].Healthy() {
+				healthy++
+			}
+		})
+		return healthy == n
+	})
 }
 
 // planChain is the chain kvca computes for a chat body.

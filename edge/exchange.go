@@ -111,11 +111,16 @@ func (c *call) now() time.Time {
 // clock of its own (tests) keeps its time.
 func (s *Server) stamp(c *call) {
 	c.req.T = c.start
+	c.req.Now = s.tableNow(c.start)
+}
+
+// tableNow is t in table time; a table with a clock of its own (tests)
+// gives its time.
+func (s *Server) tableNow(t time.Time) int64 {
 	if s.cfg.Now != nil {
-		c.req.Now = s.table.Now()
-		return
+		return s.table.Now()
 	}
-	c.req.Now = s.table.At(c.start)
+	return s.table.At(t)
 }
 
 func (s *Server) putCall(c *call) {
@@ -519,6 +524,7 @@ func (s *Server) checkCached(c *call, prompt int64) {
 		PromptTokens:    prompt,
 		Tolerance:       sched.Tolerance(pred, bpt, s.cfg.BlockSize, engineBlockTokens),
 		LastAccess:      c.lastAccess,
+		Now:             s.tableNow(c.now()),
 	}, c.now())
 }
 

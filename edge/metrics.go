@@ -188,7 +188,7 @@ func (s *Server) writeRoutingMetrics(w io.Writer) {
 	}
 	now := time.Now()
 	for _, u := range fl.live() {
-		f := u.b.Feedback(now)
+		f := fl.sched.Feedback(u.b, now)
 		n := u.b.Name
 		metrics.WriteCounterUint64(w, fmt.Sprintf(`kvca_backend_predicted_cached_tokens_total{backend=%q}`, n), f.PredictedTokens)
 		metrics.WriteCounterUint64(w, fmt.Sprintf(`kvca_backend_engine_cached_tokens_total{backend=%q}`, n), f.EngineCachedTokens)
@@ -198,5 +198,6 @@ func (s *Server) writeRoutingMetrics(w io.Writer) {
 		metrics.WriteCounterUint64(w, fmt.Sprintf(`kvca_backend_cache_checks_total{backend=%q,verdict="under"}`, n), f.Under)
 		metrics.WriteCounterUint64(w, fmt.Sprintf(`kvca_backend_cache_checks_total{backend=%q,verdict="over"}`, n), f.Over)
 		metrics.WriteGaugeFloat64(w, fmt.Sprintf(`kvca_backend_cache_prediction_drift{backend=%q}`, n), f.Drift)
+		metrics.WriteGaugeFloat64(w, fmt.Sprintf(`kvca_backend_cache_retention_seconds{backend=%q}`, n), float64(f.RetentionMs)/1000)
 	}
 }

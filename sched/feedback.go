@@ -9,12 +9,16 @@ import (
 // The closed loop: every answer whose engine says how many of the prompt's
 // tokens it found in its prefix cache checks what kvca predicted cached
 // there when it routed. Engines evict least recently used blocks first, so
-// an engine that reports fewer blocks than predicted has evicted what kvca
-// last saw it use at the predicted prefix's last access, and everything it
-// used before then: those locations are dropped (Table.EvictedThrough).
-// An engine that reports more held blocks kvca had forgotten; the answer
-// already taught kvca the whole prompt is there now. An engine that
-// reports nothing changes nothing.
+// what an engine keeps is, roughly, what it used within some time: its
+// retention, which shrinks as its cache fills with other work. An engine
+// that reports fewer blocks than predicted has evicted the predicted
+// prefix, last used at its last access a ago: it keeps less than a, and
+// every location of that backend older than that is taken as gone, now and
+// from then on (Table.SetRetention). One that reports them held keeps at
+// least a: a retention below that grows back to it. An engine that
+// reports more held blocks kvca had forgotten; the answer already taught
+// kvca the whole prompt is there now. An engine that reports nothing
+// changes nothing.
 
 // Check is one answer's comparison, in CBR blocks (turned from tokens by
 // the caller with the learned bytes per token).
@@ -30,7 +34,8 @@ type Check struct {
 	Tolerance int
 	// LastAccess is when kvca last saw the backend use the predicted
 	// prefix's deepest block (table ms), read at routing; -1: unknown.
-	LastAccess int64
+	// Now is the answer's table time.
+	LastAccess, Now int64
 }
 
 // Verdicts of a Check.
@@ -84,11 +89,11 @@ func (s *Scheduler) CheckCached(b *Backend, c Check, now time.Time) int {
 	switch {
 	case c.ReportedBlocks+c.Tolerance < c.PredictedBlocks:
 		v = VerdictUnder
-		if c.LastAccess >= 0 {
-			s.Table.EvictedThrough(b.Index, c.LastAccess)
-		}
 	case c.ReportedBlocks > c.PredictedBlocks+c.Tolerance:
 		v = VerdictOver
+	}
+	if age := c.Now - c.LastAccess; c.LastAccess >= 0 && age >= 0 && c.PredictedBlocks > 0 {
+		s.retain(b.Index, v, age)
 	}
 	f.verdicts[v].Add(1)
 	miss := 0.0
@@ -101,6 +106,19 @@ func (s *Scheduler) CheckCached(b *Backend, c Check, now time.Time) int {
 		if f.drift.CompareAndSwap(old, nw) {
 			return v
 		}
+	}
+}
+
+// retain adjusts backend b's retention by one check of a prefix last used
+// age ms before: evicted, the engine keeps less than age (every location
+// that old is dead at once); held, at least age.
+func (s *Scheduler) retain(b, v int, age int64) {
+	cur := s.Table.Retention(b).Milliseconds()
+	switch {
+	case v == VerdictUnder && (cur == 0 || age < cur):
+		s.Table.SetRetention(b, time.Duration(max(age, 1))*time.Millisecond)
+	case v != VerdictUnder && cur != 0 && age >= cur:
+		s.Table.SetRetention(b, time.Duration(age+1)*time.Millisecond)
 	}
 }
 
@@ -134,14 +152,19 @@ type FeedbackState struct {
 	ErrorTokens uint64 `json:"error_tokens"`
 	// Drift is the decayed share of recent answers that disagreed.
 	Drift float64 `json:"drift"`
+	// RetentionMs is how long the engine was seen to keep a block after
+	// its last use, which bounds its locations' life below the TTL; 0:
+	// no eviction seen.
+	RetentionMs int64 `json:"retention_ms"`
 }
 
 // Feedback returns b's record of checks as of now.
-func (b *Backend) Feedback(now time.Time) FeedbackState {
+func (s *Scheduler) Feedback(b *Backend, now time.Time) FeedbackState {
 	f := &b.fb
 	st := FeedbackState{Checks: f.checks.Load(), Under: f.verdicts[VerdictUnder].Load(), Over: f.verdicts[VerdictOver].Load(),
 		PredictedTokens: f.predicted.Load(), EngineCachedTokens: f.reported.Load(), PromptTokens: f.prompt.Load(),
-		ErrorTokens: f.absErr.Load(), Drift: math.Float64frombits(f.drift.Load())}
+		ErrorTokens: f.absErr.Load(), Drift: math.Float64frombits(f.drift.Load()),
+		RetentionMs: s.Table.Retention(b.Index).Milliseconds()}
 	last := f.lastReport.Load()
 	switch {
 	case st.Checks == 0 || now.Sub(time.UnixMilli(last)) > unreportedAfter:

@@ -6,10 +6,11 @@ import (
 )
 
 // CheckCached: within the tolerance nothing changes; fewer cached than
-// predicted drops the backend's locations last used at or before the
-// predicted prefix (and nobody else's, and none learned since); more, or
-// a check without a known last access, drops nothing. The counters and
-// the trust state follow.
+// predicted bounds the backend's retention below the predicted prefix's
+// age, which drops its locations that old (and nobody else's, and none
+// learned since); a prefix found held raises it back; more, or a check
+// without a known last access, drops nothing. The counters and the trust
+// state follow.
 func TestCheckCached(t *testing.T) {
 	t.Parallel()
 	s := newFixed(t, 2, "kvca-cost")
@@ -20,12 +21,12 @@ func TestCheckCached(t *testing.T) {
 	s.Table.Touch(fresh, 0, now+5)
 	b := s.Backends[0]
 	at := time.Unix(1_000_000, 0)
-	if st := b.Feedback(at); st.Trust != TrustUnreported || st.Checks != 0 {
+	if st := s.Feedback(b, at); st.Trust != TrustUnreported || st.Checks != 0 {
 		t.Fatalf("before any check: %+v", st)
 	}
 	check := func(pred, rep, tol int, last int64) int {
 		return s.CheckCached(b, Check{PredictedBlocks: pred, ReportedBlocks: rep, PredictedTokens: int64(pred) * 64,
-			ReportedTokens: int64(rep) * 64, PromptTokens: 1000, Tolerance: tol, LastAccess: last}, at)
+			ReportedTokens: int64(rep) * 64, PromptTokens: 1000, Tolerance: tol, LastAccess: last, Now: now + 6}, at)
 	}
 	held := func(c []uint64, be int) bool { return s.Table.Lookup(c[len(c)-1], now+6).Has(be) }
 	if v := check(10, 8, 2, now); v != VerdictAgree || !held(old, 0) {
@@ -43,7 +44,13 @@ func TestCheckCached(t *testing.T) {
 	if held(old, 0) || !held(old, 1) || !held(fresh, 0) {
 		t.Fatalf("after the eviction: old on 0 %v (want false), old on 1 %v, fresh on 0 %v (want true)", held(old, 0), held(old, 1), held(fresh, 0))
 	}
-	st := b.Feedback(at)
+	if r := s.Table.Retention(0); r != 6*time.Millisecond {
+		t.Fatalf("retention %v after an eviction of a prefix 6 ms old", r)
+	}
+	st := s.Feedback(b, at)
+	if st.RetentionMs != 6 {
+		t.Fatalf("state %+v", st)
+	}
 	if st.Checks != 4 || st.Under != 2 || st.Over != 1 || st.PredictedTokens != 4*640 || st.EngineCachedTokens != (8+20+7+7)*64 ||
 		st.ErrorTokens != (2+10+3+3)*64 || st.PromptTokens != 4000 {
 		t.Fatalf("counters %+v", st)
@@ -54,19 +61,31 @@ func TestCheckCached(t *testing.T) {
 	for range 40 {
 		check(10, 0, 2, -1)
 	}
-	if st := b.Feedback(at); st.Trust != TrustDrifting || st.Drift <= driftLimit {
+	if st := s.Feedback(b, at); st.Trust != TrustDrifting || st.Drift <= driftLimit {
 		t.Fatalf("after 40 disagreements: %+v", st)
 	}
 	for range 200 {
 		check(10, 10, 2, -1)
 	}
-	if st := b.Feedback(at); st.Trust != TrustChecked {
+	if st := s.Feedback(b, at); st.Trust != TrustChecked {
 		t.Fatalf("after 200 agreements: %+v", st)
 	}
-	if st := b.Feedback(at.Add(unreportedAfter + time.Second)); st.Trust != TrustUnreported {
+	// A prefix 9 ms old found held: the engine keeps at least that.
+	s.CheckCached(b, Check{PredictedBlocks: 10, ReportedBlocks: 10, Tolerance: 2, LastAccess: now + 11, Now: now + 20}, at)
+	if r := s.Table.Retention(0); r != 10*time.Millisecond {
+		t.Fatalf("retention %v after a hold 9 ms old", r)
+	}
+	// A younger one changes nothing; an eviction younger than the
+	// retention lowers it.
+	s.CheckCached(b, Check{PredictedBlocks: 10, ReportedBlocks: 10, Tolerance: 2, LastAccess: now + 16, Now: now + 20}, at)
+	s.CheckCached(b, Check{PredictedBlocks: 10, ReportedBlocks: 0, Tolerance: 2, LastAccess: now + 17, Now: now + 20}, at)
+	if r := s.Table.Retention(0); r != 3*time.Millisecond {
+		t.Fatalf("retention %v", r)
+	}
+	if st := s.Feedback(b, at.Add(unreportedAfter + time.Second)); st.Trust != TrustUnreported {
 		t.Fatalf("no report for a while: %+v", st)
 	}
-	if got := s.Backends[1].Feedback(at); got.Checks != 0 {
+	if got := s.Feedback(s.Backends[1], at); got.Checks != 0 {
 		t.Fatalf("another backend's record moved: %+v", got)
 	}
 }
