@@ -115,12 +115,12 @@ type Table struct {
 	// retention[b] is how long backend b's engine is seen to keep a block
 	// after its last use (ms; SetRetention), 0: as long as the TTL.
 	retention [MaxBackends]atomic.Int64
-	slack          int64 // ms, Config.TouchSlack
-	perShard       int
-	maxBlocks      int
-	epoch          time.Time
-	now            func() time.Time
-	gens           [MaxBackends]atomic.Uint32
+	slack     int64 // ms, Config.TouchSlack
+	perShard  int
+	maxBlocks int
+	epoch     time.Time
+	now       func() time.Time
+	gens      [MaxBackends]atomic.Uint32
 
 	// recent holds, per slot, the chain (by its last block) and backend
 	// last touched and the millisecond of that touch: the requests of one

@@ -82,7 +82,7 @@ func TestCheckCached(t *testing.T) {
 	if r := s.Table.Retention(0); r != 3*time.Millisecond {
 		t.Fatalf("retention %v", r)
 	}
-	if st := s.Feedback(b, at.Add(unreportedAfter + time.Second)); st.Trust != TrustUnreported {
+	if st := s.Feedback(b, at.Add(unreportedAfter+time.Second)); st.Trust != TrustUnreported {
 		t.Fatalf("no report for a while: %+v", st)
 	}
 	if got := s.Feedback(s.Backends[1], at); got.Checks != 0 {
