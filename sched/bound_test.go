@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"math"
 	"testing"
 
 	"github.com/kvca/kvca/chain"
@@ -25,6 +26,7 @@ func noLoadLeft(t *testing.T, s *Scheduler) {
 func TestBoundSiblingsLandTogether(t *testing.T) {
 	for _, p := range boundPolicies {
 		s := newSched(t, 4, p)
+		s.SetAffinityEpsilon(0.25)
 		shared := chainOf(0, 3)
 		s.Table.Touch(shared, 0, s.Table.Now())
 		s.Table.Touch(shared, 1, s.Table.Now())
@@ -231,5 +233,44 @@ func TestBaselinesIgnoreUnpinnedBinding(t *testing.T) {
 	}
 	if len(got) != 4 {
 		t.Fatalf("round-robin followed a binding: %v", got)
+	}
+}
+
+// LoadCap's arithmetic: ε 0 is a bound (only negative turns it off), the
+// other replicas' requests count, and a mean that is whole in exact
+// arithmetic is not rounded up through float error.
+func TestLoadCapArithmetic(t *testing.T) {
+	t.Parallel()
+	all := func(n int) *chain.Set {
+		var e chain.Set
+		for i := range n {
+			e.Add(i)
+		}
+		return &e
+	}
+	s := newSched(t, 4, "kvca")
+	s.SetAffinityEpsilon(0)
+	if got := s.LoadCap(all(4)); got != 2 { // ceil(1 × 1 / 4) + 1
+		t.Fatalf("ε 0 on an idle fleet: cap %d, want 2", got)
+	}
+	s.Backends[1].SetRemoteLoad(7, 0)
+	if got := s.LoadCap(all(4)); got != 3 { // ceil(8 / 4) + 1
+		t.Fatalf("with 7 requests from other replicas: cap %d, want 3", got)
+	}
+	s.SetAffinityEpsilon(-0.5)
+	if got := s.LoadCap(all(4)); got != math.MaxInt64 {
+		t.Fatalf("negative ε: cap %d, want none", got)
+	}
+	s = newSched(t, 11, "kvca")
+	s.SetAffinityEpsilon(0.1)
+	for i := range 9 {
+		s.Backends[i].state.Add(activeUnit)
+	}
+	// (1.1 × 10) / 11 is 1 exactly, 1.0000000000000002 in floating point.
+	if got := s.LoadCap(all(11)); got != 2 {
+		t.Fatalf("a whole mean: cap %d, want 2", got)
+	}
+	for i := range 9 {
+		s.Backends[i].state.Add(^uint64(activeUnit - 1))
 	}
 }

@@ -120,12 +120,31 @@ func TestLastAccessOf(t *testing.T) {
 	c := chainOf(0, 6)
 	s.Table.Touch(c[:4], 1, now)
 	s.Table.Touch(c[:2], 1, now+7)
+	s.Table.Touch(c, 0, now+1) // the whole chain: n = len(c) reads its last block
 	for _, tc := range []struct {
 		n, b int
 		want int64
-	}{{0, 1, -1}, {2, 1, now + 7}, {4, 1, now}, {5, 1, -1}, {4, 0, -1}, {7, 1, -1}} {
+	}{{0, 1, -1}, {2, 1, now + 7}, {4, 1, now}, {5, 1, -1}, {7, 1, -1}, {6, 0, now + 1}} {
 		if got := s.LastAccessOf(c, tc.n, tc.b, now+8); got != tc.want {
 			t.Errorf("LastAccessOf(%d blocks on %d) = %d, want %d", tc.n, tc.b, got, tc.want)
 		}
+	}
+}
+
+// The edges of a check's retention evidence: a prefix used at the very
+// instant of the answer (age 0) is evidence; a check that predicted
+// nothing cached is none.
+func TestRetentionEvidenceEdges(t *testing.T) {
+	t.Parallel()
+	s := newFixed(t, 1, "kvca")
+	b := s.Backends[0]
+	at := time.Unix(1_000_000, 0)
+	s.CheckCached(b, Check{PredictedBlocks: 0, ReportedBlocks: 0, Tolerance: -1, LastAccess: 5, Now: 10}, at)
+	if r := s.Table.Retention(0); r != 0 {
+		t.Fatalf("a check predicting nothing set retention %v", r)
+	}
+	s.CheckCached(b, Check{PredictedBlocks: 4, ReportedBlocks: 0, Tolerance: 1, LastAccess: 10, Now: 10}, at)
+	if r := s.Table.Retention(0); r != time.Millisecond {
+		t.Fatalf("an eviction of a prefix 0 ms old: retention %v, want the least, 1ms", r)
 	}
 }

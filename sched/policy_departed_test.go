@@ -9,6 +9,7 @@ import "testing"
 func TestFollowupReturnsToTheDepartedHolder(t *testing.T) {
 	for _, policy := range []string{"kvca-cost", "kvca"} {
 		s := newFixed(t, 3, policy)
+		s.SetAffinityEpsilon(0.25)
 		now := s.Table.Now()
 		sys := chainOf(0, 8)
 		conv := append(append([]uint64(nil), sys...), chainOf(100, 4)...)

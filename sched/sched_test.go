@@ -41,6 +41,7 @@ func route(t testing.TB, s *Scheduler, r *Request) (Decision, *Reservation) {
 func TestKvcaPhases(t *testing.T) {
 	t.Parallel()
 	s := newSched(t, 4, "kvca")
+	s.SetAffinityEpsilon(0.25)
 	c := chainOf(0, 10)
 	// Phase 1: all novel, least loaded.
 	d, res := route(t, s, &Request{Chain: c[:6]})
@@ -111,6 +112,7 @@ func TestCostTradesLoadAgainstPrefill(t *testing.T) {
 func TestKvcaCostFollowupsStickFirstTurnsWeighPrefix(t *testing.T) {
 	t.Parallel()
 	s := newSched(t, 2, "kvca-cost")
+	s.SetAffinityEpsilon(0.25)
 	c := chainOf(0, 20)
 	s.Table.Touch(c[:10], 0, s.Table.Now())
 	// Backend 0 is far busier than the 10 blocks it saves, yet a follow-up
