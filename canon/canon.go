@@ -163,10 +163,10 @@ func Reason(err error) string {
 	return "other"
 }
 
-// GenerationOnly lists the top-level fields that control decoding but not
+// generationOnly lists the top-level fields that control decoding but not
 // the rendered prompt; they are left out of the CBR header so that changing
 // them never costs a cache hit.
-var GenerationOnly = []string{
+var generationOnly = []string{
 	"stream", "stream_options", "max_tokens", "max_completion_tokens", "temperature",
 	"top_p", "top_k", "min_p", "typical_p", "n", "best_of", "stop", "stop_token_ids",
 	"seed", "presence_penalty", "frequency_penalty", "repetition_penalty",
@@ -181,18 +181,18 @@ var GenerationOnly = []string{
 	"vllm_xargs", "prompt_cache_key", "safety_identifier",
 }
 
-// ResponsesGenerationOnly are the Responses API's own decoding controls,
+// responsesGenerationOnly are the Responses API's own decoding controls,
 // excluded (at the top level) from /v1/responses requests besides
-// GenerationOnly. `text` carries the output format, like response_format.
-var ResponsesGenerationOnly = []string{
+// generationOnly. `text` carries the output format, like response_format.
+var responsesGenerationOnly = []string{
 	"max_output_tokens", "max_tool_calls", "include", "background", "text", "truncation_strategy",
 }
 
-// MessagesGenerationOnly are the Messages API's own decoding controls,
+// messagesGenerationOnly are the Messages API's own decoding controls,
 // excluded (at the top level) from /v1/messages requests besides
-// GenerationOnly (which already holds max_tokens, temperature, top_p,
+// generationOnly (which already holds max_tokens, temperature, top_p,
 // top_k, stream, metadata and service_tier).
-var MessagesGenerationOnly = []string{"stop_sequences"}
+var messagesGenerationOnly = []string{"stop_sequences"}
 
 // cacheControl is the Messages API's caching hint. Clients move it from
 // block to block as a conversation grows (the newest turn carries it), and
@@ -227,7 +227,7 @@ type Options struct {
 	HashKey [2]uint64
 }
 
-// New returns a Canonicalizer that drops GenerationOnly plus extraExclude
+// New returns a Canonicalizer that drops generationOnly plus extraExclude
 // from the top level of every request, and computes Info.Session.
 func New(extraExclude []string) *Canonicalizer {
 	return NewWithOptions(extraExclude, Options{})
@@ -235,26 +235,26 @@ func New(extraExclude []string) *Canonicalizer {
 
 // NewWithOptions is New with opt.
 func NewWithOptions(extraExclude []string, opt Options) *Canonicalizer {
-	c := &Canonicalizer{exclude: make(map[string]struct{}, len(GenerationOnly)+len(extraExclude)), noSession: opt.NoSession,
+	c := &Canonicalizer{exclude: make(map[string]struct{}, len(generationOnly)+len(extraExclude)), noSession: opt.NoSession,
 		k0: opt.HashKey[0], k1: opt.HashKey[1]}
-	for _, k := range GenerationOnly {
+	for _, k := range generationOnly {
 		c.exclude[k] = struct{}{}
 	}
 	for _, k := range extraExclude {
 		c.exclude[k] = struct{}{}
 	}
-	c.excludeRs = make(map[string]struct{}, len(c.exclude)+len(ResponsesGenerationOnly))
+	c.excludeRs = make(map[string]struct{}, len(c.exclude)+len(responsesGenerationOnly))
 	for k := range c.exclude {
 		c.excludeRs[k] = struct{}{}
 	}
-	for _, k := range ResponsesGenerationOnly {
+	for _, k := range responsesGenerationOnly {
 		c.excludeRs[k] = struct{}{}
 	}
-	c.excludeMs = make(map[string]struct{}, len(c.exclude)+len(MessagesGenerationOnly))
+	c.excludeMs = make(map[string]struct{}, len(c.exclude)+len(messagesGenerationOnly))
 	for k := range c.exclude {
 		c.excludeMs[k] = struct{}{}
 	}
-	for _, k := range MessagesGenerationOnly {
+	for _, k := range messagesGenerationOnly {
 		c.excludeMs[k] = struct{}{}
 	}
 	return c

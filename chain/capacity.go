@@ -4,6 +4,8 @@ import (
 	"context"
 	"slices"
 	"time"
+
+	"github.com/kvca/kvca/internal/tick"
 )
 
 // ReasonBackendCapacity counts locations dropped because their backend's
@@ -169,16 +171,7 @@ func evictKey(l uint64) int64 { return locTime(l)<<4 | int64(15-locDepth(l)) }
 // backend takes to fill 1/32 of its cache keeps the table close to the
 // engines' contents.
 func (t *Table) CapacityLoop(ctx context.Context, every time.Duration) {
-	tk := time.NewTicker(every)
-	defer tk.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tk.C:
-			t.EnforceCapacity()
-		}
-	}
+	tick.Every(ctx.Done(), every, func() { t.EnforceCapacity() })
 }
 
 // departedSlots is the size of the departed-location memory: a direct

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/kvca/kvca/chain"
+	"github.com/kvca/kvca/internal/tick"
 )
 
 // flushLoop publishes resets and learned locations. The first learned
@@ -132,17 +133,10 @@ func (n *Node) header() header { return header{fingerprint: n.fp, sender: n.id} 
 // and ages out silent peers. While disconnected it publishes nothing: the
 // counts would be stale by the time they were delivered.
 func (n *Node) loadLoop() {
-	tick := time.NewTicker(n.o.LoadInterval)
-	defer tick.Stop()
 	var ents []loadEntry
 	var out []byte
 	var slow int
-	for {
-		select {
-		case <-n.stop:
-			return
-		case <-tick.C:
-		}
+	tick.Every(n.stop, n.o.LoadInterval, func() {
 		ents = ents[:0]
 		v := n.v.Load()
 		for i, b := range v.backs {
@@ -165,7 +159,7 @@ func (n *Node) loadLoop() {
 			n.m.dropped[dropSlowConsumer].Add(d - slow)
 			slow = d
 		}
-	}
+	})
 }
 
 // applyRemoteLoad sums the live peers' counts into each backend.

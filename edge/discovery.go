@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/kvca/kvca/internal/tick"
 )
 
 // discovery expands backends named by host name into one backend per
@@ -102,19 +104,12 @@ func addrStrings(ips []netip.Addr) []string {
 // discoverLoop re-resolves the configured backends every
 // --discovery-interval and applies what changed.
 func (s *Server) discoverLoop(ctx context.Context) {
-	t := time.NewTicker(s.cfg.DiscoveryInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	tick.Every(ctx.Done(), s.cfg.DiscoveryInterval, func() {
 		s.reloadMu.Lock()
 		spec := s.spec
 		s.reloadMu.Unlock()
 		if _, err := s.setBackends(spec, nil, "", -1); err != nil {
 			s.log.Error("backend discovery: the new addresses were not applied", "err", err)
 		}
-	}
+	})
 }

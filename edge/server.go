@@ -251,6 +251,10 @@ func (s *Server) Key() chain.Key { return s.key }
 // Config returns the validated configuration.
 func (s *Server) Config() Config { return s.cfg }
 
+// BlockSize is the CBR block size in bytes (--block-size; a reload cannot
+// change it).
+func (s *Server) BlockSize() int { return s.cfg.BlockSize }
+
 // HandleAdmin mounts h on the admin listener at path (exact match, or a
 // prefix when path ends in "/"). Call before Start.
 func (s *Server) HandleAdmin(path string, h fasthttp.RequestHandler) { s.adminRoutes[path] = h }

@@ -11,6 +11,8 @@ import (
 	"os"
 	"sync/atomic"
 	"time"
+
+	"github.com/kvca/kvca/internal/tick"
 )
 
 // certSource serves a certificate pair from disk and swaps in a new pair
@@ -84,16 +86,7 @@ func (cs *certSource) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 
 // watch polls the files every interval until ctx ends.
 func (cs *certSource) watch(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			_, _ = cs.reload()
-		}
-	}
+	tick.Every(ctx.Done(), interval, func() { _, _ = cs.reload() })
 }
 
 // serverTLS is the listeners' TLS configuration: TLS 1.2 and up, Go's

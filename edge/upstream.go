@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvca/kvca/internal/tick"
 	"github.com/kvca/kvca/sched"
 )
 
@@ -108,18 +109,11 @@ const resolveInterval = 10 * time.Second
 // reresolve looks a backend named by host name up again now and then, as
 // a dialer would on every new connection.
 func (s *Server) reresolve(ctx context.Context, u *upstream) {
-	t := time.NewTicker(resolveInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := u.resolve(); err != nil {
-				s.log.Warn("backend address lookup failed; keeping the last one", "backend", u.b.Name, "err", err)
-			}
+	tick.Every(ctx.Done(), resolveInterval, func() {
+		if err := u.resolve(); err != nil {
+			s.log.Warn("backend address lookup failed; keeping the last one", "backend", u.b.Name, "err", err)
 		}
-	}
+	})
 }
 
 func hostOnly(hostport string) string {

@@ -1,6 +1,10 @@
 package h1
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/kvca/kvca/internal/hexdigit"
+)
 
 // ErrChunk is a malformed chunked body.
 var ErrChunk = errors.New("malformed chunked body")
@@ -62,7 +66,7 @@ func (s *ChunkScan) Step(p []byte) (n int, data, done bool, err error) {
 				}
 				s.state = csExt
 			default:
-				d, ok := unhex(c)
+				d, ok := hexdigit.Value(c)
 				if !ok || s.ndig == 15 {
 					return n, false, false, ErrChunk
 				}
@@ -141,18 +145,6 @@ func (s *ChunkScan) Scan(p []byte) (n int, done bool, err error) {
 // Between reports whether the bytes scanned so far end on a chunk
 // boundary, where another chunk (an SSE error event) can still be sent.
 func (s *ChunkScan) Between() bool { return s.state == csSize && s.ndig == 0 }
-
-func unhex(c byte) (byte, bool) {
-	switch {
-	case c >= '0' && c <= '9':
-		return c - '0', true
-	case c >= 'a' && c <= 'f':
-		return c - 'a' + 10, true
-	case c >= 'A' && c <= 'F':
-		return c - 'A' + 10, true
-	}
-	return 0, false
-}
 
 // AppendChunk appends p as one chunk.
 func AppendChunk(b, p []byte) []byte {

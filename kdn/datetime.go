@@ -8,8 +8,8 @@ import (
 // parseDatetime accepts the RFC 3339 form the contract uses:
 // YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM). Python's lax extras (space
 // separator, lowercase z, missing seconds, epoch numbers) are rejected, as
-// KDN v1 specification §1.2 allows. Fractions beyond microseconds are truncated, as
-// the reference does. A zero offset (Z, +00:00, -00:00) yields a UTC time;
+// the contracts kvca answers (docs/kdn.md) allow. Fractions beyond
+// microseconds are truncated, as the reference does. A zero offset (Z, +00:00, -00:00) yields a UTC time;
 // any other offset is kept so that CacheArtifact.created_at can re-emit it.
 func parseDatetime(s string) (time.Time, string) {
 	bad := func() (time.Time, string) { return time.Time{}, CodeInvalidDatetime }

@@ -1,7 +1,7 @@
 // Package kdn implements the KDN v1 wire contracts (contract version "kdn.v1"
-// and the gateway capability contract "lmcache-gateway.v1") as specified in
-// the KDN v1 specification: strict decoding, validation and canonical
-// encoding of every message model.
+// and the gateway capability contract "lmcache-gateway.v1"), as the
+// repository's reference docs/kdn.md describes them: strict decoding,
+// validation and canonical encoding of every message model.
 //
 // Messages are not self-describing, so callers always name the model:
 //

@@ -1,6 +1,7 @@
 package kdn
 
-// Contract version strings (KDN v1 specification, header table).
+// Contract version strings (docs/kdn.md: kdn.v1, and lmcache-gateway.v1 for
+// capability discovery).
 const (
 	KDNContractVersion     = "kdn.v1"
 	GatewayContractVersion = "lmcache-gateway.v1"

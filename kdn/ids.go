@@ -2,32 +2,15 @@ package kdn
 
 import (
 	"crypto/rand"
-	"crypto/sha1"
 	"encoding/hex"
 	"io"
+
+	"github.com/kvca/kvca/internal/kdnid"
 )
-
-// nsURL is the RFC 4122 URL namespace 6ba7b811-9dad-11d1-80b4-00c04fd430c8,
-// kept as a constant string so the package holds no mutable state.
-const nsURL = "\x6b\xa7\xb8\x11\x9d\xad\x11\xd1\x80\xb4\x00\xc0\x4f\xd4\x30\xc8"
-
-// uuid5Hex is UUIDv5 (SHA-1, URL namespace) as 32 lowercase hex digits.
-// Computed here rather than with a UUID library: it is the whole algorithm.
-func uuid5Hex(name string) string {
-	h := sha1.New()
-	h.Write([]byte(nsURL))
-	h.Write([]byte(name))
-	sum := h.Sum(nil)[:16]
-	sum[6] = sum[6]&0x0f | 0x50
-	sum[8] = sum[8]&0x3f | 0x80
-	return hex.EncodeToString(sum)
-}
 
 // canonicalID implements §1.4 for an identity already serialised with
 // sorted keys (see identityJSON).
-func canonicalID(kind, identity string) string {
-	return kind + "_" + uuid5Hex("cacheroute:v1:"+kind+":"+identity)
-}
+func canonicalID(kind, identity string) string { return kdnid.Canonical(kind, identity) }
 
 // randomHex returns a UUIDv4 as 32 hex digits, like Python's uuid4().hex.
 func randomHex(r io.Reader) (string, error) {
@@ -58,14 +41,7 @@ func mustRandomHex() string {
 
 // EndpointIDForName derives the canonical endpoint id of a named endpoint
 // (§1.4: the identity is {"name": name} only).
-func EndpointIDForName(name string) string {
-	var w jw
-	w.objStart()
-	w.key("name")
-	w.str(name)
-	w.objEnd()
-	return canonicalID("endpoint", string(w.b))
-}
+func EndpointIDForName(name string) string { return kdnid.Endpoint(name) }
 
 // hex32 reports whether s is exactly prefix followed by 32 lowercase hex digits.
 func hex32(s, prefix string) bool {

@@ -3,6 +3,8 @@ package kdn
 import (
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/kvca/kvca/internal/hexdigit"
 )
 
 // The contracts need things encoding/json hides: duplicate keys, null versus
@@ -49,7 +51,8 @@ func malformed(msg string) *ValidationError {
 
 // parseJSON parses exactly one JSON document. Duplicate object keys are
 // rejected: the reference would silently keep the last one, which lets a
-// payload say two things at once (KDN v1 specification §1.2 allows either choice).
+// payload say two things at once (the contracts kvca answers, docs/kdn.md,
+// allow either choice).
 func parseJSON(data []byte) (jvalue, *ValidationError) {
 	if !utf8.Valid(data) {
 		return jvalue{}, malformed("input is not valid UTF-8")
@@ -329,17 +332,11 @@ func (p *jparser) hex4() (rune, bool) {
 	}
 	var r rune
 	for _, c := range p.data[p.pos : p.pos+4] {
-		r <<= 4
-		switch {
-		case c >= '0' && c <= '9':
-			r |= rune(c - '0')
-		case c >= 'a' && c <= 'f':
-			r |= rune(c - 'a' + 10)
-		case c >= 'A' && c <= 'F':
-			r |= rune(c - 'A' + 10)
-		default:
+		d, ok := hexdigit.Value(c)
+		if !ok {
 			return 0, false
 		}
+		r = r<<4 | rune(d)
 	}
 	p.pos += 4
 	return r, true

@@ -3,12 +3,15 @@ package kdn
 import (
 	"strconv"
 	"time"
+
+	"github.com/kvca/kvca/internal/kdnid"
 )
 
 // jw writes compact JSON in the exact byte form the reference emits
 // (pydantic model_dump_json): no whitespace, raw UTF-8, only '"', '\\' and
 // control characters escaped. The same escaping is Python's
-// json.dumps(ensure_ascii=False), so it also serves canonical ids (§1.4).
+// json.dumps(ensure_ascii=False); strings are written by kdnid.AppendJSONString,
+// which the canonical ids (§1.4) share.
 type jw struct {
 	b     []byte
 	first []bool // per open container: no element written yet
@@ -48,13 +51,13 @@ func (w *jw) arrEnd()   { w.close(']') }
 
 func (w *jw) key(k string) {
 	w.sep()
-	w.b = appendJSONString(w.b, k)
+	w.b = kdnid.AppendJSONString(w.b, k)
 	w.b = append(w.b, ':')
 }
 
 func (w *jw) str(s string) {
 	w.sep()
-	w.b = appendJSONString(w.b, s)
+	w.b = kdnid.AppendJSONString(w.b, s)
 }
 
 func (w *jw) null() {
@@ -121,39 +124,4 @@ func optObj[T any](w *jw, o Opt[T], write func(T, *jw)) {
 	} else {
 		w.null()
 	}
-}
-
-const hexDigits = "0123456789abcdef"
-
-func appendJSONString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' {
-			continue
-		}
-		b = append(b, s[start:i]...)
-		switch c {
-		case '"':
-			b = append(b, '\\', '"')
-		case '\\':
-			b = append(b, '\\', '\\')
-		case '\n':
-			b = append(b, '\\', 'n')
-		case '\r':
-			b = append(b, '\\', 'r')
-		case '\t':
-			b = append(b, '\\', 't')
-		case '\b':
-			b = append(b, '\\', 'b')
-		case '\f':
-			b = append(b, '\\', 'f')
-		default:
-			b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-		}
-		start = i + 1
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
 }

@@ -6,9 +6,9 @@ import (
 	"time"
 )
 
-// These cases cover spec rules beyond the golden vectors (KDN v1 specification
-// §1.2–§8, §13.1), so held-out messages are judged by the rules rather
-// than by the 72 public examples.
+// These cases cover the contracts' rules beyond the golden vectors (the
+// models of package kdn, docs/kdn.md), so held-out messages are judged by
+// the rules rather than by the 72 public examples.
 
 const (
 	testEndpoint = "endpoint_0123456789abcdef0123456789abcdef"

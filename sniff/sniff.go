@@ -31,7 +31,11 @@
 // Anthropic's cache_read_input_tokens, then llama.cpp's cache_n).
 package sniff
 
-import "bytes"
+import (
+	"bytes"
+
+	"github.com/kvca/kvca/internal/hexdigit"
+)
 
 // Format says how the body is framed.
 type Format uint8
@@ -331,7 +335,7 @@ func (s *Sniffer) dechunk(p []byte) {
 			case (c == ';' || c == ' ' || c == '\t') && s.cdig > 0:
 				s.cs = csExt
 			default:
-				d, ok := unhex(c)
+				d, ok := hexdigit.Value(c)
 				if !ok || s.cdig == 15 {
 					s.broken = true
 					return
@@ -413,18 +417,6 @@ func (s *Sniffer) Close() {
 	if !s.broken {
 		s.space()
 	}
-}
-
-func unhex(c byte) (byte, bool) {
-	switch {
-	case c >= '0' && c <= '9':
-		return c - '0', true
-	case c >= 'a' && c <= 'f':
-		return c - 'a' + 10, true
-	case c >= 'A' && c <= 'F':
-		return c - 'A' + 10, true
-	}
-	return 0, false
 }
 
 // Done reports whether a chunked body's last chunk and trailer have been

@@ -1,5 +1,7 @@
 package tracing
 
+import "github.com/kvca/kvca/internal/hexdigit"
+
 // traceparentLen is the length of a version-00 traceparent value:
 // "00-" 32 hex "-" 16 hex "-" 2 hex.
 const traceparentLen = 55
@@ -50,14 +52,13 @@ func hexByte(a, b byte) (byte, bool) {
 	return x<<4 | y, ok1 && ok2
 }
 
+// unhex reads a lowercase hex digit: a traceparent's uppercase hex is
+// invalid.
 func unhex(c byte) (byte, bool) {
-	switch {
-	case c >= '0' && c <= '9':
-		return c - '0', true
-	case c >= 'a' && c <= 'f':
-		return c - 'a' + 10, true
+	if c >= 'A' && c <= 'F' {
+		return 0, false
 	}
-	return 0, false
+	return hexdigit.Value(c)
 }
 
 const hexDigits = "0123456789abcdef"

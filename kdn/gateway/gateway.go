@@ -1,6 +1,7 @@
-// Package gateway implements KDN v1 gateway negotiation (KDN v1 specification §9),
-// the deterministic Mock gateway (§10), the read-only Legacy adapter (§11)
-// and the factory that builds them from a capability snapshot.
+// Package gateway implements KDN v1 gateway negotiation (docs/kdn.md,
+// "Capability discovery"), the deterministic Mock gateway, the read-only
+// Legacy adapter and the factory that builds them from a capability
+// snapshot.
 //
 // A gateway is anything that implements Gateway. kvca's own live gateway
 // (backed by its block table) implements the same interface, reuses

@@ -4,7 +4,7 @@
 //
 // Model:
 //   - Endpoint: each backend. Its endpoint id derives from the backend URL
-//     (edge.EndpointID), its generation is the block table's, bumped on
+//     (kdn.EndpointIDForName, as edge.EndpointID), its generation is the block table's, bumped on
 //     every backend reset (recovery from unhealthy), so a client holding an
 //     older generation is answered stale. With --state-dir generations
 //     persist, and every kvca start is a new generation for every endpoint
@@ -26,7 +26,7 @@
 //     endpoint holds in the block table, when last used and when they
 //     expire.
 //   - Prefetch/rebuild: the prefix sent to the endpoint with max_tokens 1
-//     through edge.Server.Warm, which learns its chain on a 2xx; tasks run
+//     through Proxy.Warm, which learns its chain on a 2xx; tasks run
 //     in the background (pending → running → retry_wait → succeeded/failed,
 //     cancellable). Pin/unpin: table pins, bounded by --max-pinned-blocks.
 //     Clear: releases the pins and forgets the locations at once.

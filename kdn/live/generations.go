@@ -13,7 +13,7 @@ import (
 	"sync"
 
 	"github.com/kvca/kvca/chain"
-	"github.com/kvca/kvca/edge"
+	"github.com/kvca/kvca/kdn"
 	"github.com/kvca/kvca/sched"
 )
 
@@ -59,7 +59,7 @@ type generations struct {
 func openGenerations(dir string, t *chain.Table, backends []*sched.Backend, log *slog.Logger) (*generations, error) {
 	gs := &generations{log: log, recs: map[string]genRecord{}}
 	for _, b := range backends {
-		gs.ids = append(gs.ids, edge.EndpointID(b.URL))
+		gs.ids = append(gs.ids, kdn.EndpointIDForName(b.URL))
 	}
 	if dir == "" {
 		return gs, nil
@@ -98,7 +98,7 @@ func openGenerations(dir string, t *chain.Table, backends []*sched.Backend, log 
 // had (as stored, or seen before it was removed); mu is held or gs not
 // shared yet.
 func (gs *generations) start(t *chain.Table, i int, url string) {
-	id := edge.EndpointID(url)
+	id := kdn.EndpointIDForName(url)
 	next := uint32(1)
 	if r, ok := gs.recs[id]; ok {
 		next = r.Generation + 1
@@ -115,7 +115,7 @@ func (gs *generations) follow(t *chain.Table, backends []*sched.Backend) {
 	defer gs.mu.Unlock()
 	changed := false
 	for i, b := range backends {
-		id := edge.EndpointID(b.URL)
+		id := kdn.EndpointIDForName(b.URL)
 		if b.Retired() {
 			id = ""
 		}

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kvca/kvca/edge"
 	"github.com/kvca/kvca/kdn"
 	"github.com/kvca/kvca/kdn/gateway"
 )
@@ -28,9 +27,9 @@ type Options struct {
 	MaxPinnedBlocks int
 	// OpTimeout bounds one warm-up operation (all its attempts). Default 2m.
 	OpTimeout time.Duration
-	// Clock stamps answers; default the server's clock (Config.Now) or
-	// time.Now.
-	Clock  func() time.Time
+	// Clock stamps answers; default time.Now.
+	Clock func() time.Time
+	// Logger receives the gateway's errors; nil discards.
 	Logger *slog.Logger
 }
 
@@ -42,7 +41,7 @@ const DefaultMaxPinnedBlocks = 65536
 // comes from the live block table and scheduler. It implements
 // gateway.Gateway and gateway.KnowledgeService.
 type Gateway struct {
-	srv     *edge.Server
+	srv     Proxy
 	compat  string
 	clock   func() time.Time
 	log     *slog.Logger
@@ -71,8 +70,7 @@ var ErrCompatibilityProfile = errors.New("kdn: --compatibility-profile-id must n
 // the endpoint generations (see generations); call it before srv.Start.
 // It starts no goroutine: operations run in their own, bounded by OpTimeout (or the
 // TTL for clear) and by Close.
-func New(srv *edge.Server, o Options) (*Gateway, error) {
-	cfg := srv.Config()
+func New(srv Proxy, o Options) (*Gateway, error) {
 	if o.CompatibilityProfileID == "" {
 		o.CompatibilityProfileID = "kvca"
 	}
@@ -86,18 +84,12 @@ func New(srv *edge.Server, o Options) (*Gateway, error) {
 		o.OpTimeout = 2 * time.Minute
 	}
 	if o.Clock == nil {
-		o.Clock = cfg.Now
-	}
-	if o.Clock == nil {
 		o.Clock = time.Now
-	}
-	if o.Logger == nil {
-		o.Logger = cfg.Logger
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	der := deriver{compat: o.CompatibilityProfileID, blockSize: cfg.BlockSize, chain: srv.Chain}
+	der := deriver{compat: o.CompatibilityProfileID, blockSize: srv.BlockSize(), chain: srv.Chain}
 	cat, err := openCatalog(store{dir: o.StateDir}, der, o.Logger)
 	if err != nil {
 		return nil, err
@@ -129,7 +121,7 @@ func (g *Gateway) now() time.Time { return g.clock().UTC().Truncate(time.Microse
 // endpoint resolves an endpoint id to a backend index.
 func (g *Gateway) endpoint(id string) (int, bool) {
 	for _, b := range g.srv.Scheduler().Backends {
-		if !b.Retired() && edge.EndpointID(b.URL) == id {
+		if !b.Retired() && kdn.EndpointIDForName(b.URL) == id {
 			return b.Index, true
 		}
 	}
@@ -191,5 +183,5 @@ func refuse(r kdn.CacheServiceResponse, outcome kdn.OutcomeCode, msg string) kdn
 }
 
 func (g *Gateway) endpointIDOf(b int) string {
-	return edge.EndpointID(g.srv.Scheduler().Backends[b].URL)
+	return kdn.EndpointIDForName(g.srv.Scheduler().Backends[b].URL)
 }

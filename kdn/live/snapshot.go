@@ -4,7 +4,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/kvca/kvca/edge"
 	"github.com/kvca/kvca/kdn"
 )
 
@@ -45,16 +44,15 @@ func flags() kdn.Flags {
 // bumps on every reset of that backend.
 func (g *Gateway) snapshotOf(b int, now time.Time) kdn.CapabilitySnapshot {
 	be := g.srv.Scheduler().Backends[b]
-	cfg := g.srv.Config()
 	return kdn.CapabilitySnapshot{
 		ContractVersion: kdn.GatewayContractVersion,
 		RuntimeProfile:  kdn.ProfileV1,
 		AdapterBindings: []kdn.GatewayAdapterBinding{{TransportKind: kdn.TransportUnknownFuture, BindingID: bindingID}},
 		CompatibilityProfile: kdn.LMCacheCompatibilityProfile{
 			CompatibilityProfileID: g.compat,
-			KeyHashProfile:         kdn.Some("kvca-cbr1-siphash24-b" + strconv.Itoa(cfg.BlockSize)),
+			KeyHashProfile:         kdn.Some("kvca-cbr1-siphash24-b" + strconv.Itoa(g.srv.BlockSize())),
 		},
-		EndpointID:         edge.EndpointID(be.URL),
+		EndpointID:         kdn.EndpointIDForName(be.URL),
 		EndpointGeneration: g.generation(b),
 		RuntimeMode:        kdn.Some("kvca-edge"),
 		ObservedAt:         now,

@@ -61,7 +61,7 @@ func (g *Gateway) GetTierAndAdapterSummary(_ context.Context, req kdn.GetTierAnd
 	}
 	tr := kdn.GatewayTargetedRequest(req)
 	st := g.srv.Table().Stats()
-	bs := int64(g.srv.Config().BlockSize)
+	bs := int64(g.srv.BlockSize())
 	capBytes := int64(st.Capacity) * bs
 	// Pins may hold the table a little over its bound; the wire wants
 	// used ≤ capacity, and partial already says the figure is not exact.
