@@ -72,6 +72,12 @@ func TestAffinityFanOutsSpread(t *testing.T) {
 		"user":             func(b map[string]any, _ http.Header) { b["user"] = "tenant-a" },
 		"session header":   func(_ map[string]any, h http.Header) { h.Set("X-Session-Id", "agent-7") },
 		"prompt_cache_key": func(b map[string]any, _ http.Header) { b["prompt_cache_key"] = "fan-out" },
+		// One user value and a 4 KB system prompt every conversation
+		// shares: the prompt's holders are an affinity too.
+		"user and shared prompt": func(b map[string]any, _ http.Header) {
+			b["user"] = "tenant-a"
+			b["messages"].([]any)[0].(map[string]any)["content"] = strings.Repeat("Follow the house style guide to the letter. ", 100)
+		},
 	}
 	for _, policy := range []string{"kvca-cost", "kvca"} {
 		for name, mark := range sources {

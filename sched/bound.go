@@ -70,18 +70,17 @@ func (r Rule) Affinity() bool {
 // The load bound (consistent hashing with bounded loads): an affinity may
 // send a request to backend b only while
 //
-//	active(b) + 1 <= ceil((1+ε) × (Σ active + 1) / n) + 1
+//	active(b) + 1 <= max((1+ε) × (Σ active + 1) / n, 2)
 //
 // over the n backends eligible for the request, active being the requests
-// in flight there (this replica's and, with clustering, the others'). That
-// is b's share of the fleet's requests, this one included, at most (1+ε)
-// times the mean, rounded up, plus one request: the one request of slack
-// lets two siblings of a new prefix land together on an idle fleet, and
-// the least loaded backend is always within the bound. Past it the
-// request is placed as if it had no affinity, and the overflow is counted
-// per affinity. The check and the reservation are two steps: requests
-// routed at the same instant may each pass it, so a backend can exceed
-// the bound by at most the routes racing on it.
+// in flight there (this replica's and, with clustering, the others'): b's
+// share of the fleet's requests, this one included, at most (1+ε) times
+// the mean, and always two, so that two siblings of a new prefix land
+// together on an idle fleet. The least loaded backend is always within
+// it. Past it the request is placed as if it had no affinity, and the
+// overflow is counted per affinity. The check and the reservation are two
+// steps: requests routed at the same instant may each pass it, so a
+// backend can exceed the bound by at most the routes racing on it.
 
 // DefaultAffinityEpsilon is ε of the load bound (--affinity-epsilon), as
 // the bench chose it (docs/routing.md): on the Mooncake trace, where load
@@ -128,13 +127,19 @@ func (s *Scheduler) LoadCap(elig *chain.Set) int64 {
 		return math.MaxInt64
 	}
 	var sum, n int64
-	eachIn(elig, func(i int) { sum += s.active(i); n++ })
+	least := int64(math.MaxInt64)
+	eachIn(elig, func(i int) {
+		a := s.active(i)
+		sum += a
+		n++
+		least = min(least, a)
+	})
 	if n == 0 {
 		return 0
 	}
-	// The small subtraction keeps a mean that is whole in exact
-	// arithmetic from rounding up through float error.
-	return int64(math.Ceil((1+eps)*float64(sum+1)/float64(n)-1e-9)) + 1
+	// The small addition keeps a product that is whole in exact
+	// arithmetic from rounding down through float error.
+	return max(int64(math.Floor((1+eps)*float64(sum+1)/float64(n)+1e-9)), 2, least+1)
 }
 
 // bounded returns the members of set whose load leaves room under cap.

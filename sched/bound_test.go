@@ -41,7 +41,7 @@ func TestBoundSiblingsLandTogether(t *testing.T) {
 			d, res := route(t, s, &Request{Chain: c, Bound: 3})
 			held = append(held, res)
 			// On 4 idle backends the bound holds two requests: a third
-			// exceeds ceil(1.25 × 3 / 4) + 1.
+			// exceeds max(1.25 × 3 / 4, 2).
 			if k < 2 && !room {
 				t.Fatalf("%s sibling %d: no room on an idle fleet", p, k)
 			}
@@ -60,7 +60,7 @@ func TestBoundSiblingsLandTogether(t *testing.T) {
 				}
 			}
 		}
-		if a := s.Backends[2].Active(); p != "kvca" && a != 3 {
+		if a := s.Backends[2].Active(); p != "kvca" && a != 2 {
 			t.Fatalf("%s: %d active on the bound backend", p, a)
 		}
 		// A follow-up whose prefix nobody knows yet (its siblings' answers
@@ -237,8 +237,9 @@ func TestBaselinesIgnoreUnpinnedBinding(t *testing.T) {
 }
 
 // LoadCap's arithmetic: ε 0 is a bound (only negative turns it off), the
-// other replicas' requests count, and a mean that is whole in exact
-// arithmetic is not rounded up through float error.
+// other replicas' requests count, a product that is whole in exact
+// arithmetic is not rounded down through float error, and the least
+// loaded backend always has room.
 func TestLoadCapArithmetic(t *testing.T) {
 	t.Parallel()
 	all := func(n int) *chain.Set {
@@ -253,24 +254,27 @@ func TestLoadCapArithmetic(t *testing.T) {
 	if got := s.LoadCap(all(4)); got != 2 { // ceil(1 × 1 / 4) + 1
 		t.Fatalf("ε 0 on an idle fleet: cap %d, want 2", got)
 	}
-	s.Backends[1].SetRemoteLoad(7, 0)
-	if got := s.LoadCap(all(4)); got != 3 { // ceil(8 / 4) + 1
-		t.Fatalf("with 7 requests from other replicas: cap %d, want 3", got)
+	s.Backends[1].SetRemoteLoad(11, 0)
+	if got := s.LoadCap(all(4)); got != 3 { // 12 / 4
+		t.Fatalf("with 11 requests from other replicas: cap %d, want 3", got)
 	}
 	s.SetAffinityEpsilon(-0.5)
 	if got := s.LoadCap(all(4)); got != math.MaxInt64 {
 		t.Fatalf("negative ε: cap %d, want none", got)
 	}
-	s = newSched(t, 11, "kvca")
-	s.SetAffinityEpsilon(0.1)
-	for i := range 9 {
-		s.Backends[i].state.Add(activeUnit)
+	s = newSched(t, 5, "kvca")
+	s.SetAffinityEpsilon(0.15)
+	for i, a := range []uint64{20, 20, 20, 20, 19} {
+		s.Backends[i].state.Add(a * activeUnit)
 	}
-	// (1.1 × 10) / 11 is 1 exactly, 1.0000000000000002 in floating point.
-	if got := s.LoadCap(all(11)); got != 2 {
-		t.Fatalf("a whole mean: cap %d, want 2", got)
+	// 1.15 × 100 / 5 is 23 exactly, 22.999999999999996 in floating point.
+	if got := s.LoadCap(all(5)); got != 23 {
+		t.Fatalf("a whole product: cap %d, want 23", got)
 	}
-	for i := range 9 {
-		s.Backends[i].state.Add(^uint64(activeUnit - 1))
+	// The least loaded is always within the bound, whatever ε.
+	s.SetAffinityEpsilon(0)
+	s.Backends[4].state.Add(activeUnit)
+	if got := s.LoadCap(all(5)); got != 21 { // 101 / 5 = 20.2; the least holds 20
+		t.Fatalf("all at 20: cap %d, want 21", got)
 	}
 }

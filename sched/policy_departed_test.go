@@ -9,7 +9,7 @@ import "testing"
 func TestFollowupReturnsToTheDepartedHolder(t *testing.T) {
 	for _, policy := range []string{"kvca-cost", "kvca"} {
 		s := newFixed(t, 3, policy)
-		s.SetAffinityEpsilon(0.25)
+		s.SetAffinityEpsilon(0.5)
 		now := s.Table.Now()
 		sys := chainOf(0, 8)
 		conv := append(append([]uint64(nil), sys...), chainOf(100, 4)...)
@@ -21,8 +21,8 @@ func TestFollowupReturnsToTheDepartedHolder(t *testing.T) {
 		if n := s.Table.EnforceCapacity(); n != 4 {
 			t.Fatalf("%s: dropped %d, want the conversation's 4 blocks", policy, n)
 		}
-		// The busiest, within the load bound: 3 requests of at most
-		// ceil(1.25 × 8 / 3) + 1 = 5.
+		// The busiest, within the load bound: a 4th request of at most
+		// 1.5 × 8 / 3 = 4.
 		s.Backends[0].state.Add(2 * activeUnit)
 		s.Backends[1].state.Add(3 * activeUnit)
 		s.Backends[2].state.Add(2 * activeUnit)
@@ -33,8 +33,8 @@ func TestFollowupReturnsToTheDepartedHolder(t *testing.T) {
 		}
 		res.ReleaseActive()
 		// Past the bound (6 requests there, 2 and 2 elsewhere: a 7th
-		// exceeds ceil(1.25 × 11 / 3) + 1 = 6) it goes to the prompt's
-		// other holders.
+		// exceeds 1.5 × 11 / 3 = 5.5) it goes to the prompt's other
+		// holders.
 		s.Backends[1].state.Add(3 * activeUnit)
 		d, res = route(t, s, &Request{Chain: next, Followup: true, Now: now + 1})
 		if d.Backend.Index == 1 || d.Cached != 8 || d.Overflowed != RuleDeparted {

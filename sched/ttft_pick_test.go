@@ -114,6 +114,7 @@ func TestTTFTMoveDecision(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newFixed(t, 1+len(tc.others), "ttft")
+			s.SetAffinityEpsilon(-1) // ttft's own move rule, without the load bound
 			if err := s.SetTTFT(TTFTConfig{Capacity: 2, BlockTime: 300 * time.Microsecond, Base: 2 * time.Millisecond, ResidentEpsilon: DefaultResidentEpsilon}); err != nil {
 				t.Fatal(err)
 			}

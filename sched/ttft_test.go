@@ -218,6 +218,7 @@ func TestTTFTFirstTurnGoesToThePromptsHolderWhileItHasRoom(t *testing.T) {
 
 func TestTTFTFollowupStaysUnlessFarSlower(t *testing.T) {
 	s := newFixed(t, 2, "ttft")
+	s.SetAffinityEpsilon(-1) // ttft's own move rule, without the load bound
 	prime(t, s, 2)
 	conv := chainOf(0, 40)
 	s.Table.Touch(conv[:30], 0, s.Table.Now())
