@@ -167,3 +167,27 @@ func mergeKeys[K comparable](a, b map[K]int64) map[K]struct{} {
 	}
 	return m
 }
+
+// A location the retention ended (the TTL would not have) is remembered
+// as departed when it is pruned, as a capacity drop is; one the TTL ended
+// is not.
+func TestRetentionDropsAreDeparted(t *testing.T) {
+	t.Parallel()
+	tb, clk := newTestTable(10*time.Second, 1000)
+	tb.Touch([]uint64{1, 2, 3}, 2, tb.Now())
+	clk.add(time.Second)
+	tb.SetRetention(2, 500*time.Millisecond)
+	if got := tb.Lookup(3, tb.Now()); !got.Empty() {
+		t.Fatalf("live past the retention: %v", got)
+	}
+	if b, ok := tb.Departed(3); !ok || b != 2 {
+		t.Fatalf("departed %d %v, want 2", b, ok)
+	}
+	tb.SetRetention(2, 0)
+	tb.Touch([]uint64{7}, 1, tb.Now())
+	clk.add(11 * time.Second)
+	tb.Lookup(7, tb.Now())
+	if _, ok := tb.Departed(7); ok {
+		t.Fatal("a location the TTL ended is remembered as departed")
+	}
+}

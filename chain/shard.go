@@ -268,8 +268,21 @@ func (sh *shard) set(e *entry, b int, gen uint32, now int64, mode touchMode, dep
 
 // prune drops the locations of e that are no longer live and returns how
 // many it dropped; e.loc is 0 afterwards if none is left.
+//
+// A location dead only by its backend's retention, not by the TTL, is
+// remembered as departed (Departed), as one the capacity bound drops is:
+// the engine evicts a prompt tail first, and may still hold its head.
 func (sh *shard) prune(t *Table, i int32, now int64) int {
-	return sh.filter(i, func(l uint64) bool { return t.live(l, now) })
+	h := sh.ents[i].hash
+	return sh.filter(i, func(l uint64) bool {
+		if t.live(l, now) {
+			return true
+		}
+		if t.retentionDead(l, now) {
+			t.remember(h, locBackend(l))
+		}
+		return false
+	})
 }
 
 // dropBackend removes b's location from entry i.

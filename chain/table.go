@@ -293,6 +293,15 @@ func (t *Table) live(l uint64, now int64) bool {
 	return at+ttl > now
 }
 
+// retentionDead reports whether l, not live at now, would be by the TTL:
+// its backend's retention ended it.
+func (t *Table) retentionDead(l uint64, now int64) bool {
+	b := locBackend(l)
+	r := t.retention[b].Load()
+	return r > 0 && !locIsPinned(l) && !locIsPredicted(l) && locGen(l) == t.gens[b].Load()&0xff &&
+		locTime(l)+t.ttl.Load() > now
+}
+
 // Lookup returns the backends with a live location for block h. Expired
 // and stale locations met on the way are forgotten on the spot.
 func (t *Table) Lookup(h uint64, now int64) (s Set) {
