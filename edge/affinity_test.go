@@ -169,10 +169,10 @@ func TestTTLIsExact(t *testing.T) {
 	}
 }
 
-// TestCacheCheck: an answer that reports fewer cached tokens than kvca
-// predicted drops the backend's locations last used at or before the
-// predicted prefix, not those learned since; /admin/state and the access
-// log say what was checked.
+// TestCacheCheck: answers that report fewer cached tokens than kvca
+// predicted lower the backend's retention towards the evicted prefix's
+// age, and the locations older than it are dropped; /admin/state, the
+// metrics, the access log and the route header say what was checked.
 func TestCacheCheck(t *testing.T) {
 	t.Parallel()
 	a := newTestBackend(t, "a")
@@ -185,6 +185,7 @@ func TestCacheCheck(t *testing.T) {
 	}
 	var logs testkit.LogBuffer
 	s := startProxy(t, func(c *Config) {
+		c.TTL = 20 * time.Second
 		c.RouteHeader = true
 		c.AccessLog = true
 		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
@@ -210,21 +211,31 @@ func TestCacheCheck(t *testing.T) {
 	}
 	waitIdle(t, s)
 	st := s.State().Backends[0].CacheCheck
-	if st.Checks != 3 || st.Under != 1 || st.EngineCachedTokens == 0 || st.PredictedTokens == 0 {
+	if st.Checks != 3 || st.Under != 1 || st.EngineCachedTokens == 0 || st.PredictedTokens == 0 || st.RetentionMs != 10_000 {
+		t.Fatalf("cache check %+v", st)
+	}
+	// One eviction halves the backend's retention: X is still believed
+	// held. The engine keeps evicting what kvca predicts (Y's second turn,
+	// sent again): the retention falls to Y's age, and X, older, is gone.
+	if !heldOn(s, x, 0) {
+		t.Fatal("one eviction made kvca forget conversation X")
+	}
+	for range 12 {
+		post(t, s, "/v1/chat/completions", conversation(401, 1, false))
+	}
+	waitIdle(t, s)
+	if st := s.State().Backends[0].CacheCheck; st.Under != 13 || st.RetentionMs >= 5_000 {
 		t.Fatalf("cache check %+v", st)
 	}
 	if heldOn(s, x, 0) {
 		t.Fatal("conversation X, older than what the engine evicted, is still believed held")
-	}
-	if y := planChain(t, s, conversation(401, 1, false)); !heldOn(s, y, 0) {
-		t.Fatal("Y's second turn, just computed, is not held")
 	}
 	if l := logs.String(); !strings.Contains(l, "engine_cached_tokens=0") || !strings.Contains(l, "rule=prefix") {
 		t.Fatalf("access log:\n%s", l)
 	}
 	var m strings.Builder
 	s.m.set.WritePrometheus(&m)
-	for _, want := range []string{`kvca_backend_cache_checks_total{backend="` + s.fleet().sched.Backends[0].Name + `",verdict="under"} 1`, `kvca_affinity_overflow_total{reason="session"} 0`} {
+	for _, want := range []string{`kvca_backend_cache_checks_total{backend="` + s.fleet().sched.Backends[0].Name + `",verdict="under"} 13`, `kvca_affinity_overflow_total{reason="session"} 0`} {
 		if !strings.Contains(m.String(), want) {
 			t.Fatalf("metrics lack %s", want)
 		}

@@ -12,13 +12,12 @@ import (
 // what an engine keeps is, roughly, what it used within some time: its
 // retention, which shrinks as its cache fills with other work. An engine
 // that reports fewer blocks than predicted has evicted the predicted
-// prefix, last used at its last access a ago: it keeps less than a, and
-// every location of that backend older than that is taken as gone, now and
-// from then on (Table.SetRetention). One that reports them held keeps at
-// least a: a retention below that grows back to it. An engine that
-// reports more held blocks kvca had forgotten; the answer already taught
-// kvca the whole prompt is there now. An engine that reports nothing
-// changes nothing.
+// prefix, last used a ago: it keeps less than a, and the locations of that
+// backend older than its retention are taken as gone, now and from then
+// on (Table.SetRetention). One that reports them held keeps at least a.
+// One that reports more held blocks kvca had forgotten: its retention was
+// too short; the answer has taught kvca the whole prompt is there now. An
+// engine that reports nothing changes nothing.
 
 // Check is one answer's comparison, in CBR blocks (turned from tokens by
 // the caller with the learned bytes per token).
@@ -92,8 +91,11 @@ func (s *Scheduler) CheckCached(b *Backend, c Check, now time.Time) int {
 	case c.ReportedBlocks > c.PredictedBlocks+c.Tolerance:
 		v = VerdictOver
 	}
-	if age := c.Now - c.LastAccess; c.LastAccess >= 0 && age >= 0 && c.PredictedBlocks > 0 {
+	switch age := c.Now - c.LastAccess; {
+	case c.LastAccess >= 0 && age >= 0 && c.PredictedBlocks > 0:
 		s.retain(b.Index, v, age)
+	case v == VerdictOver:
+		s.retain(b.Index, v, 0)
 	}
 	f.verdicts[v].Add(1)
 	miss := 0.0
@@ -110,15 +112,32 @@ func (s *Scheduler) CheckCached(b *Backend, c Check, now time.Time) int {
 }
 
 // retain adjusts backend b's retention by one check of a prefix last used
-// age ms before: evicted, the engine keeps less than age (every location
-// that old is dead at once); held, at least age.
+// age ms before. Evicted: the engine keeps less than age, and the
+// retention falls towards it, at most halving per check, so that one
+// check that misread the engine cannot make the table forget a whole
+// backend. Held: it keeps at least age, and a lower retention rises to
+// it. More held than predicted (the engine kept what the retention had
+// already dropped): the retention doubles, and past the TTL it is lifted.
 func (s *Scheduler) retain(b, v int, age int64) {
 	cur := s.Table.Retention(b).Milliseconds()
+	ttl := s.Table.TTL().Milliseconds()
+	if cur == 0 {
+		cur = ttl
+	}
+	next := cur
 	switch {
-	case v == VerdictUnder && (cur == 0 || age < cur):
-		s.Table.SetRetention(b, time.Duration(max(age, 1))*time.Millisecond)
-	case v != VerdictUnder && cur != 0 && age >= cur:
-		s.Table.SetRetention(b, time.Duration(age+1)*time.Millisecond)
+	case v == VerdictUnder && age < cur:
+		next = max(age, cur/2, 1)
+	case v == VerdictOver:
+		next = max(2*cur, age+1)
+	case v == VerdictAgree && age >= cur:
+		next = age + 1
+	}
+	if next >= ttl {
+		next = 0 // no bound but the TTL
+	}
+	if next != s.Table.Retention(b).Milliseconds() {
+		s.Table.SetRetention(b, time.Duration(next)*time.Millisecond)
 	}
 }
 

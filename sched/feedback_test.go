@@ -41,14 +41,13 @@ func TestCheckCached(t *testing.T) {
 	if v := check(10, 7, 2, now); v != VerdictUnder {
 		t.Fatalf("fewer: verdict %d", v)
 	}
-	if held(old, 0) || !held(old, 1) || !held(fresh, 0) {
-		t.Fatalf("after the eviction: old on 0 %v (want false), old on 1 %v, fresh on 0 %v (want true)", held(old, 0), held(old, 1), held(fresh, 0))
-	}
-	if r := s.Table.Retention(0); r != 6*time.Millisecond {
-		t.Fatalf("retention %v after an eviction of a prefix 6 ms old", r)
+	// One eviction halves the retention, from the TTL: one check that
+	// misread the engine cannot make the table forget a backend.
+	if r := s.Table.Retention(0); r != 30*time.Second || !held(old, 0) {
+		t.Fatalf("retention %v after one eviction, old held %v", r, held(old, 0))
 	}
 	st := s.Feedback(b, at)
-	if st.RetentionMs != 6 {
+	if st.RetentionMs != 30_000 {
 		t.Fatalf("state %+v", st)
 	}
 	if st.Checks != 4 || st.Under != 2 || st.Over != 1 || st.PredictedTokens != 4*640 || st.EngineCachedTokens != (8+20+7+7)*64 ||
@@ -57,6 +56,18 @@ func TestCheckCached(t *testing.T) {
 	}
 	if st.Trust != TrustChecked || st.Drift <= 0 {
 		t.Fatalf("3 of 4 disagreeing, decayed: %+v", st)
+	}
+	// Evicted again and again, the retention falls to the evicted
+	// prefix's age, 6 ms: the backend's locations that old are gone, and
+	// nobody else's, and none learned since.
+	for range 13 {
+		check(10, 7, 2, now)
+	}
+	if r := s.Table.Retention(0); r != 6*time.Millisecond {
+		t.Fatalf("retention %v after evictions of a prefix 6 ms old", r)
+	}
+	if held(old, 0) || !held(old, 1) || !held(fresh, 0) {
+		t.Fatalf("after the evictions: old on 0 %v (want false), old on 1 %v, fresh on 0 %v (want true)", held(old, 0), held(old, 1), held(fresh, 0))
 	}
 	for range 40 {
 		check(10, 0, 2, -1)
@@ -79,8 +90,19 @@ func TestCheckCached(t *testing.T) {
 	// retention lowers it.
 	s.CheckCached(b, Check{PredictedBlocks: 10, ReportedBlocks: 10, Tolerance: 2, LastAccess: now + 16, Now: now + 20}, at)
 	s.CheckCached(b, Check{PredictedBlocks: 10, ReportedBlocks: 0, Tolerance: 2, LastAccess: now + 17, Now: now + 20}, at)
-	if r := s.Table.Retention(0); r != 3*time.Millisecond {
+	if r := s.Table.Retention(0); r != 5*time.Millisecond { // halved, not below
 		t.Fatalf("retention %v", r)
+	}
+	// More held than predicted (what the retention dropped): it doubles,
+	// and past the TTL it is lifted.
+	s.CheckCached(b, Check{PredictedBlocks: 0, ReportedBlocks: 10, Tolerance: 2, LastAccess: -1, Now: now + 20}, at)
+	if r := s.Table.Retention(0); r != 10*time.Millisecond {
+		t.Fatalf("retention %v after a check holding more", r)
+	}
+	s.Table.SetRetention(0, 40*time.Second)
+	s.CheckCached(b, Check{PredictedBlocks: 0, ReportedBlocks: 10, Tolerance: 2, LastAccess: -1, Now: now + 20}, at)
+	if r := s.Table.Retention(0); r != 0 {
+		t.Fatalf("retention %v doubled past the TTL", r)
 	}
 	if st := s.Feedback(b, at.Add(unreportedAfter+time.Second)); st.Trust != TrustUnreported {
 		t.Fatalf("no report for a while: %+v", st)
@@ -143,8 +165,14 @@ func TestRetentionEvidenceEdges(t *testing.T) {
 	if r := s.Table.Retention(0); r != 0 {
 		t.Fatalf("a check predicting nothing set retention %v", r)
 	}
+	s.Table.SetRetention(0, 8*time.Millisecond)
+	s.CheckCached(b, Check{PredictedBlocks: 4, ReportedBlocks: 0, Tolerance: 1, LastAccess: 10, Now: 10}, at)
+	if r := s.Table.Retention(0); r != 4*time.Millisecond {
+		t.Fatalf("an eviction of a prefix 0 ms old: retention %v, want 4ms (halved)", r)
+	}
+	s.Table.SetRetention(0, time.Millisecond)
 	s.CheckCached(b, Check{PredictedBlocks: 4, ReportedBlocks: 0, Tolerance: 1, LastAccess: 10, Now: 10}, at)
 	if r := s.Table.Retention(0); r != time.Millisecond {
-		t.Fatalf("an eviction of a prefix 0 ms old: retention %v, want the least, 1ms", r)
+		t.Fatalf("an eviction at the least retention: %v, want 1ms", r)
 	}
 }

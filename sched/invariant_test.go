@@ -2,7 +2,7 @@ package sched
 
 import (
 	"math/rand/v2"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,18 +29,6 @@ func TestRoutingInvariantsRandomized(t *testing.T) {
 	}
 }
 
-type clockT struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clockT) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clockT) add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 func checkInvariants(t *testing.T, policy string, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 99))
 	n := 2 + rng.IntN(7)
@@ -48,9 +36,10 @@ func checkInvariants(t *testing.T, policy string, seed uint64) {
 	for i := range bs {
 		bs[i] = NewBackend(i, "http://b", "b")
 	}
-	clk := &clockT{t: time.Unix(1_000_000, 0)}
+	var elapsed atomic.Int64 // the table's clock, moved by hand
+	base := time.Unix(1_000_000, 0)
 	ttl := time.Duration(2+rng.IntN(10)) * time.Second
-	tab := chain.NewTable(chain.Config{TTL: ttl, MaxBlocks: 1 << 15, Now: clk.now})
+	tab := chain.NewTable(chain.Config{TTL: ttl, MaxBlocks: 1 << 15, Now: func() time.Time { return base.Add(time.Duration(elapsed.Load())) }})
 	tab.SetPredictTTL(time.Duration(rng.IntN(4)) * time.Second)
 	s, err := New(bs, tab, 1+rng.IntN(8), policy)
 	if err != nil {
@@ -159,7 +148,7 @@ func checkInvariants(t *testing.T, policy string, seed uint64) {
 			f.res.ReleaseActive() // exactly once, however often called
 			inflight = append(inflight[:k], inflight[k+1:]...)
 		default:
-			clk.add(time.Duration(rng.IntN(1500)) * time.Millisecond)
+			elapsed.Add(int64(time.Duration(rng.IntN(1500)) * time.Millisecond))
 		}
 	}
 	for _, f := range inflight {
@@ -170,7 +159,7 @@ func checkInvariants(t *testing.T, policy string, seed uint64) {
 			t.Fatalf("%s seed %d: load left on %d: %x", policy, seed, b.Index, b.state.Load())
 		}
 	}
-	clk.add(ttl)
+	elapsed.Add(int64(ttl))
 	now := tab.Now()
 	for _, c := range convs {
 		for _, h := range c {
