@@ -99,6 +99,12 @@ func TestCheckCached(t *testing.T) {
 	if r := s.Table.Retention(0); r != 10*time.Millisecond {
 		t.Fatalf("retention %v after a check holding more", r)
 	}
+	// More held than predicted, of a prefix older than twice the
+	// retention: the retention rises to that age.
+	s.CheckCached(b, Check{PredictedBlocks: 2, ReportedBlocks: 10, Tolerance: 2, LastAccess: now, Now: now + 40}, at)
+	if r := s.Table.Retention(0); r != 41*time.Millisecond {
+		t.Fatalf("retention %v after holding more of a prefix 40 ms old", r)
+	}
 	s.Table.SetRetention(0, 40*time.Second)
 	s.CheckCached(b, Check{PredictedBlocks: 0, ReportedBlocks: 10, Tolerance: 2, LastAccess: -1, Now: now + 20}, at)
 	if r := s.Table.Retention(0); r != 0 {
