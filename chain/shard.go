@@ -196,7 +196,7 @@ func (e *entry) current(b int, gen uint32, now int64, mode touchMode) bool {
 
 // confirmed reports whether e holds a live location of b, of generation
 // gen, that an answer confirmed.
-func (sh *shard) confirmed(t *Table, e *entry, b int, gen uint32, now int64) bool {
+func (e *entry) confirmed(t *Table, b int, gen uint32, now int64) bool {
 	return e.anyLoc(func(l uint64) bool {
 		return locBackend(l) == b && locGen(l) == gen&0xff && !locIsPredicted(l) && t.live(l, now)
 	})
@@ -229,14 +229,12 @@ func (sh *shard) set(e *entry, b int, gen uint32, now int64, mode touchMode, dep
 		depth |= locPredicted
 	}
 	upd := func(l uint64) uint64 {
-		// A prediction's time is no access: a confirmation over it (a
-		// peer's, dated earlier) keeps its own time.
-		if locGen(l) == gen&0xff && (mode == touchPredict || !locIsPredicted(l)) {
-			if t := locTime(l); t > now {
+		if locGen(l) == gen&0xff {
+			// A prediction's time is no access: a confirmation over it
+			// (a peer's, dated earlier) keeps its own time.
+			if t := locTime(l); t > now && (mode == touchPredict || !locIsPredicted(l)) {
 				now = t
 			}
-		}
-		if locGen(l) == gen&0xff {
 			pin = pin || locIsPinned(l)
 		}
 		return makeLoc(now, gen, pin, b) | depth

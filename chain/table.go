@@ -423,7 +423,7 @@ func (t *Table) touch(chain []uint64, b int, now int64, mode touchMode) {
 			i = sh.insert(h)
 		}
 		e := &sh.ents[i]
-		if mode == touchPredict && sh.confirmed(t, e, b, gen, now) {
+		if mode == touchPredict && e.confirmed(t, b, gen, now) {
 			// A live confirmed location stays as its answer left it.
 			sh.mu.Unlock()
 			continue

@@ -223,10 +223,10 @@ func (s *Server) pick(c *call, lastBusy bool) (*upstream, *reply) {
 		}
 		return nil, &replyBadGateway
 	}
-	if c.routed {
-		// Read before anything touches the chain on this backend again:
-		// the answer's check needs when kvca last saw the prefix used.
-		c.lastAccess = c.fl.sched.LastAccessOf(c.req.Chain, c.dec.Cached, c.dec.Backend.Index, c.req.Now)
+	if c.routed && s.cfg.CacheCheck {
+		// Before anything touches the chain on this backend again: the
+		// answer's check needs when kvca last saw the prefix used.
+		c.lastAccess = c.fl.sched.LastAccess(&c.req, &c.dec)
 	}
 	if c.routed && s.cfg.PredictTTL > 0 && len(c.req.Chain) > 0 {
 		// Lives min(--predict-ttl, --ttl) unless a 2xx answer confirms

@@ -73,9 +73,9 @@ const driftLimit = 0.25
 const unreportedAfter = 5 * time.Minute
 
 // CheckCached compares what an answer of b reported with what was
-// predicted and acts on it: under, b's locations last used at or before
-// the predicted prefix's last access are dropped. It returns the verdict.
-// It allocates nothing.
+// predicted and acts on it (retain): b's retention falls when the engine
+// evicted what was predicted, and rises when it held it or more. It
+// returns the verdict. It allocates nothing.
 func (s *Scheduler) CheckCached(b *Backend, c Check, now time.Time) int {
 	f := &b.fb
 	f.predicted.Add(uint64(max(c.PredictedTokens, 0)))
@@ -119,8 +119,9 @@ func (s *Scheduler) CheckCached(b *Backend, c Check, now time.Time) int {
 // it. More held than predicted (the engine kept what the retention had
 // already dropped): the retention doubles, and past the TTL it is lifted.
 func (s *Scheduler) retain(b, v int, age int64) {
-	cur := s.Table.Retention(b).Milliseconds()
+	stored := s.Table.Retention(b).Milliseconds()
 	ttl := s.Table.TTL().Milliseconds()
+	cur := stored
 	if cur == 0 {
 		cur = ttl
 	}
@@ -136,15 +137,27 @@ func (s *Scheduler) retain(b, v int, age int64) {
 	if next >= ttl {
 		next = 0 // no bound but the TTL
 	}
-	if next != s.Table.Retention(b).Milliseconds() {
+	if next != stored {
 		s.Table.SetRetention(b, time.Duration(next)*time.Millisecond)
 	}
 }
 
-// LastAccessOf is when b last used the first n blocks of ch as the table
-// knows it (the deepest block's last access), for Check.LastAccess; -1
-// when unknown.
-func (s *Scheduler) LastAccessOf(ch []uint64, n int, b int, now int64) int64 {
+// LastAccess is when d's backend last used the blocks d predicted cached
+// there, for Check.LastAccess: as the policy read it while choosing, else
+// read now; -1 when unknown. Call it before the answer touches the chain.
+func (s *Scheduler) LastAccess(r *Request, d *Decision) int64 {
+	if d.cachedAt > 0 {
+		return d.cachedAt - 1
+	}
+	if d.Backend == nil {
+		return -1
+	}
+	return s.lastAccessOf(r.Chain, d.Cached, d.Backend.Index, r.Now)
+}
+
+// lastAccessOf is when b last used the first n blocks of ch as the table
+// knows it (the deepest block's last access); -1 when unknown.
+func (s *Scheduler) lastAccessOf(ch []uint64, n int, b int, now int64) int64 {
 	if n <= 0 || n > len(ch) {
 		return -1
 	}

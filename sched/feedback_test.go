@@ -139,8 +139,9 @@ func TestTolerance(t *testing.T) {
 	}
 }
 
-// LastAccessOf is the deepest predicted block's last access, -1 when
-// nothing is predicted or it is not held.
+// lastAccessOf is the deepest predicted block's last access, -1 when
+// nothing is predicted or it is not held; LastAccess takes the one a
+// follow-up's holder pick read, and reads it otherwise.
 func TestLastAccessOf(t *testing.T) {
 	t.Parallel()
 	s := newFixed(t, 2, "kvca")
@@ -153,7 +154,7 @@ func TestLastAccessOf(t *testing.T) {
 		n, b int
 		want int64
 	}{{0, 1, -1}, {2, 1, now + 7}, {4, 1, now}, {5, 1, -1}, {7, 1, -1}, {6, 0, now + 1}} {
-		if got := s.LastAccessOf(c, tc.n, tc.b, now+8); got != tc.want {
+		if got := s.lastAccessOf(c, tc.n, tc.b, now+8); got != tc.want {
 			t.Errorf("LastAccessOf(%d blocks on %d) = %d, want %d", tc.n, tc.b, got, tc.want)
 		}
 	}
@@ -180,5 +181,33 @@ func TestRetentionEvidenceEdges(t *testing.T) {
 	s.CheckCached(b, Check{PredictedBlocks: 4, ReportedBlocks: 0, Tolerance: 1, LastAccess: 10, Now: 10}, at)
 	if r := s.Table.Retention(0); r != time.Millisecond {
 		t.Fatalf("an eviction at the least retention: %v, want 1ms", r)
+	}
+}
+
+// LastAccess gives what the follow-up's holder pick read, however the
+// table moved since; for a decision that read nothing it reads the table.
+func TestLastAccessOfADecision(t *testing.T) {
+	t.Parallel()
+	s := newFixed(t, 2, "kvca")
+	now := s.Table.Now()
+	c := chainOf(0, 6)
+	s.Table.Touch(c[:4], 1, now)
+	r := &Request{Chain: c, Followup: true, Now: now + 9}
+	var d Decision
+	var res Reservation
+	if !s.Route(r, &d, &res) || d.Backend.Index != 1 || d.Cached != 4 {
+		t.Fatalf("follow-up: %+v", d)
+	}
+	s.Table.Touch(c, 1, now+9) // the answer learns the chain
+	if got := s.LastAccess(r, &d); got != now {
+		t.Fatalf("LastAccess %d, want %d as the pick read it", got, now)
+	}
+	res.ReleaseActive()
+	d2 := Decision{Backend: s.Backends[1], Cached: 6}
+	if got := s.LastAccess(r, &d2); got != now+9 {
+		t.Fatalf("LastAccess of a decision that read nothing: %d, want %d", got, now+9)
+	}
+	if got := s.LastAccess(r, &Decision{}); got != -1 {
+		t.Fatalf("LastAccess without a backend: %d", got)
 	}
 }

@@ -132,8 +132,11 @@ func holderPick(s *Scheduler, r *Request, holders *chain.Set, div int, rule Rule
 		return false
 	}
 	d.Rule = rule
-	if l, ok := s.Table.LocationOf(r.Chain[div-1], d.Backend.Index, r.Now); rule == RulePrefix && ok && l.Predicted {
-		d.Rule = RulePredicted
+	if l, ok := s.Table.LocationOf(r.Chain[div-1], d.Backend.Index, r.Now); ok {
+		d.cachedAt = l.Last + 1 // the answer's cache check reads it
+		if rule == RulePrefix && l.Predicted {
+			d.Rule = RulePredicted
+		}
 	}
 	return true
 }
@@ -372,7 +375,9 @@ func (sessionHash) Pick(s *Scheduler, r *Request, d *Decision) bool {
 		d.Rule = RuleOverflow
 	}
 	if best < 0 {
-		best = top // unreachable: the least loaded is always within the bound
+		// The least loaded is within the cap read above, unless loads
+		// moved since: then the top choice, as without a bound.
+		best = top
 	}
 	return pickFixed(s, r, best, d)
 }

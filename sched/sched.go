@@ -167,6 +167,10 @@ type Decision struct {
 	// Rule is what chose Backend; Overflowed, the first affinity whose
 	// backends the load bound refused on the way (RuleNone: none).
 	Rule, Overflowed Rule
+	// cachedAt is, plus one, when Backend last used the deepest of the
+	// Cached blocks (table ms), if the policy read it (holderPick); 0:
+	// not read (LastAccess reads it then).
+	cachedAt int64
 	// before is Backend's load word just before this request was reserved.
 	before uint64
 	// Bound: the choice was Request.Bound's backend because of the binding

@@ -59,13 +59,13 @@ func proxyFlags() []cli.Flag {
 	}, ttftflag.Flags(env)...)
 }
 
-// Suffixes after a policy name vary the proxy in one run:
-// "/no-telemetry" runs it without engine metrics, "/no-check" without the
-// cache check, "/eps=X" with --affinity-epsilon X (in any order).
+// Suffixes after a policy name, each after a slash and in any order, vary
+// the proxy in one run: "no-telemetry" runs it without engine metrics,
+// "no-check" without the cache check, "eps=X" with --affinity-epsilon X.
 const (
-	noTelemetrySuffix = "/no-telemetry"
-	noCheckSuffix     = "/no-check"
-	epsPrefix         = "/eps="
+	noTelemetry = "no-telemetry"
+	noCheck     = "no-check"
+	epsSet      = "eps="
 )
 
 // benchProxy is an in-process kvca.
@@ -216,29 +216,13 @@ func proxyFactory(c *cli.Context, timeScale float64) run.ProxyFactory {
 	return func(policy string, backends []string) (run.Proxy, error) {
 		// "<policy>/no-telemetry" runs the policy with --engine-metrics
 		// off, so that one run compares both.
-		eps, noTelemetry, noCheck := c.Float64("affinity-epsilon"), false, false
-		name, mods, _ := strings.Cut(policy, "/")
-		for _, m := range strings.Split(mods, "/") {
-			switch {
-			case m == "":
-			case "/"+m == noTelemetrySuffix:
-				noTelemetry = true
-			case "/"+m == noCheckSuffix:
-				noCheck = true
-			case strings.HasPrefix("/"+m, epsPrefix):
-				v, err := strconv.ParseFloat(m[len(epsPrefix)-1:], 64)
-				if err != nil {
-					return nil, fmt.Errorf("policy %q: %v", policy, err)
-				}
-				eps = v
-			default:
-				return nil, fmt.Errorf("policy %q: unknown suffix /%s", policy, m)
-			}
+		policy, eps, offTelemetry, offCheck, err := policyVariant(policy, c.Float64("affinity-epsilon"))
+		if err != nil {
+			return nil, err
 		}
-		policy = name
 		cfg := edge.DefaultConfig()
 		cfg.AffinityEpsilon = eps
-		cfg.CacheCheck = c.Bool("cache-check") && !noCheck
+		cfg.CacheCheck = c.Bool("cache-check") && !offCheck
 		cfg.Listen, cfg.AdminListen = "127.0.0.1:0", ""
 		cfg.Backends = backends
 		cfg.Policy = policy
@@ -248,7 +232,7 @@ func proxyFactory(c *cli.Context, timeScale float64) run.ProxyFactory {
 		cfg.ActiveWeight = c.Int("active-weight")
 		cfg.PrefillAtHeaders = c.String("prefill-release") == "headers"
 		cfg.PredictTTL = time.Duration(float64(c.Duration("predict-ttl")) * timeScale)
-		cfg.EngineMetrics = c.Bool("engine-metrics") && !noTelemetry
+		cfg.EngineMetrics = c.Bool("engine-metrics") && !offTelemetry
 		cfg.EngineMetricsInterval = interval
 		cfg.TTFT = ttftflag.From(c, timeScale)
 		cfg.MaxInflightPerBackend = c.Int("max-inflight-per-backend")
@@ -274,6 +258,30 @@ func proxyFactory(c *cli.Context, timeScale float64) run.ProxyFactory {
 		}
 		return benchProxy{s}, nil
 	}
+}
+
+// policyVariant splits a policy name from its suffixes (see noTelemetry):
+// the policy, ε (eps unless a suffix sets it), and whether engine metrics
+// and the cache check are off.
+func policyVariant(policy string, eps float64) (name string, e float64, offTelemetry, offCheck bool, err error) {
+	name, mods, _ := strings.Cut(policy, "/")
+	e = eps
+	for _, m := range strings.Split(mods, "/") {
+		switch v, isEps := strings.CutPrefix(m, epsSet); {
+		case m == "":
+		case m == noTelemetry:
+			offTelemetry = true
+		case m == noCheck:
+			offCheck = true
+		case isEps:
+			if e, err = strconv.ParseFloat(v, 64); err != nil {
+				return "", 0, false, false, fmt.Errorf("policy %q: %v", policy, err)
+			}
+		default:
+			return "", 0, false, false, fmt.Errorf("policy %q: unknown suffix /%s", policy, m)
+		}
+	}
+	return name, e, offTelemetry, offCheck, nil
 }
 
 // kvcaBinary finds the kvca binary that --proxy-process runs: the one
