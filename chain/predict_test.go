@@ -97,8 +97,8 @@ func TestRetentionBoundsABackendsLocations(t *testing.T) {
 	}
 }
 
-// Randomized: whatever mix of predictions, confirmations, peers' touches
-// and clock steps, no location is live more than TTL after its last
+// Randomized: whatever mix of predictions, confirmations, peers' touches,
+// retentions and clock steps, no location is live more than TTL after its last
 // confirmation, nor a prediction more than min(predict TTL, TTL) after it
 // was made.
 func TestNoLocationOutlivesItsTTLRandomized(t *testing.T) {
@@ -140,6 +140,10 @@ func TestNoLocationOutlivesItsTTLRandomized(t *testing.T) {
 				for _, h := range ch {
 					conf[key{h, b}] = max(conf[key{h, b}], at)
 				}
+			}
+			if rng.IntN(10) == 0 {
+				// The cache check's retention only ever shortens a life.
+				tb.SetRetention(rng.IntN(4), time.Duration(rng.IntN(3000))*time.Millisecond)
 			}
 			clk.add(time.Duration(rng.IntN(700)) * time.Millisecond)
 			now = tb.Now()

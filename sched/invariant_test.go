@@ -13,13 +13,16 @@ import (
 // brings, checked on randomized workloads of every affinity source: one
 // user value for every conversation, session fan-outs, hot shared
 // prefixes, bursts of near-identical requests, predicted locations,
-// follow-ups, clock steps past the TTL.
+// follow-ups, clock steps past the TTL, answers reporting any number of
+// cached blocks.
 //
 //   - No request goes to a backend because of an affinity while that
 //     backend is past the load bound (another having room).
 //   - Under kvca, a first turn goes to a least-loaded backend.
 //   - Every load returns to exactly zero.
-//   - No location is live after the TTL since its last touch.
+//   - No location is live after the TTL since its last touch, whatever
+//     the engines report to the cache check (the retention it learns
+//     stays below the TTL).
 func TestRoutingInvariantsRandomized(t *testing.T) {
 	t.Parallel()
 	for _, policy := range Policies() {
@@ -142,6 +145,15 @@ func checkInvariants(t *testing.T, policy string, seed uint64) {
 			f := inflight[k]
 			if rng.IntN(5) > 0 {
 				tab.Touch(f.chain, f.b, tab.Now())
+			}
+			if rng.IntN(2) == 0 {
+				// The engine reports its cached blocks: any number.
+				pred := rng.IntN(len(f.chain) + 1)
+				s.CheckCached(bs[f.b], Check{PredictedBlocks: pred, ReportedBlocks: rng.IntN(len(f.chain) + 1), Tolerance: 1,
+					LastAccess: tab.Now() - int64(rng.IntN(5000)), Now: tab.Now()}, time.Now())
+				if r := tab.Retention(f.b); r < 0 || r >= ttl {
+					t.Fatalf("%s seed %d: retention %v, TTL %v", policy, seed, r, ttl)
+				}
 			}
 			f.res.ReleasePrefill()
 			f.res.ReleaseActive()
