@@ -208,25 +208,45 @@ func (m *Map) Bind(key uint64, backend int, now int64) {
 // first of requests racing to bind a new key wins, and the others can
 // follow it.
 func (m *Map) Claim(key uint64, backend int, now int64) int {
+	return m.Follow(key, -1, backend, now)
+}
+
+// Follow moves key's binding from backend from to backend to (from < 0:
+// key was not bound when the caller looked) and returns where key is
+// bound after the call. The move is a compare-and-swap: when another
+// request moved or claimed key since the caller looked, key stays where
+// that request put it and its backend is returned, so siblings that
+// overflow their session's backend at once follow the first of them
+// instead of scattering. An unbound or expired key is bound to to; a key
+// already on to is refreshed.
+func (m *Map) Follow(key uint64, from, to int, now int64) int {
 	if key == 0 {
-		return backend
+		return to
 	}
 	sh, bk := m.bucket(key)
 	sh.mu.Lock()
 	e, fresh := m.slot(bk, key, now)
-	if !fresh && now-e.at <= m.ttl.Load() {
+	live := !fresh && now-e.at <= m.ttl.Load()
+	if live && int(e.backend) != to && int(e.backend) != from {
 		b := int(e.backend)
 		e.at = now
 		sh.mu.Unlock()
 		return b
 	}
-	e.key, e.backend, e.at, e.pub = key, int32(backend), now, now
-	sh.mu.Unlock()
-	m.binds.Inc()
-	if m.peer != nil {
-		m.peer.Bound(m.kind, key, backend, now)
+	moved := !live || int(e.backend) != to
+	share := moved || now-e.pub >= m.ttl.Load()/4
+	e.key, e.backend, e.at = key, int32(to), now
+	if share {
+		e.pub = now
 	}
-	return backend
+	sh.mu.Unlock()
+	if moved {
+		m.binds.Inc()
+	}
+	if share && m.peer != nil {
+		m.peer.Bound(m.kind, key, to, now)
+	}
+	return to
 }
 
 // Apply records a binding another replica made at at (Unix ms), unless

@@ -194,6 +194,34 @@ func BenchmarkLookupBind(b *testing.B) {
 	})
 }
 
+// Follow: a move from where the caller saw the key succeeds; a move from
+// a binding someone else changed meanwhile leaves the key where they put
+// it and says so; a request on the key's backend refreshes it.
+func TestFollow(t *testing.T) {
+	m := New(Sessions, Config{TTL: time.Second})
+	if got := m.Follow(7, -1, 2, 1000); got != 2 {
+		t.Fatalf("new key: %d", got)
+	}
+	if got := m.Follow(7, 2, 3, 1100); got != 3 {
+		t.Fatalf("move 2->3: %d", got)
+	}
+	if got := m.Follow(7, 2, 1, 1200); got != 3 {
+		t.Fatalf("stale move 2->1: %d, want 3", got)
+	}
+	if got := m.Follow(7, 0, 3, 1900); got != 3 {
+		t.Fatalf("refresh on 3: %d", got)
+	}
+	if b, ok := m.Lookup(7, 1900+1000); !ok || b != 3 {
+		t.Fatalf("refreshed binding expired: %d %v", b, ok)
+	}
+	if got := m.Follow(7, 0, 1, 1900+1001+10); got != 1 {
+		t.Fatalf("move after expiry: %d", got)
+	}
+	if st := m.Stats(); st.Binds != 3 {
+		t.Fatalf("binds %d, want 3 (new, moved, rebound after expiry)", st.Binds)
+	}
+}
+
 // Claim: the first binds, later claims get its backend; an expired
 // binding is claimed anew.
 func TestClaim(t *testing.T) {

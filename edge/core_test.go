@@ -260,6 +260,38 @@ func TestRouteClaimsASession(t *testing.T) {
 			}
 		}
 	})
+	t.Run("overflowing siblings follow the first", func(t *testing.T) {
+		t.Parallel()
+		s := offlineCore(t, 3, nil)
+		c := s.begin(routeChat, nil, nil, nil, nil)
+		if err := s.plan(c, canon.Chat, []byte(conversation(4, 0, false))); err != nil {
+			t.Fatal(err)
+		}
+		c.session = s.canon.HashSessionKey([]byte("s4"))
+		// The request read the session on backend 0, which is now past the
+		// load bound; meanwhile a sibling overflowed to backend 1 and moved
+		// the session there. Backend 2 is idle and would win on load alone.
+		s.sessions.Claim(c.session, 0, c.req.Now)
+		c.req.Bound = 1
+		bs := s.fleet().sched.Backends
+		bs[0].SetRemoteLoad(3, 0)
+		bs[1].SetRemoteLoad(1, 0)
+		if w := s.sessions.Follow(c.session, 0, 1, c.req.Now); w != 1 {
+			t.Fatalf("the sibling's move: %d", w)
+		}
+		u, _ := s.pick(c, false)
+		if u == nil || u.b.Index != 1 {
+			t.Fatalf("routed to %v, the session moved to backend 1", u)
+		}
+		if be, _ := s.sessions.Lookup(c.session, c.req.Now); be != 1 {
+			t.Fatalf("session on %d", be)
+		}
+		for i, b := range bs {
+			if want := map[bool]int64{true: 1}[i == 1]; b.Active() != want {
+				t.Fatalf("backend %d active %d, want %d (released exactly once)", i, b.Active(), want)
+			}
+		}
+	})
 	t.Run("bound goes where it is routed", func(t *testing.T) {
 		t.Parallel()
 		s := offlineCore(t, 2, nil)

@@ -330,10 +330,13 @@ func shed(tk *admit.Ticket) reply {
 }
 
 // route is the scheduler's choice for the next attempt. A named session
-// not bound yet is claimed for the chosen backend at once, not at the
-// answer, so siblings fired in parallel before any answer follow it; of
-// siblings racing on several loops, the first claim wins and the others
-// are routed again towards it.
+// is bound to where its first attempt goes at once, not at the answer, so
+// siblings fired in parallel before any answer follow it. The binding
+// moves by compare-and-swap (affinity.Map.Follow): of siblings racing on
+// several loops to claim a new session, or to move one whose backend the
+// load bound refused, the first wins and the others are routed once more,
+// towards it; a request that went where its own (older) binding said
+// stays there.
 func (s *Server) route(c *call) bool {
 	c.fl = s.fleet()
 	if !c.fl.sched.Route(&c.req, &c.dec, &c.res) {
@@ -342,14 +345,19 @@ func (s *Server) route(c *call) bool {
 	if c.session == 0 || c.attempt > 0 {
 		return true
 	}
-	if c.req.Bound != 0 {
-		s.sessions.Bind(c.session, c.dec.Backend.Index, c.req.Now) // where it goes now
+	from := c.req.Bound - 1
+	to := c.dec.Backend.Index
+	w := s.sessions.Follow(c.session, from, to, c.req.Now)
+	if w == to || to == from {
 		return true
 	}
-	if w := s.sessions.Claim(c.session, c.dec.Backend.Index, c.req.Now); w != c.dec.Backend.Index {
-		c.res.ReleaseActive()
-		c.req.Bound = w + 1
-		return c.fl.sched.Route(&c.req, &c.dec, &c.res)
+	c.res.ReleaseActive()
+	c.req.Bound = w + 1
+	if !c.fl.sched.Route(&c.req, &c.dec, &c.res) {
+		return false
+	}
+	if to = c.dec.Backend.Index; to != w {
+		s.sessions.Follow(c.session, w, to, c.req.Now) // the sibling's backend was full too
 	}
 	return true
 }
