@@ -42,7 +42,7 @@ func offlineCore(t *testing.T, n int, mod func(*Config)) *Server {
 // planned is a call planned for body (the Chat API) and picked once.
 func planned(t *testing.T, s *Server, body string) (*call, *upstream) {
 	t.Helper()
-	c := s.begin(routeChat, nil, []byte("/v1/chat/completions"), []byte("127.0.0.1"), nil)
+	c := testBegin(s, routeChat)
 	if err := s.plan(c, canon.Chat, []byte(body)); err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +177,7 @@ func TestFailed(t *testing.T) {
 func TestPickWhenNoneIsLeft(t *testing.T) {
 	t.Parallel()
 	s := offlineCore(t, 2, nil)
-	c := s.begin(routeChat, nil, nil, nil, nil)
+	c := testBegin(s, routeChat)
 	if err := s.plan(c, canon.Chat, []byte(conversation(1, 0, false))); err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +221,7 @@ func TestRouteClaimsASession(t *testing.T) {
 	t.Run("first pick claims, retry keeps", func(t *testing.T) {
 		t.Parallel()
 		s := offlineCore(t, 3, nil)
-		c := s.begin(routeChat, nil, nil, nil, nil)
+		c := testBegin(s, routeChat)
 		if err := s.plan(c, canon.Chat, []byte(conversation(1, 0, false))); err != nil {
 			t.Fatal(err)
 		}
@@ -243,7 +243,7 @@ func TestRouteClaimsASession(t *testing.T) {
 		t.Parallel()
 		for claimed := 0; claimed < 3; claimed++ {
 			s := offlineCore(t, 3, nil)
-			c := s.begin(routeChat, nil, nil, nil, nil)
+			c := testBegin(s, routeChat)
 			if err := s.plan(c, canon.Chat, []byte(conversation(2, 0, false))); err != nil {
 				t.Fatal(err)
 			}
@@ -263,7 +263,7 @@ func TestRouteClaimsASession(t *testing.T) {
 	t.Run("overflowing siblings follow the first", func(t *testing.T) {
 		t.Parallel()
 		s := offlineCore(t, 3, nil)
-		c := s.begin(routeChat, nil, nil, nil, nil)
+		c := testBegin(s, routeChat)
 		if err := s.plan(c, canon.Chat, []byte(conversation(4, 0, false))); err != nil {
 			t.Fatal(err)
 		}
@@ -295,7 +295,7 @@ func TestRouteClaimsASession(t *testing.T) {
 	t.Run("bound goes where it is routed", func(t *testing.T) {
 		t.Parallel()
 		s := offlineCore(t, 2, nil)
-		c := s.begin(routeChat, nil, nil, nil, nil)
+		c := testBegin(s, routeChat)
 		if err := s.plan(c, canon.Chat, []byte(conversation(3, 0, false))); err != nil {
 			t.Fatal(err)
 		}
@@ -327,7 +327,7 @@ func TestBindConversation(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			s := offlineCore(t, 2, func(c *Config) { c.Policy = "session-hash" })
-			c := s.begin(routeChat, nil, nil, nil, nil)
+			c := testBegin(s, routeChat)
 			if err := s.plan(c, canon.Chat, []byte(tc.body)); err != nil {
 				t.Fatal(err)
 			}
@@ -337,7 +337,8 @@ func TestBindConversation(t *testing.T) {
 			if st, err := h1.ParseRequest(head, &h); st != h1.OK {
 				t.Fatalf("parse: %v", err)
 			}
-			s.bindConversation(c, head, &h)
+			c.hdr = &h1Header{h: &h, b: &head}
+			s.bindConversation(c)
 			var want uint64
 			switch {
 			case tc.key == "":
@@ -360,7 +361,8 @@ func TestBindConversation(t *testing.T) {
 			// Known: bound to its backend.
 			s.sessions.Bind(want, 1, c.req.Now)
 			c.session, c.req.Bound = 0, 0
-			s.bindConversation(c, head, &h)
+			c.hdr = &h1Header{h: &h, b: &head}
+			s.bindConversation(c)
 			if c.session != want || c.req.Bound != 2 || c.req.Pin {
 				t.Fatalf("session %x bound %d pin %v, want %x bound 2 unpinned", c.session, c.req.Bound, c.req.Pin, want)
 			}
@@ -370,7 +372,7 @@ func TestBindConversation(t *testing.T) {
 		t.Parallel()
 		s := offlineCore(t, 2, nil)
 		body := []byte(`{"model":"m","previous_response_id":"resp_1","input":"and then?","user":"bob"}`)
-		c := s.begin(routeResponses, nil, nil, nil, nil)
+		c := testBegin(s, routeResponses)
 		if err := s.plan(c, canon.Responses, body); err != nil {
 			t.Fatal(err)
 		}
@@ -379,13 +381,15 @@ func TestBindConversation(t *testing.T) {
 		h.Reset()
 		h1.ParseRequest(head, &h)
 		// Unknown id: an ordinary request, its user its session.
-		s.bindConversation(c, head, &h)
+		c.hdr = &h1Header{h: &h, b: &head}
+		s.bindConversation(c)
 		if c.req.Pin || c.req.Bound != 0 || c.session != c.info.UserKey {
 			t.Fatalf("unknown id: pin %v bound %d session %x", c.req.Pin, c.req.Bound, c.session)
 		}
 		s.threads.Bind(s.canon.HashSessionKey([]byte("resp_1")), 1, c.req.Now)
 		c.session = 0
-		s.bindConversation(c, head, &h)
+		c.hdr = &h1Header{h: &h, b: &head}
+		s.bindConversation(c)
 		if !c.req.Pin || c.req.Bound != 2 || c.session != 0 {
 			t.Fatalf("known id: pin %v bound %d session %x, want pinned to backend 1", c.req.Pin, c.req.Bound, c.session)
 		}
@@ -425,9 +429,10 @@ func TestAuthenticate(t *testing.T) {
 			if st, err := h1.ParseRequest(head, &h); st != h1.OK {
 				t.Fatalf("parse: %v", err)
 			}
-			c := s.begin(tc.route, nil, nil, nil, nil)
+			c := testBegin(s, tc.route)
 			defer s.putCall(c)
-			r, ok := s.authenticate(c, head, &h)
+			c.hdr = &h1Header{h: &h, b: &head}
+			r, ok := s.authenticate(c)
 			if ok != (tc.tenant != "") || c.tenantName() != tc.tenant {
 				t.Fatalf("ok %v tenant %q, want %q", ok, c.tenantName(), tc.tenant)
 			}
@@ -593,4 +598,14 @@ func TestDoneCalibrates(t *testing.T) {
 			}
 		})
 	}
+}
+
+// testBegin starts an exchange of route as a transport would for a POST
+// to the route's path.
+func testBegin(s *Server, route int) *call {
+	c := s.begin([]byte("127.0.0.1"), nil)
+	path := map[int]string{routeChat: "/v1/chat/completions", routeCompletions: "/v1/completions", routeResponses: "/v1/responses",
+		routeMessages: "/v1/messages", routePassthrough: "/v1/embeddings"}[route]
+	c.receive([]byte("POST"), []byte(path), false, false, nil)
+	return c
 }

@@ -10,9 +10,7 @@ import (
 	"time"
 
 	"github.com/kvca/kvca/admit"
-	"github.com/kvca/kvca/canon"
 	"github.com/kvca/kvca/h1"
-	"github.com/kvca/kvca/sniff"
 )
 
 // A client connection's states.
@@ -30,16 +28,6 @@ const (
 )
 
 // What a request is, decided from its head.
-const (
-	kindRouted  = iota // routed by prefix
-	kindPass           // passed to the least-loaded backend
-	kindHealth         // GET /health
-	kindReady          // GET /ready
-	kindModels         // GET /v1/models
-	kindModel          // GET /v1/models/{id}
-	kindOptions        // OPTIONS *
-	kindReply          // answered by kvca with c.rep once the body is in
-)
 
 // cliConn is a client connection served by a loop. Its read buffer holds
 // one request (head and body, contiguous, as canon wants the body) and
@@ -52,11 +40,8 @@ type cliConn struct {
 	buf   []byte // nil while idle
 	n     int    // bytes in buf
 	h     h1.Request
-	kind  int
-	api   canon.API
-	route int
-	rep   reply
-	head  bool // a HEAD request: the answer has no body
+	hv    h1Header // h as the request's lifecycle reads it
+	head  bool     // a HEAD request: the answer has no body
 	// The body: [h.Size, bodyEnd) once complete; the request's bytes end
 	// at reqEnd (a chunked upload is decoded in place, so its data ends
 	// before its framing did). raw is how far a chunked body was decoded.
@@ -69,10 +54,10 @@ type cliConn struct {
 	planning bool
 
 	// The exchange in progress.
-	c        *call
-	up       *upConn
-	lastBusy bool
-	uhead    []byte // the request head as sent upstream
+	c       *call
+	up      *upConn
+	planErr error  // the plan's verdict, when planned on the loop
+	uhead   []byte // the request head as sent upstream
 	out      []byte // kvca's bytes for the client (a response head, an answer)
 	outOff   int
 	data     []byte // body bytes for the client, borrowed from the upstream's buffer
@@ -218,7 +203,7 @@ func (c *cliConn) process() {
 func (c *cliConn) refuse(err *h1.Error) {
 	s := c.l.s
 	if c.c == nil {
-		c.c = s.begin(routeOther, nil, nil, c.ip, &c.l.clock)
+		c.c = s.begin(c.ip, &c.l.clock)
 	}
 	s.m.badRequest(err.Code)
 	r := refused(err)
@@ -230,17 +215,12 @@ func (c *cliConn) refuse(err *h1.Error) {
 func (c *cliConn) start() {
 	s := c.l.s
 	h, b := &c.h, c.buf
-	c.kind, c.route = kindReply, routeOther
 	c.closeAfter = c.closeAfter || h.Close
 	method := h.Method.Of(b)
 	c.head = string(method) == "HEAD"
-	path := h.Path.Of(b)
-	c.classify(method, path)
-	rid := h.RequestID.Of(b)
-	if h.RequestIDs != 1 {
-		rid = nil // none, or ambiguous: one is generated
-	}
-	c.c = s.begin(c.route, rid, path, c.ip, &c.l.clock)
+	c.c = s.begin(c.ip, &c.l.clock)
+	c.hv = h1Header{h: h, b: &c.buf}
+	c.c.receive(method, h.Path.Of(b), h.Asterisk, string(method) == "CONNECT" && h.URI.Len() == 0 && !h.Asterisk, &c.hv)
 	if !h.CheckHost(b) {
 		c.refuse(h1.ErrHost)
 		return
@@ -265,82 +245,17 @@ func (c *cliConn) start() {
 	}
 }
 
-// methods kvca knows; any other is answered 501 (RFC 9110 §9.1).
-func knownMethod(m []byte) bool {
-	switch string(m) {
-	case "GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH", "CONNECT", "TRACE":
-		return true
-	}
-	return false
+// h1Header is an HTTP/1 head in its connection's buffer, as the request
+// lifecycle reads header fields.
+type h1Header struct {
+	h *h1.Request
+	b *[]byte // the buffer may grow while the body is read
 }
 
-// classify sets the request's kind and route from its method and path.
-func (c *cliConn) classify(method, path []byte) {
-	if !knownMethod(method) {
-		c.rep = replyMethod
-		return
-	}
-	if string(method) == "CONNECT" && c.h.URI.Len() == 0 && !c.h.Asterisk {
-		// authority-form: kvca is no forward proxy.
-		c.rep = methodNotAllowed("GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS")
-		return
-	}
-	get := string(method) == "GET" || string(method) == "HEAD"
-	post := string(method) == "POST"
-	if c.h.Asterisk {
-		if string(method) == "OPTIONS" {
-			c.kind = kindOptions
-		} else {
-			c.rep = refused(h1.ErrTarget)
-		}
-		return
-	}
-	switch string(path) {
-	case "/v1/chat/completions":
-		c.api, c.route = canon.Chat, routeChat
-	case "/v1/completions":
-		c.api, c.route = canon.Completions, routeCompletions
-	case "/v1/responses":
-		c.api, c.route = canon.Responses, routeResponses
-	case "/v1/messages":
-		c.api, c.route = canon.Messages, routeMessages
-	case "/v1/models":
-		c.route = routeModels
-		if c.kind = kindModels; !get {
-			c.kind, c.rep = kindReply, methodNotAllowed("GET, HEAD")
-		}
-		return
-	case "/health", "/ready":
-		c.route = routeHealth
-		if c.kind = kindHealth; path[1] == 'r' {
-			c.kind = kindReady
-		}
-		if !get {
-			c.kind, c.rep = kindReply, methodNotAllowed("GET, HEAD")
-		}
-		return
-	default:
-		switch {
-		case len(path) > len("/v1/models/") && string(path[:len("/v1/models/")]) == "/v1/models/":
-			c.route = routeModels
-			if c.kind = kindModel; !get {
-				c.kind, c.rep = kindReply, methodNotAllowed("GET, HEAD")
-			}
-		case len(path) >= 4 && string(path[:4]) == "/v1/":
-			c.route = routePassthrough
-			if c.kind = kindPass; string(method) == "CONNECT" || string(method) == "TRACE" {
-				c.kind, c.rep = kindReply, methodNotAllowed("GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS")
-			}
-		default:
-			c.rep = replyNotFound
-			c.rep.msg = "unknown path " + string(path)
-		}
-		return
-	}
-	// A routed route.
-	if c.kind = kindRouted; !post {
-		c.kind, c.rep = kindReply, methodNotAllowed("POST")
-	}
+func (x *h1Header) Len() int { return x.h.NF }
+
+func (x *h1Header) At(i int) (name, value []byte) {
+	return x.h.Names[i].Of(*x.b), x.h.Vals[i].Of(*x.b)
 }
 
 // body reads the request body: a Content-Length's worth, or a chunked
@@ -383,66 +298,60 @@ var errChunkedUpload = &h1.Error{Status: 400, Code: "bad_http", Msg: "malformed 
 
 // dispatch serves a complete request.
 func (c *cliConn) dispatch() {
-	s := c.l.s
-	call := c.c
 	c.state, c.dl = cliWait, 0
-	call.inBytes = c.reqEnd
-	body := c.buf[c.h.Size:c.bodyEnd]
-	if s.tracer != nil {
-		call.tr.Begin(s.tracer, call.start, routeNames[c.route], c.h.Get(c.buf, "traceparent"), c.h.Get(c.buf, "tracestate"), call.rid)
-	}
-	if s.keys != nil && c.kind != kindHealth && c.kind != kindReady && c.kind != kindReply && c.kind != kindOptions {
-		if r, ok := s.authenticate(call, c.buf, &c.h); !ok {
-			c.reply(&r)
+	c.c.tk.Owner, c.c.tk.Wake = c, admitWake // before the ticket can be queued
+	c.do(c.c.received(c.buf[c.h.Size:c.bodyEnd], c.reqEnd))
+}
+
+// do carries out what the request's lifecycle answered (lifecycle.go),
+// until the request waits for an event.
+func (c *cliConn) do(a act) {
+	for c.c != nil {
+		call := c.c
+		switch a {
+		case actReply:
+			c.reply(&call.rep)
+			return
+		case actAnswer:
+			c.answer(call.own.status, call.own.ctype, call.own.body, call.own.header)
+			return
+		case actModels:
+			c.dispatchModels()
+			return
+		case actPlan:
+			if !c.plan() {
+				return // planned off the loop: planned continues
+			}
+			a = call.planned(c.planErr)
+		case actTry:
+			a = call.try()
+		case actQueued:
+			c.state = cliQueued
+			return
+		case actSend, actReplay:
+			a = c.sendTo(a == actReplay)
+		default: // actNone, actRelay: the events go on
 			return
 		}
-	}
-	switch c.kind {
-	case kindRouted:
-		c.dispatchRouted(body)
-	case kindPass:
-		if err := s.planPassthrough(call, body); err != nil {
-			r := unknownModel(call.model)
-			c.reply(&r)
-			return
-		}
-		if r, over := s.overQuota(call, len(body)); over {
-			c.reply(&r)
-			return
-		}
-		c.lastBusy = false
-		c.admission()
-		c.attempts()
-	case kindHealth:
-		c.answer(200, "application/json", []byte(`{"status":"ok"}`+"\n"), "")
-	case kindReady:
-		st, b := s.readiness()
-		c.answer(st, "application/json", b, "")
-	case kindOptions:
-		c.answer(200, "application/json", []byte("{}\n"), "Allow: GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS\r\n")
-	case kindModels, kindModel:
-		c.dispatchModels()
-	default:
-		c.reply(&c.rep)
 	}
 }
 
-func (c *cliConn) dispatchRouted(body []byte) {
+// plan plans the routed request's body: here, or, for a large body, in a
+// goroutine (false: planned continues when it is done).
+func (c *cliConn) plan() bool {
 	s := c.l.s
 	call := c.c
-	if h := s.cfg.testHook; h != nil {
-		h("request", body)
-	}
+	body := c.buf[c.h.Size:c.bodyEnd]
 	if len(body) < offloadBody {
-		c.afterPlan(s.plan(call, c.api, body))
-		return
+		c.planErr = call.plan(body)
+		return true
 	}
 	// Canonicalising a body this large takes long enough (~1 ms per MB)
 	// to hold up every other connection of the loop, streams included: a
 	// goroutine does it, and the loop carries on.
 	c.state = cliAsync
 	c.planning = true
-	l, api := c.l, c.api
+	l := c.l
 	go func() {
 		var err error
 		defer func() {
@@ -455,8 +364,9 @@ func (c *cliConn) dispatchRouted(body []byte) {
 		if h := s.cfg.testHook; h != nil {
 			h("plan", body)
 		}
-		err = s.plan(call, api, body)
+		err = call.plan(body)
 	}()
+	return false
 }
 
 // offloadBody is the body size from which a request is canonicalised off
@@ -479,63 +389,17 @@ func (c *cliConn) planned(err error) {
 		if call := c.c; call != nil {
 			c.c = nil
 			if err == errPlanPanic {
-				call.status, call.outcome = 500, outRejected
+				call.failedPlan()
 			} else {
-				call.status, call.outcome = 499, outClientGone
+				call.left()
 			}
-			c.l.s.done(call)
 		}
 		c.l.putBuf(c.buf)
 		c.buf = nil
 		return
 	}
 	c.state = cliWait
-	c.afterPlan(err)
-}
-
-// afterPlan answers a request that cannot be routed, or routes it.
-func (c *cliConn) afterPlan(err error) {
-	s := c.l.s
-	call := c.c
-	if err != nil {
-		s.m.requests[c.route][numPhases].Inc()
-		var r reply
-		if err == errUnknownModel {
-			r = unknownModel(call.info.Model)
-		} else {
-			s.m.badRequest(canon.Reason(err))
-			r = badBody(canon.Reason(err), err.Error())
-		}
-		c.reply(&r)
-		return
-	}
-	if r, over := s.overQuota(call, call.info.CBRLen); over {
-		c.reply(&r)
-		return
-	}
-	s.bindConversation(call, c.buf, &c.h)
-	c.lastBusy = false
-	c.admission()
-	c.attempts()
-}
-
-// admission fills the request's admission ticket (priority class,
-// tenant) when admission is on.
-func (c *cliConn) admission() {
-	s := c.l.s
-	if !s.adm.Limited() {
-		return
-	}
-	tk, b := &c.c.tk, c.buf
-	tk.Class = admit.ClassOf(c.h.Get(b, "x-kvca-priority"), c.c.info.Priority)
-	if t := c.c.tenant; t != nil {
-		tk.Tenant = s.adm.TenantKey([]byte(t.Name)) // the API key's tenant
-	} else if h := c.h.Get(b, "x-kvca-tenant"); len(h) > 0 {
-		tk.Tenant = s.adm.TenantKey(h)
-	} else {
-		tk.Tenant = admit.TenantHash(c.c.info.UserKey) // the end user the body names
-	}
-	tk.Owner, tk.Wake = c, admitWake
+	c.do(c.c.planned(err))
 }
 
 // admitWake brings a ticket's wake to the loop that owns its connection.
@@ -546,119 +410,49 @@ func admitWake(t *admit.Ticket, seq uint64) {
 
 // admitted continues a request that left the admission queue.
 func (c *cliConn) admitted(seq uint64) {
-	if c.state != cliQueued || c.c == nil || c.c.tk.Seq() != seq {
+	if c.state != cliQueued || c.c == nil {
 		return // stale: the request ended meanwhile
 	}
-	c.state = cliWait
-	c.c.queued += c.c.now().Sub(c.c.qsince)
-	if c.c.tk.State() == admit.Dropped {
-		r := shed(&c.c.tk)
-		c.reply(&r)
-		return
+	a := c.c.admitted(seq)
+	if a != actNone {
+		c.state = cliWait
 	}
-	c.c.req.Now = c.l.s.table.Now() // the cache picture may have changed
-	c.attempts()
+	c.do(a)
 }
 
-// admit asks admission for room before routing: false when the request
-// now waits in the queue or was turned away (answered).
-func (c *cliConn) admit() bool {
+// send starts the attempt on a connection to the chosen backend: a
+// pooled one unless fresh. A write that fails on a pooled connection goes
+// to the retry rule as stale (it is replayed on a new one).
+func (c *cliConn) sendTo(fresh bool) act {
 	s := c.l.s
 	call := c.c
-	tk := &call.tk
-	tk.Eligible = s.adm.Candidates(&call.req)
-	admit.Estimate(s.table, &call.req, tk)
-	switch s.adm.Admit(tk) {
-	case admit.Queued:
-		c.state = cliQueued
-		call.qsince = call.now()
-		return false
-	case admit.Shed:
-		r := shed(tk)
-		c.reply(&r)
-		return false
+	u := call.u
+	up, reused, res := c.l.upstreamConn(u, fresh)
+	if res != sent {
+		return call.retry(res, false)
 	}
-	return true
-}
-
-// attempts routes the request and sends it to the chosen backend, trying
-// others (up to --retries) while nothing has reached the client.
-func (c *cliConn) attempts() {
-	s := c.l.s
-	call := c.c
-	for {
-		limited := s.adm.Limited()
-		if limited && !c.admit() {
-			return
-		}
-		allowed := call.req.Allowed
-		if limited {
-			call.req.Allowed = call.tk.Room() // the backends with room
-		}
-		u, r := s.pick(call, c.lastBusy)
-		call.req.Allowed = allowed
-		if r != nil {
-			c.reply(r)
-			return
-		}
-		if limited && !s.adm.Take(&call.tk, u.b.Index) {
-			call.res.ReleaseActive() // its room went meanwhile: ask again
-			continue
-		}
-		res := c.attemptOn(u, false)
-		if res == sent || !c.failedAttempt(u, res) {
-			return
-		}
+	call.tr.AttemptBegin(u.b.Name)
+	f := fwd{tls: c.sock.tls != nil, preserveHost: s.cfg.PreserveHost, dropCreds: s.keys != nil || s.cfg.BackendAPIKey != "",
+		backendKey: s.cfg.BackendAPIKey, tr: &call.tr}
+	c.uhead = appendUpstreamHead(c.uhead[:0], c.buf, &c.h, u, c.bodyEnd-c.h.Size, c.ip, call.rid, &f)
+	up.begin(c, reused)
+	e := up.writeReq()
+	if e == 0 {
+		return actNone // sent: its answer comes as events
 	}
-}
-
-// attemptOn starts the request on a connection to u: sent, or why not.
-// A pooled connection the backend had closed is replaced once by a fresh
-// one, which is the one that counts.
-func (c *cliConn) attemptOn(u *upstream, fresh bool) int {
-	s := c.l.s
-	for {
-		up, reused, res := c.l.upstreamConn(u, fresh)
-		if res != sent {
-			return res
-		}
-		c.c.tr.AttemptBegin(u.b.Name)
-		f := fwd{tls: c.sock.tls != nil, preserveHost: s.cfg.PreserveHost, dropCreds: s.keys != nil || s.cfg.BackendAPIKey != "",
-			backendKey: s.cfg.BackendAPIKey, tr: &c.c.tr}
-		c.uhead = appendUpstreamHead(c.uhead[:0], c.buf, &c.h, u, c.bodyEnd-c.h.Size, c.ip, c.c.rid, &f)
-		up.begin(c, reused)
-		e := up.writeReq()
-		if e == 0 {
-			return sent
-		}
-		up.close()
-		c.up = nil
-		if reused {
-			fresh = true
-			continue
-		}
-		return s.connFailure(u, e)
-	}
-}
-
-// failedAttempt books a failed attempt on u and reports whether to try
-// another backend; if not, the client has been answered.
-func (c *cliConn) failedAttempt(u *upstream, res int) bool {
-	retry, r := c.l.s.failed(c.c, u, res)
-	if !retry {
-		c.reply(r)
-		return false
-	}
-	c.lastBusy = res == connBusy
-	return true
-}
-
-// upFailed is failedAttempt for failures that come later, from events.
-func (c *cliConn) upFailed(u *upstream, res int) {
+	up.close()
 	c.up = nil
-	if c.failedAttempt(u, res) {
-		c.attempts()
+	if reused {
+		return call.retry(connFailed, true)
 	}
+	return call.retry(s.connFailure(u, e), false)
+}
+
+// upFailed: the attempt on u failed after it was sent (res), or, stale, on
+// a pooled connection before any byte of an answer.
+func (c *cliConn) upFailed(res int, stale bool) {
+	c.up = nil
+	c.do(c.c.retry(res, stale))
 }
 
 // onHead handles the upstream's response head and starts relaying.
@@ -667,20 +461,13 @@ func (c *cliConn) onHead(up *upConn) {
 	if h := s.cfg.testHook; h != nil {
 		h("answer", c.buf[c.h.Size:c.bodyEnd])
 	}
-	call := c.c
-	u := up.u
 	r := &up.h
-	if s.cfg.PrefillAtHeaders || !r.Chunked {
-		// Streaming servers (vLLM, SGLang) send headers before they
-		// prefill: a streamed answer keeps its prefill load until its
-		// first body byte (unless --prefill-release headers).
-		if call.res.ReleasePrefill() {
-			s.adm.PrefillDone(u.b.Index)
-		}
-	}
-	if s.answered(call, u, r.Status) {
+	// The upstream head is sent: its buffer is free for the lines kvca adds.
+	a, extra := c.c.head(r.Status, r.Chunked, r.SSE, c.uhead[:0])
+	if a != actRelay {
 		up.close()
-		c.upFailed(u, retryStatus)
+		c.up = nil
+		c.do(a)
 		return
 	}
 	up.mode = r.Framing(c.head)
@@ -695,46 +482,12 @@ func (c *cliConn) onHead(up *upConn) {
 		up.bodyDone = true
 		up.reusable = up.reusable && (c.head || r.ContentLength <= 0 || r.Status == 304 || r.Status == 204)
 	}
-	var quotaHeaders []byte
-	calibrate := false
-	if s.calibrate && call.routed && r.Status < 300 {
-		c.l.calTick++
-		calibrate = c.l.calTick%calSample == 0
-	}
-	if call.tenant != nil || calibrate || (c.route == routeResponses && r.Status < 300) || (s.cfg.CacheCheck && call.routed && r.Status < 300) {
-		// Usage is read in passing to charge the tenant what it used,
-		// to check the cached tokens predicted on the backend, and a
-		// Responses answer's id to find its backend again.
-		call.sniffing = true
-		f := sniff.JSON
-		if r.SSE {
-			f = sniff.SSE
-		}
-		if up.mode == h1.BodyChunked && !up.dechunk {
-			f |= sniff.Chunked
-		}
-		call.sn.Reset(f)
-	}
-	if call.tenant != nil {
-		quotaHeaders = call.qd.AppendHeaders(c.uhead[:0]) // the upstream head is sent: its buffer is free
-	}
-	if s.cfg.RouteHeader && call.routed {
-		if quotaHeaders == nil {
-			quotaHeaders = c.uhead[:0]
-		}
-		quotaHeaders = call.appendRouteHeader(quotaHeaders)
-	}
-	c.out = appendClientHead(c.out, up.buf[up.hoff:], r, up.mode, up.dechunk, call.rid, quotaHeaders, c.closeAfter)
+	c.out = appendClientHead(c.out, up.buf[up.hoff:], r, up.mode, up.dechunk, c.c.rid, extra, c.closeAfter)
 	c.state = cliRelay
 	up.state = upBody
 	up.dl = 0
 	up.pump()
 }
-
-// calSample: one routed answer in calSample is read for its usage to
-// calibrate bytes per token; a ratio needs few samples, and reading costs
-// ~2 µs per 4 KB.
-const calSample = 16
 
 // send writes data (borrowed) after any of kvca's own pending bytes;
 // false if the client is gone.
@@ -793,22 +546,21 @@ func (c *cliConn) drained() {
 func (c *cliConn) reply(r *reply) {
 	s := c.l.s
 	call := c.c
-	call.status, call.outcome = r.status, outRejected
+	call.answering(r.status, true, 0)
 	if r.close {
 		c.closeAfter = true
 	}
 	if s.draining.Load() {
 		c.closeAfter = true
 	}
-	c.out = appendErrorAnswer(c.out, r, call.rid, c.closeAfter, c.head, c.route == routeMessages)
+	c.out = appendErrorAnswer(c.out, r, call.rid, c.closeAfter, c.head, call.route == routeMessages)
 	c.writeOwn()
 }
 
 // answer is kvca's own successful answer (health, readiness, models).
 func (c *cliConn) answer(status int, ctype string, body []byte, header string) {
 	call := c.c
-	call.status = status
-	call.out = int64(len(body))
+	call.answering(status, false, len(body))
 	if c.l.s.draining.Load() {
 		c.closeAfter = true
 	}
@@ -843,16 +595,8 @@ func (c *cliConn) maybeFinish() {
 // finish ends a relayed exchange: the one place its upstream connection
 // is kept or closed and its call completed.
 func (c *cliConn) finish(clientGone bool) {
-	s := c.l.s
 	up, call := c.up, c.c
-	u := up.u
-	if call.sniffing && up.mode != h1.BodyChunked {
-		call.sn.Close()
-	}
-	call.tr.AttemptEnd(call.status, up.err)
-	if upErr := up.err; upErr != nil {
-		s.streamFailed(u, upErr)
-		call.outcome = outUpstream
+	if up.err != nil {
 		if !clientGone && up.mode == h1.BodyChunked && !up.dechunk && up.h.SSE && up.cs.Between() {
 			// Never let a broken stream look like a clean end: an SSE
 			// client gets an error event, then the connection closes
@@ -860,8 +604,6 @@ func (c *cliConn) finish(clientGone bool) {
 			c.writeLast(c.brokenChunk(false))
 		}
 		c.closeAfter = true
-	} else if clientGone && call.outcome == outCompleted {
-		call.outcome = outClientGone
 	}
 	if up.reusable && up.bodyDone && up.err == nil && !clientGone {
 		up.toIdle()
@@ -871,7 +613,7 @@ func (c *cliConn) finish(clientGone bool) {
 		up.close()
 	}
 	c.up, c.c = nil, nil
-	s.done(call)
+	call.finish(up.err, clientGone)
 	if clientGone {
 		c.close()
 		return
@@ -901,9 +643,9 @@ var (
 // backend's failure or by a shutdown.
 func (c *cliConn) brokenChunk(shutdown bool) []byte {
 	switch {
-	case c.route == routeMessages && shutdown:
+	case c.c.route == routeMessages && shutdown:
 		return anthropicShutdownChunk
-	case c.route == routeMessages:
+	case c.c.route == routeMessages:
 		return anthropicBrokenChunk
 	case shutdown:
 		return sseShutdownChunk
@@ -980,7 +722,6 @@ func (c *cliConn) linger() {
 // gone handles a client that left or broke: whatever is in flight for it
 // is stopped and released.
 func (c *cliConn) gone() {
-	s := c.l.s
 	switch c.state {
 	case cliAsync:
 		if c.planning {
@@ -1000,13 +741,7 @@ func (c *cliConn) gone() {
 	// done, and reserved nothing.
 	if call := c.c; call != nil {
 		c.c = nil
-		if call.outcome == outCompleted {
-			call.outcome = outClientGone
-		}
-		if call.status == 0 {
-			call.status = 499
-		}
-		s.done(call)
+		call.left()
 	}
 	c.close()
 }
@@ -1026,7 +761,7 @@ func (c *cliConn) abort() {
 		c.up = nil
 		call := c.c
 		c.c = nil
-		c.l.s.done(call)
+		call.finish(nil, false)
 		c.close()
 		return
 	}
@@ -1051,7 +786,7 @@ func (c *cliConn) timeout() {
 		// --header-timeout or --client-read-timeout: the request did not
 		// arrive in time.
 		if c.c == nil {
-			c.c = c.l.s.begin(routeOther, nil, nil, c.ip, &c.l.clock)
+			c.c = c.l.s.begin(c.ip, &c.l.clock)
 		}
 		c.reply(&replyReadTime)
 	case cliRelay, cliReply:
@@ -1327,12 +1062,10 @@ var errBadResponse = errors.New("malformed response head from upstream")
 // a protocol error, not a dead backend: 502 at once, no retry (the
 // request has been processed there).
 func (up *upConn) badAnswer() {
-	c, u := up.cli, up.u
-	u.m.errors[errStatus].Inc()
+	c := up.cli
 	up.close()
 	c.up = nil
-	c.c.res.ReleaseActive()
-	c.reply(&replyBadAnswer)
+	c.do(c.c.badAnswer())
 }
 
 // failBefore handles a connection that failed before a response began:
@@ -1342,20 +1075,21 @@ func (up *upConn) failBefore(err error) {
 	c, u := up.cli, up.u
 	stale := up.reused && !up.gotAny && noResponseYet(err)
 	up.close()
-	c.up = nil
 	if stale {
-		if res := c.attemptOn(u, true); res != sent {
-			c.upFailed(u, res)
-		}
+		c.upFailed(connFailed, true)
 		return
 	}
-	c.upFailed(u, c.l.s.connFailure(u, err))
+	c.upFailed(c.l.s.connFailure(u, err), false)
 }
 
 // pump relays the response body to the client as it arrives, never
 // reading more from the backend than the client has taken.
 func (up *upConn) pump() {
 	c := up.cli
+	var sink h1.DataSink
+	if c.c.sniffing {
+		sink = c.c
+	}
 	for {
 		if len(c.data) > 0 || c.sock.pendingOut() {
 			return // the client has not taken the last piece yet
@@ -1375,6 +1109,7 @@ func (up *upConn) pump() {
 				up.remaining -= int64(len(data))
 			case h1.BodyChunked:
 				if up.dechunk {
+					// Data only goes to the client: the lifecycle reads it as it is.
 					k, isData, done, e := up.cs.Step(data)
 					up.bodyDone, err = done, e
 					if !isData {
@@ -1389,9 +1124,11 @@ func (up *upConn) pump() {
 					}
 					data = data[:k]
 				} else {
+					// The framing goes to the client as it is; its data
+					// alone to the lifecycle, which reads usage in it.
 					var k int
 					var done bool
-					k, done, err = up.cs.Scan(data)
+					k, done, err = up.cs.ScanTo(data, sink)
 					if done && k < len(data) {
 						up.reusable = false
 					}
@@ -1404,14 +1141,9 @@ func (up *upConn) pump() {
 				up.err, up.bodyDone = err, true
 			}
 			if len(data) > 0 {
-				if c.c.firstByte(up.mode == h1.BodyChunked) {
-					c.l.s.adm.PrefillDone(up.u.b.Index)
-				}
-				if call := c.c; call.sniffing {
-					call.sn.Feed(data)
-					if c.route == routeResponses && !call.idBound {
-						c.l.s.learnID(call)
-					}
+				c.c.bodyBegun(up.mode == h1.BodyChunked)
+				if up.mode != h1.BodyChunked || up.dechunk {
+					c.c.Data(data)
 				}
 			}
 			// The head, if still pending, goes out in the same write.
@@ -1457,7 +1189,7 @@ func (up *upConn) timeout() {
 		c, u := up.cli, up.u
 		u.m.errors[errTimeout].Inc()
 		up.close()
-		c.upFailed(u, timedOut)
+		c.upFailed(timedOut, false)
 	case upBody:
 		// --stream-idle-timeout: the backend stalled mid-answer.
 		up.err, up.bodyDone, up.dl = errStreamIdle, true, 0
@@ -1504,27 +1236,12 @@ func (up *upConn) close() {
 	up.cli = nil
 }
 
-// dispatchModels answers GET /v1/models and /v1/models/{id}: at once from
-// what discovery knows, or, when a backend's list is unknown, after a
-// goroutine has asked it (with the client's credentials).
+// dispatchModels answers GET /v1/models and /v1/models/{id} when a
+// backend's list is unknown: a goroutine asks (with the client's
+// credentials), and the loop carries on.
 func (c *cliConn) dispatchModels() {
 	s := c.l.s
-	id := ""
-	if c.kind == kindModel {
-		id = string(c.h.Path.Of(c.buf)[len("/v1/models/"):])
-	}
-	if s.modelsKnown() {
-		st, b := s.modelsAnswer(nil, id)
-		c.answer(st, "application/json", b, "")
-		return
-	}
-	var creds [][2]string
-	for i := 0; i < c.h.NF; i++ {
-		n := c.h.Names[i].Of(c.buf)
-		if h1.EqualFold(n, "authorization") || h1.EqualFold(n, "api-key") || h1.EqualFold(n, "x-api-key") {
-			creds = append(creds, [2]string{string(n), string(c.h.Vals[i].Of(c.buf))})
-		}
-	}
+	creds, id := c.c.modelCreds(), c.c.modelID()
 	c.state = cliAsync
 	l := c.l
 	go func() {

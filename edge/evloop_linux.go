@@ -74,9 +74,6 @@ type evLoop struct {
 	// acceptAt: accepting paused (out of descriptors) until then; 0: not.
 	acceptAt  int64
 	acceptOff time.Duration
-	// calTick samples routed answers whose usage calibrates bytes per
-	// token (one in calSample).
-	calTick uint32
 
 	drain atomic.Bool // stop accepting; close connections once idle
 	kill  atomic.Bool // abort everything

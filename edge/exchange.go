@@ -17,7 +17,6 @@ import (
 	"github.com/kvca/kvca/apikeys"
 	"github.com/kvca/kvca/canon"
 	"github.com/kvca/kvca/chain"
-	"github.com/kvca/kvca/h1"
 	"github.com/kvca/kvca/quota"
 	"github.com/kvca/kvca/sched"
 	"github.com/kvca/kvca/sniff"
@@ -75,6 +74,20 @@ type call struct {
 	// engineCached the cached prompt tokens the answer reported (-1: none).
 	lastAccess   int64
 	engineCached int64
+
+	// The lifecycle's own state (lifecycle.go): where the request is in
+	// its life, what it is, the transport's view of its header fields,
+	// the backend of the attempt in progress, and kvca's answer if it
+	// gives one.
+	life     int
+	kind     int
+	api      canon.API
+	hdr      reqHeader
+	u        *upstream
+	lastBusy bool
+	rep      reply
+	own      ownAnswer
+	calTick  uint32 // answers this pooled call has seen, for calibration's sample
 }
 
 // Outcomes of an exchange, as the access log names them.
@@ -137,22 +150,20 @@ func (s *Server) putCall(c *call) {
 	c.dec = sched.Decision{}
 	c.res = sched.Reservation{}
 	c.fl, c.clock = nil, nil
+	c.life, c.kind, c.hdr, c.u, c.lastBusy, c.rep, c.own = lifeDone, kindReply, nil, nil, false, reply{}, ownAnswer{}
 	s.calls.Put(c)
 }
 
-// begin starts an exchange for a request with this id (nil: generate).
-func (s *Server) begin(route int, rid, path, client []byte, clock *time.Time) *call {
+// begin starts an exchange for a request from client, its life timed by
+// clock (nil: the system's); receive tells what the request is. Its id is
+// generated until receive finds the client's.
+func (s *Server) begin(client []byte, clock *time.Time) *call {
 	c := s.getCall()
 	c.clock = clock
 	c.start = c.now()
-	c.route = route
-	c.path = append(c.path, path...)
+	c.route, c.kind = routeOther, kindReply
 	c.client = append(c.client, client...)
-	if validRequestID(rid) {
-		c.rid = append(c.rid[:0], rid...)
-	} else {
-		c.rid = appendRequestID(c.rid[:0])
-	}
+	c.rid = appendRequestID(c.rid[:0])
 	return c
 }
 
@@ -253,9 +264,9 @@ func (s *Server) pick(c *call, lastBusy bool) (*upstream, *reply) {
 
 // authenticate finds the tenant of the request's API key (--api-keys);
 // false with the 401 answer when there is none.
-func (s *Server) authenticate(c *call, b []byte, h *h1.Request) (reply, bool) {
-	for i := 0; i < h.NF; i++ {
-		if key, ok := apikeys.Credential(h.Names[i].Of(b), h.Vals[i].Of(b)); ok {
+func (s *Server) authenticate(c *call) (reply, bool) {
+	for i := 0; c.hdr != nil && i < c.hdr.Len(); i++ {
+		if key, ok := apikeys.Credential(c.hdr.At(i)); ok {
 			if t, ok := s.keys.Lookup(key); ok {
 				c.tenant = t
 				return reply{}, true
@@ -285,7 +296,7 @@ func (s *Server) overQuota(c *call, cbrLen int) (reply, bool) {
 // that produced that response, which alone may store it; a named session
 // (prompt_cache_key, a session header, user) prefers its backend where
 // the prefix says nothing yet.
-func (s *Server) bindConversation(c *call, b []byte, h *h1.Request) {
+func (s *Server) bindConversation(c *call) {
 	now := c.req.Now
 	if id := c.info.PreviousResponseID; len(id) > 0 {
 		if be, ok := s.threads.Lookup(s.canon.HashSessionKey(id), now); ok {
@@ -296,7 +307,7 @@ func (s *Server) bindConversation(c *call, b []byte, h *h1.Request) {
 	c.session = c.info.CacheKey
 	if c.session == 0 {
 		for _, name := range canon.SessionHeaders() {
-			if k := s.canon.HashSessionKey(h.Get(b, name)); k != 0 {
+			if k := s.canon.HashSessionKey(headerValue(c.hdr, name)); k != 0 {
 				c.session = k
 				break
 			}

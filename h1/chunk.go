@@ -169,3 +169,27 @@ func AppendHex(b []byte, n int) []byte {
 	}
 	return append(b, buf[i:]...)
 }
+
+// DataSink takes a chunked body's data, its framing removed.
+type DataSink interface {
+	Data(p []byte)
+}
+
+// ScanTo is Scan, handing each piece of chunk data to sink (nil: none):
+// one pass that both frames the body and decodes it for a reader.
+func (s *ChunkScan) ScanTo(p []byte, sink DataSink) (n int, done bool, err error) {
+	if sink == nil {
+		return s.Scan(p)
+	}
+	for n < len(p) {
+		k, data, d, e := s.Step(p[n:])
+		if data && k > 0 {
+			sink.Data(p[n : n+k])
+		}
+		n += k
+		if e != nil || d {
+			return n, d, e
+		}
+	}
+	return n, s.state == csDone, nil
+}
