@@ -58,9 +58,9 @@ type cliConn struct {
 	up      *upConn
 	planErr error  // the plan's verdict, when planned on the loop
 	uhead   []byte // the request head as sent upstream
-	out      []byte // kvca's bytes for the client (a response head, an answer)
-	outOff   int
-	data     []byte // body bytes for the client, borrowed from the upstream's buffer
+	out     []byte // kvca's bytes for the client (a response head, an answer)
+	outOff  int
+	data    []byte // body bytes for the client, borrowed from the upstream's buffer
 }
 
 func (c *cliConn) deadline() int64 { return c.dl }

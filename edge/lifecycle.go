@@ -39,16 +39,16 @@ const (
 type act uint8
 
 const (
-	actNone    act = iota // nothing now: a stale event
-	actReply              // answer with kvca's error c.rep, then end
-	actAnswer             // answer with kvca's own c.own, then end
-	actModels             // answer the model list (s.modelsAnswer; it may ask the backends)
-	actPlan               // plan the body (c.plan), then planned
-	actTry                // route it: try
-	actQueued             // wait for the admission queue's wake, then admitted
-	actSend               // send it to c.u on a pooled or new connection
-	actReplay             // send it to c.u again on a new connection: not a new attempt
-	actRelay              // relay the answer
+	actNone   act = iota // nothing now: a stale event
+	actReply             // answer with kvca's error c.rep, then end
+	actAnswer            // answer with kvca's own c.own, then end
+	actModels            // answer the model list (s.modelsAnswer; it may ask the backends)
+	actPlan              // plan the body (c.plan), then planned
+	actTry               // route it: try
+	actQueued            // wait for the admission queue's wake, then admitted
+	actSend              // send it to c.u on a pooled or new connection
+	actReplay            // send it to c.u again on a new connection: not a new attempt
+	actRelay             // relay the answer
 )
 
 // Request kinds, from the method and path.
