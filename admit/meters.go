@@ -14,6 +14,7 @@ type meters struct {
 	shedN     [NumClasses][numReasons]*metrics.Counter
 	cancel    [NumClasses]*metrics.Counter
 	wait      [NumClasses]*metrics.PrometheusHistogram
+	decisions [numRules]*metrics.Counter // by the rule that decided
 	set       *metrics.Set
 }
 
@@ -32,6 +33,12 @@ func newMeters(a *Admitter, set *metrics.Set) *meters {
 			m.shedN[c][r] = set.NewCounter(fmt.Sprintf(`kvca_admission_shed_total{class=%q,reason=%q}`, c, r.Code()))
 		}
 		m.cancel[c] = set.NewCounter(fmt.Sprintf(`kvca_admission_cancelled_total{class=%q}`, c))
+	}
+	for r := RuleNone + 1; r < numRules; r++ {
+		if r == RuleUnlimited {
+			continue // without a limit nothing is counted
+		}
+		m.decisions[r] = set.NewCounter(fmt.Sprintf(`kvca_admission_decisions_total{rule=%q,decision=%q}`, r, r.Decision()))
 	}
 	m.set = set
 	return m
@@ -81,5 +88,11 @@ func (m *meters) shed(c Class, r Reason) {
 func (m *meters) cancelled(c Class) {
 	if m != nil {
 		m.cancel[c%NumClasses].Inc()
+	}
+}
+
+func (m *meters) decided(r Rule) {
+	if m != nil && r < numRules && m.decisions[r] != nil {
+		m.decisions[r].Inc()
 	}
 }

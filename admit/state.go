@@ -51,7 +51,7 @@ func (a *Admitter) Snapshot() State {
 	st.ReleaseRate = a.rate
 	for c := High; c < NumClasses; c++ {
 		q := &a.q[c]
-		cs := ClassState{Class: c.String(), Queued: q.n, Tenants: q.nflows, Passed: a.passed[c]}
+		cs := ClassState{Class: c.String(), Queued: q.n, Tenants: q.tenants.n, Passed: a.passed[c]}
 		if q.head != nil {
 			cs.Oldest = float64(now-q.head.enq) / 1e9
 		}

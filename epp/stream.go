@@ -1,0 +1,343 @@
+package epp
+
+import (
+	"context"
+	"errors"
+	"io"
+	"runtime/debug"
+	"strconv"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// errDone ends a stream whose request was answered by the picker itself:
+// Envoy sends nothing more after an ImmediateResponse.
+var errDone = errors.New("answered")
+
+// Process serves one ext_proc stream: one HTTP request and its response.
+func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) (err error) {
+	st := &stream{
+		srv: srv, ctx: srv.Context(), proxy: s.proxy,
+		reqMode: s.cfg.RequestBodyMode, respMode: s.cfg.ResponseBodyMode, noWait: s.cfg.SendBodyWithoutWaiting,
+	}
+	defer func() {
+		// A panic in the lifecycle or here ends this stream, not the
+		// process: the client gets a 500 if its request is still ours to
+		// answer, Envoy an Internal status, the lifecycle its End.
+		if r := recover(); r != nil {
+			s.cfg.Logger.Error("epp: stream panicked", "panic", r, "stack", string(debug.Stack()))
+			st.answerPanic()
+			err = status.Error(codes.Internal, "endpoint picker: internal error")
+		}
+		st.end(true)
+	}()
+	for {
+		req, rerr := srv.Recv()
+		if rerr == io.EOF {
+			// Envoy closed its side: complete only if the answer was.
+			st.end(!st.completeAtClose())
+			return nil
+		}
+		if rerr != nil {
+			st.end(true)
+			if status.Code(rerr) == codes.Canceled {
+				return nil
+			}
+			return rerr
+		}
+		if herr := st.handle(req); herr != nil {
+			if herr == errDone {
+				return nil
+			}
+			st.end(true)
+			return herr
+		}
+	}
+}
+
+// stream is one request's state across its ext_proc messages.
+type stream struct {
+	srv   extprocv3.ExternalProcessor_ProcessServer
+	ctx   context.Context
+	proxy Proxy
+
+	reqMode, respMode BodyMode
+	noWait            bool // STREAMED body sent before the headers' answer
+
+	x         Exchange
+	subset    []string
+	hasSubset bool
+
+	headersAnswered bool     // the request headers' answer was sent
+	bodyEnded       bool     // Body(…, true) was called
+	picked          bool     // the pick was sent: the request phase is over
+	held            [][]byte // request chunks held for the answer after the pick (Envoy's buffers, not copies)
+	trailers        bool     // request trailers came: they, not the body, end the request
+	respSeen        bool     // response headers arrived
+	respEnded       bool     // ResponseBody(…, true) was called
+	ended           bool     // End was called
+}
+
+// defers: the headers' answer waits for the body, which Envoy sends
+// without waiting for it; the pick, made on the whole body, goes in it.
+func (st *stream) defers() bool {
+	return st.reqMode == ModeFullDuplex || (st.reqMode == ModeStreamed && st.noWait)
+}
+
+func (st *stream) handle(req *extprocv3.ProcessingRequest) error {
+	if pc := req.GetProtocolConfig(); pc != nil {
+		st.reqMode, st.respMode = pc.GetRequestBodyMode(), pc.GetResponseBodyMode()
+		st.noWait = pc.GetSendBodyWithoutWaitingForHeaderResponse()
+	}
+	switch v := req.GetRequest().(type) {
+	case *extprocv3.ProcessingRequest_RequestHeaders:
+		return st.requestHeaders(req, v.RequestHeaders)
+	case *extprocv3.ProcessingRequest_RequestBody:
+		return st.requestBody(v.RequestBody)
+	case *extprocv3.ProcessingRequest_RequestTrailers:
+		return st.requestTrailers()
+	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		return st.responseHeaders(req, v.ResponseHeaders)
+	case *extprocv3.ProcessingRequest_ResponseBody:
+		return st.responseBody(v.ResponseBody)
+	case *extprocv3.ProcessingRequest_ResponseTrailers:
+		return st.responseTrailers()
+	}
+	// Flow-control window updates and messages of later protocol
+	// versions need no answer.
+	return nil
+}
+
+func (st *stream) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) error {
+	if st.x != nil {
+		return status.Error(codes.InvalidArgument, "request headers twice on one stream")
+	}
+	st.subset, st.hasSubset = subsetHint(req.GetMetadataContext())
+	st.x = st.proxy.Begin(headersOf(h.GetHeaders()))
+	switch {
+	case h.GetEndOfStream():
+		return st.endBodyAndPick(nil, true)
+	case st.defers():
+		return nil
+	case st.reqMode == ModeBuffered || st.reqMode == ModePartial:
+		// Envoy holds the headers until the body's answer, which can
+		// still change them: the pick goes there.
+		st.headersAnswered = true
+		return st.send(requestHeadersResponse(nil, nil))
+	default:
+		// NONE, or STREAMED with Envoy waiting for this answer before it
+		// sends any body: the headers leave for the upstream with this
+		// answer, so the pick is made on the headers alone.
+		return st.endBodyAndPick(nil, true)
+	}
+}
+
+func (st *stream) requestBody(b *extprocv3.HttpBody) error {
+	if st.x == nil {
+		return status.Error(codes.InvalidArgument, "request body before request headers")
+	}
+	if st.picked {
+		// The pick was made on the headers alone (STREAMED, Envoy
+		// waiting): each chunk is acknowledged as it comes.
+		return st.send(requestBodyResponse(nil, nil))
+	}
+	end := b.GetEndOfStream()
+	if st.reqMode == ModeBuffered || st.reqMode == ModePartial {
+		// One message is the whole body Envoy will send (it comes without
+		// end_of_stream when trailers follow or, PARTIAL, when cut).
+		end = true
+	}
+	if st.defers() {
+		st.held = append(st.held, b.GetBody())
+	}
+	return st.endBodyAndPick(b.GetBody(), end)
+}
+
+func (st *stream) requestTrailers() error {
+	st.trailers = true
+	if st.x != nil && !st.picked {
+		// Trailers end a body sent without end_of_stream.
+		if err := st.endBodyAndPick(nil, true); err != nil {
+			return err
+		}
+	}
+	return st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}})
+}
+
+// endBodyAndPick gives the lifecycle a chunk and, at the end of the body,
+// picks and answers: in the headers' answer when it is still due (then
+// the held chunks follow), else in this body chunk's answer (BUFFERED).
+func (st *stream) endBodyAndPick(chunk []byte, end bool) error {
+	if !st.bodyEnded {
+		if ans := st.x.Body(chunk, end); ans != nil {
+			return st.answer(ans)
+		}
+		st.bodyEnded = end
+	}
+	if !end {
+		return nil
+	}
+	dest, ans := st.pick()
+	if ans != nil {
+		return st.answer(ans)
+	}
+	st.picked = true
+	if st.headersAnswered {
+		return st.send(requestBodyResponse(pickMutation(dest), pickMetadata(dest)))
+	}
+	st.headersAnswered = true
+	if err := st.send(requestHeadersResponse(pickMutation(dest), pickMetadata(dest))); err != nil {
+		return err
+	}
+	return st.release()
+}
+
+// release answers the request chunks held for the pick. In
+// FULL_DUPLEX_STREAMED Envoy forwards only the body the picker streams
+// back, so each chunk goes back as it came (end of stream on the last
+// only when no trailers follow); in STREAMED each chunk gets its answer.
+func (st *stream) release() error {
+	held := st.held
+	st.held = nil
+	for i, c := range held {
+		last := i == len(held)-1
+		if st.reqMode != ModeFullDuplex {
+			if err := st.send(requestBodyResponse(nil, nil)); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := splitChunk(c, last && !st.trailers, func(p []byte, e bool) error {
+			return st.send(requestBodyResponse(streamed(p, e), nil))
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pick asks the lifecycle for endpoints and holds it to the subset hint:
+// the protocol lets the picker name only endpoints of the subset, and a
+// pick outside it or none at all is a 503.
+func (st *stream) pick() (dest string, ans *Answer) {
+	var subset []string
+	if st.hasSubset {
+		subset = st.subset
+	}
+	eps, ans := st.x.Pick(st.ctx, subset)
+	if ans != nil {
+		return "", ans
+	}
+	if st.hasSubset {
+		eps = withinSubset(eps, st.subset)
+	}
+	if len(eps) == 0 {
+		return "", &Answer{Status: 503, Header: [][2]string{{"content-type", "text/plain"}}, Body: []byte("no endpoint ready\n")}
+	}
+	return joinPick(eps), nil
+}
+
+// answer sends the lifecycle's own answer as Envoy's local reply: the
+// request is complete.
+func (st *stream) answer(a *Answer) error {
+	st.picked = true
+	if err := st.send(immediate(a)); err != nil {
+		return err
+	}
+	st.end(false)
+	return errDone
+}
+
+func (st *stream) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) error {
+	resp := &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{}}
+	if st.x != nil && st.picked && !st.ended {
+		hs := headersOf(h.GetHeaders())
+		code, _ := strconv.Atoi(hs.get(":status"))
+		served := servedEndpoint(req.GetMetadataContext())
+		if served == "" {
+			served = hs.get(ServedKey)
+		}
+		st.respSeen = true
+		resp.Response = addHeaders(st.x.Response(code, served, hs))
+	}
+	if err := st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: resp}}); err != nil {
+		return err
+	}
+	if h.GetEndOfStream() {
+		st.endResponse()
+	}
+	return nil
+}
+
+func (st *stream) responseBody(b *extprocv3.HttpBody) error {
+	end := b.GetEndOfStream() || st.respMode == ModeBuffered || st.respMode == ModePartial
+	if st.respSeen && !st.respEnded {
+		st.x.ResponseBody(b.GetBody(), end)
+		st.respEnded = end
+	}
+	if st.respMode == ModeFullDuplex {
+		// Envoy forwards to the client only what comes back.
+		if err := splitChunk(b.GetBody(), b.GetEndOfStream(), func(p []byte, e bool) error {
+			return st.send(responseBodyResponse(streamed(p, e)))
+		}); err != nil {
+			return err
+		}
+	} else if err := st.send(responseBodyResponse(nil)); err != nil {
+		return err
+	}
+	if end {
+		st.end(false)
+	}
+	return nil
+}
+
+func (st *stream) responseTrailers() error {
+	st.endResponse()
+	return st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}})
+}
+
+// endResponse: the answer is complete (headers with end of stream, or
+// trailers after the last body chunk).
+func (st *stream) endResponse() {
+	if st.respSeen && !st.respEnded {
+		st.x.ResponseBody(nil, true)
+		st.respEnded = true
+	}
+	st.end(false)
+}
+
+// completeAtClose tells whether a stream Envoy closes without a
+// cancellation had its answer complete: Envoy sends no response body
+// when its mode is NONE, so there the headers were the end.
+func (st *stream) completeAtClose() bool {
+	if st.respSeen && st.respMode == ModeNone && !st.respEnded {
+		st.x.ResponseBody(nil, true)
+		st.respEnded = true
+		return true
+	}
+	return st.respEnded
+}
+
+// end calls Exchange.End exactly once, whichever way the stream ends.
+func (st *stream) end(cancelled bool) {
+	if st.x == nil || st.ended {
+		return
+	}
+	st.ended = true
+	st.x.End(cancelled)
+}
+
+// answerPanic tells the client of an internal error when its request is
+// still the picker's to answer; best effort, the stream may be gone.
+func (st *stream) answerPanic() {
+	if st.x == nil || st.picked {
+		return
+	}
+	st.picked = true
+	defer func() { _ = recover() }()
+	_ = st.send(immediate(&Answer{Status: 500, Body: []byte("endpoint picker: internal error\n")}))
+}
+
+func (st *stream) send(r *extprocv3.ProcessingResponse) error { return st.srv.Send(r) }
