@@ -124,13 +124,19 @@ func appendErrorAnswer(b []byte, r *reply, rid []byte, close, head, anthropic bo
 		return appendAnswer(b, r.status, "application/json", []byte(r.body), rid, r.header, close, head)
 	}
 	var body [512]byte
-	e := body[:0]
-	if anthropic {
-		e = appendAnthropicError(e, anthropicType(r.status), r.msg)
-	} else {
-		e = appendErrorBody(e, r.typ, r.code, r.msg)
+	return appendAnswer(b, r.status, "application/json", r.appendBody(body[:0], anthropic), rid, r.header, close, head)
+}
+
+// appendBody appends the error's JSON body, in Anthropic's shape for the
+// Messages API, else OpenAI's.
+func (r *reply) appendBody(b []byte, anthropic bool) []byte {
+	switch {
+	case r.body != "":
+		return append(b, r.body...)
+	case anthropic:
+		return appendAnthropicError(b, anthropicType(r.status), r.msg)
 	}
-	return appendAnswer(b, r.status, "application/json", e, rid, r.header, close, head)
+	return appendErrorBody(b, r.typ, r.code, r.msg)
 }
 
 // appendAnthropicError appends an error in Anthropic's shape:

@@ -88,6 +88,7 @@ type call struct {
 	rep      reply
 	own      ownAnswer
 	calTick  uint32 // answers this pooled call has seen, for calibration's sample
+	picker   bool   // an endpoint picker drives it: answers cannot be refused
 }
 
 // Outcomes of an exchange, as the access log names them.
@@ -150,7 +151,7 @@ func (s *Server) putCall(c *call) {
 	c.dec = sched.Decision{}
 	c.res = sched.Reservation{}
 	c.fl, c.clock = nil, nil
-	c.life, c.kind, c.hdr, c.u, c.lastBusy, c.rep, c.own = lifeDone, kindReply, nil, nil, false, reply{}, ownAnswer{}
+	c.life, c.kind, c.hdr, c.u, c.lastBusy, c.rep, c.own, c.picker = lifeDone, kindReply, nil, nil, false, reply{}, ownAnswer{}, false
 	s.calls.Put(c)
 }
 

@@ -3,6 +3,7 @@ package edge
 import (
 	"github.com/kvca/kvca/admit"
 	"github.com/kvca/kvca/canon"
+	"github.com/kvca/kvca/chain"
 	"github.com/kvca/kvca/h1"
 	"github.com/kvca/kvca/sniff"
 )
@@ -400,6 +401,38 @@ func (c *call) retry(res int, stale bool) act {
 	return actTry
 }
 
+// within narrows the backends the request may go to to set (an endpoint
+// picker's subset hint), on top of those serving its model.
+func (c *call) within(set chain.Set) {
+	if c.req.Allowed != nil {
+		set.And(c.req.Allowed)
+	}
+	c.allowed = set
+	c.req.Allowed = &c.allowed
+}
+
+// servedBy moves the attempt to backend i, which served it instead of
+// the one picked (an endpoint picker's gateway retried on a fallback):
+// the pick is booked as a failed attempt and its load released, and i's
+// load reserved (where routing may not place it, i is credited without a
+// reservation). An admission slot stays with the pick until the end.
+func (c *call) servedBy(i int) {
+	s := c.s
+	c.res.ReleaseActive()
+	c.tr.AttemptEnd(0, errAttempt[connFailed])
+	var one chain.Set
+	one.Add(i)
+	allowed, excl := c.req.Allowed, c.req.Exclude
+	c.req.Allowed, c.req.Exclude = &one, chain.Set{}
+	u, r := s.pick(c, false)
+	c.req.Allowed, c.req.Exclude = allowed, excl
+	if r != nil {
+		u = c.fl.ups[i]
+		c.dec.Backend = u.b
+	}
+	c.u = u
+}
+
 // badAnswer: the backend answered something kvca will not relay. It is a
 // protocol error, not a dead backend: 502 at once, no retry (the request
 // has been processed there).
@@ -427,7 +460,7 @@ func (c *call) head(status int, chunked, sse bool, extra []byte) (act, []byte) {
 			s.adm.PrefillDone(u.b.Index)
 		}
 	}
-	if s.answered(c, u, status) {
+	if s.answered(c, u, status) && !c.picker {
 		return c.retry(retryStatus, false), extra
 	}
 	ok := status < 300

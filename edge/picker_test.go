@@ -1,0 +1,164 @@
+package edge
+
+import (
+	"context"
+	"strings"
+	"testing"
+)
+
+// fields is a header map as a picker's protocol gives it.
+type fields [][2]string
+
+func (f fields) Len() int                      { return len(f) }
+func (f fields) At(i int) (name, value []byte) { return []byte(f[i][0]), []byte(f[i][1]) }
+
+func chatHeaders(extra ...[2]string) fields {
+	return append(fields{{":method", "POST"}, {":path", "/v1/chat/completions"}, {":authority", "kvca"}, {"content-type", "application/json"}}, extra...)
+}
+
+// pickOnce plays one request through the picker: its pick, and, when
+// answer is set, a 200 streamed answer from served and the end.
+func pickOnce(t *testing.T, p *Picker, h fields, body string, subset []string, served string, answer bool) ([]string, *PickAnswer) {
+	t.Helper()
+	x := p.Begin(h)
+	half := len(body) / 2
+	if a := x.Body([]byte(body[:half]), false); a != nil {
+		t.Fatalf("body: %+v", a)
+	}
+	if a := x.Body([]byte(body[half:]), true); a != nil {
+		t.Fatalf("body: %+v", a)
+	}
+	eps, ans := x.Pick(context.Background(), subset)
+	if ans == nil && answer {
+		x.Response(200, served, fields{{":status", "200"}, {"content-type", "text/event-stream"}})
+		x.ResponseBody([]byte("data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n"), false)
+		x.ResponseBody([]byte("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":50,\"completion_tokens\":1,\"prompt_tokens_details\":{\"cached_tokens\":0}}}\n\ndata: [DONE]\n\n"), true)
+	}
+	x.End(false)
+	x.End(true) // a second End changes nothing
+	return eps, ans
+}
+
+func idle(t *testing.T, s *Server) {
+	t.Helper()
+	for i, b := range s.fleet().sched.Backends {
+		if b.Active() != 0 || b.Prefill() != 0 {
+			t.Fatalf("backend %d: active %d prefill %d after every request ended", i, b.Active(), b.Prefill())
+		}
+	}
+}
+
+// TestPickerRoutesLikeTheEdge: through the picker, a conversation's next
+// turn is picked where its first was answered; the pick comes with the
+// other endpoints as fallbacks; every load is released once.
+func TestPickerRoutesLikeTheEdge(t *testing.T) {
+	t.Parallel()
+	s := offlineCore(t, 4, nil)
+	p := s.Picker()
+	eps, ans := pickOnce(t, p, chatHeaders(), conversation(11, 8, true), nil, "", true)
+	if ans != nil || len(eps) != 4 {
+		t.Fatalf("first turn: %v %+v", eps, ans)
+	}
+	if got := strings.Join(p.Endpoints(), ","); !strings.Contains(got, eps[0]) {
+		t.Fatalf("picked %s, not among %s", eps[0], got)
+	}
+	next, _ := pickOnce(t, p, chatHeaders(), conversation(11, 9, true), nil, "", true)
+	if next[0] != eps[0] {
+		t.Fatalf("follow-up picked %s, first turn answered by %s", next[0], eps[0])
+	}
+	idle(t, s)
+}
+
+// TestPickerSubsetAndServed: a subset hint limits the pick; an answer
+// served by a fallback moves the request's load there and teaches the
+// fallback the prefix.
+func TestPickerSubsetAndServed(t *testing.T) {
+	t.Parallel()
+	s := offlineCore(t, 3, nil)
+	p := s.Picker()
+	all := p.Endpoints()
+	eps, _ := pickOnce(t, p, chatHeaders(), conversation(12, 8, true), []string{all[2]}, "", true)
+	if eps[0] != all[2] || len(eps) != 1 {
+		t.Fatalf("subset {%s}: picked %v", all[2], eps)
+	}
+	x := p.Begin(chatHeaders())
+	x.Body([]byte(conversation(13, 8, true)), true)
+	eps, _ = x.Pick(context.Background(), nil)
+	var fallback string
+	for _, e := range all {
+		if e != eps[0] {
+			fallback = e
+			break
+		}
+	}
+	x.Response(200, fallback, fields{{"content-type", "application/json"}, {"content-length", "2"}})
+	i := s.endpointIndex(fallback)
+	if b := s.fleet().sched.Backends[i]; b.Active() != 1 {
+		t.Fatalf("served by %s: its active %d, want 1", fallback, b.Active())
+	}
+	x.ResponseBody([]byte("{}"), true)
+	x.End(false)
+	idle(t, s)
+	next, _ := pickOnce(t, p, chatHeaders(), conversation(13, 9, true), nil, "", false)
+	if next[0] != fallback {
+		t.Fatalf("follow-up picked %s, the answer was served by %s", next[0], fallback)
+	}
+	idle(t, s)
+}
+
+// TestPickerAnswersItself: kvca's own answers reach the gateway as
+// immediate answers: a bad body, an unknown path, a body over the limit,
+// no healthy backend, /health; each ends its request once.
+func TestPickerAnswersItself(t *testing.T) {
+	t.Parallel()
+	s := offlineCore(t, 2, func(c *Config) { c.MaxBodyBytes = 4096 })
+	p := s.Picker()
+	if _, a := pickOnce(t, p, chatHeaders(), `{"model":`, nil, "", false); a == nil || a.Status != 400 {
+		t.Fatalf("bad body: %+v", a)
+	}
+	if _, a := pickOnce(t, p, fields{{":method", "GET"}, {":path", "/nope"}}, "", nil, "", false); a == nil || a.Status != 404 {
+		t.Fatalf("unknown path: %+v", a)
+	}
+	if _, a := pickOnce(t, p, fields{{":method", "GET"}, {":path", "/health"}}, "", nil, "", false); a == nil || a.Status != 200 || string(a.Body) != string(healthBody) {
+		t.Fatalf("health: %+v", a)
+	}
+	x := p.Begin(chatHeaders())
+	if a := x.Body(make([]byte, 5000), false); a == nil || a.Status != 413 {
+		t.Fatalf("large body: %+v", a)
+	}
+	x.End(true)
+	for _, b := range s.fleet().sched.Backends {
+		b.SetHealthy(false)
+	}
+	if _, a := pickOnce(t, p, chatHeaders(), conversation(14, 1, false), nil, "", false); a == nil || a.Status != 503 {
+		t.Fatalf("no healthy backend: %+v", a)
+	}
+	if p.Ready() {
+		t.Fatal("ready with no healthy backend")
+	}
+	idle(t, s)
+}
+
+// TestPickerCancelled: a stream the gateway cancels, before or after the
+// answer began, releases what it holds, once.
+func TestPickerCancelled(t *testing.T) {
+	t.Parallel()
+	s := offlineCore(t, 2, nil)
+	p := s.Picker()
+	for _, stage := range []string{"before pick", "after pick", "mid answer"} {
+		x := p.Begin(chatHeaders())
+		x.Body([]byte(conversation(15, 3, true)), true)
+		if stage != "before pick" {
+			if eps, a := x.Pick(context.Background(), nil); a != nil || len(eps) == 0 {
+				t.Fatalf("%s: %v %+v", stage, eps, a)
+			}
+		}
+		if stage == "mid answer" {
+			x.Response(200, "", fields{{"content-type", "text/event-stream"}})
+			x.ResponseBody([]byte("data: {}\n\n"), false)
+		}
+		x.End(true)
+		x.End(true)
+		idle(t, s)
+	}
+}
