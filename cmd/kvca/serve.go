@@ -100,7 +100,7 @@ func serveCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "serve",
 		Usage: "run the proxy in front of OpenAI-compatible backends",
-		Flags: append(append(append(append(serveFlags(), ttftflag.Flags(env)...), configFlag), kdnServeFlags()...), clusterFlags()...),
+		Flags: append(append(append(append(serveFlags(), ttftflag.Flags(env)...), configFlag), kdnServeFlags()...), append(clusterFlags(), extProcFlags()...)...),
 		Action: func(c *cli.Context) error {
 			cfg, err := serveConfig(c)
 			if err != nil {
@@ -133,6 +133,11 @@ func serveCommand() *cli.Command {
 			if err := srv.Start(); err != nil {
 				return err
 			}
+			stopPicker, err := startExtProc(c, srv, log)
+			if err != nil {
+				return err
+			}
+			defer stopPicker()
 			changed := watchFile(c.String("config"), cfg.TLSReloadInterval)
 			var got os.Signal
 			for got == nil {
