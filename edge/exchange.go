@@ -603,11 +603,21 @@ func (s *Server) accessLog(c *call) {
 		slog.Int("request_bytes", c.inBytes),
 		slog.Int64("response_bytes", c.out),
 		slog.String("priority", class),
+		slog.String("admission_rule", admissionRule(s, c)),
 		slog.Float64("queue_ms", ms(c.queued)),
 		slog.Float64("upstream_headers_ms", ms(c.ttfb)),
 		slog.Float64("ttft_ms", ms(c.ttft)),
 		slog.Float64("duration_ms", ms(c.now().Sub(c.start))),
 	)
+}
+
+// admissionRule names the admission rule that decided the request ("":
+// admission is off).
+func admissionRule(s *Server, c *call) string {
+	if !s.adm.Limited() {
+		return ""
+	}
+	return c.tk.Rule().String()
 }
 
 func (c *call) tenantName() string {
