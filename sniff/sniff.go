@@ -33,8 +33,6 @@ package sniff
 
 import (
 	"bytes"
-
-	"github.com/kvca/kvca/internal/hexdigit"
 )
 
 // Format says how the body is framed.
@@ -46,10 +44,6 @@ const (
 	// SSE: a text/event-stream; each event's data lines hold one JSON value.
 	// Lines end in LF or CRLF.
 	SSE Format = 1 << 0
-	// Chunked: the bytes still carry HTTP/1.1 chunked transfer framing,
-	// which the Sniffer removes itself (as relayed to the client, the
-	// body is unchanged). Combine with JSON or SSE.
-	Chunked Format = 1 << 1
 )
 
 // Bounds of the state.
@@ -66,11 +60,6 @@ const (
 type Sniffer struct {
 	format Format
 	broken bool // framing error: nothing more is read
-
-	// chunked framing
-	cs    uint8
-	csize int64
-	cdig  uint8
 
 	// SSE lines
 	ls       uint8
@@ -165,11 +154,7 @@ func (s *Sniffer) Feed(p []byte) {
 	if s.broken {
 		return
 	}
-	if s.format&Chunked == 0 {
-		s.body(p)
-		return
-	}
-	s.dechunk(p)
+	s.body(p)
 }
 
 func (s *Sniffer) body(p []byte) {
@@ -309,117 +294,10 @@ func (s *Sniffer) endLine() {
 	s.ls, s.fieldPos, s.lineLen = lsStart, 0, 0
 }
 
-// Chunked framing states.
-const (
-	csSize = iota
-	csExt
-	csSizeLF
-	csData
-	csDataCR
-	csDataLF
-	csTrailer
-	csTrailerLine
-	csTrailerLF
-	csEndLF
-	csDone
-)
-
-func (s *Sniffer) dechunk(p []byte) {
-	for i := 0; i < len(p); {
-		c := p[i]
-		switch s.cs {
-		case csSize:
-			switch {
-			case c == '\r' && s.cdig > 0:
-				s.cs = csSizeLF
-			case (c == ';' || c == ' ' || c == '\t') && s.cdig > 0:
-				s.cs = csExt
-			default:
-				d, ok := hexdigit.Value(c)
-				if !ok || s.cdig == 15 {
-					s.broken = true
-					return
-				}
-				s.csize = s.csize<<4 | int64(d)
-				s.cdig++
-			}
-		case csExt:
-			if c == '\r' {
-				s.cs = csSizeLF
-			}
-		case csSizeLF:
-			if c != '\n' {
-				s.broken = true
-				return
-			}
-			s.cdig = 0
-			if s.csize == 0 {
-				s.cs = csTrailer
-			} else {
-				s.cs = csData
-			}
-		case csData:
-			k := min(int64(len(p)-i), s.csize)
-			s.body(p[i : i+int(k)])
-			s.csize -= k
-			i += int(k)
-			if s.csize == 0 {
-				s.cs = csDataCR
-			}
-			continue
-		case csDataCR, csDataLF:
-			want := byte('\r')
-			if s.cs == csDataLF {
-				want = '\n'
-			}
-			if c != want {
-				s.broken = true
-				return
-			}
-			if s.cs == csDataCR {
-				s.cs = csDataLF
-			} else {
-				s.cs = csSize
-			}
-		case csTrailer:
-			if c == '\r' {
-				s.cs = csEndLF
-			} else {
-				s.cs = csTrailerLine
-			}
-		case csTrailerLine:
-			if c == '\r' {
-				s.cs = csTrailerLF
-			}
-		case csTrailerLF:
-			s.cs = csTrailer
-		case csEndLF:
-			s.cs = csDone
-			s.end()
-		case csDone:
-			return
-		}
-		i++
-	}
-}
-
-// end is the end of the body: a number at the very end is complete.
-func (s *Sniffer) end() {
-	if s.format&SSE == 0 {
-		s.space()
-	}
-}
-
-// Close marks the end of the body (for a body that is not chunked, whose
-// end the Sniffer cannot see): a top-level number the body ends with is
-// taken. Calling it is needed only for such bodies.
+// Close marks the end of the body, which the Sniffer cannot see: a
+// top-level number the body ends with is taken.
 func (s *Sniffer) Close() {
 	if !s.broken {
 		s.space()
 	}
 }
-
-// Done reports whether a chunked body's last chunk and trailer have been
-// read: the answer is complete. (Without Chunked the edge knows the end
-// from Content-Length or the connection's close.)
-func (s *Sniffer) Done() bool { return s.format&Chunked != 0 && s.cs == csDone }
