@@ -71,7 +71,9 @@ func (w *Watcher) Run(ctx context.Context) error {
 	}
 
 	poolInf := dynamicinformer.NewFilteredDynamicInformer(w.Dynamic, GVR, w.Namespace, w.Resync, cache.Indexers{},
-		func(o *metav1.ListOptions) { o.FieldSelector = fields.OneTermEqualSelector("metadata.name", w.Name).String() }).Informer()
+		func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", w.Name).String()
+		}).Informer()
 	if _, err := poolInf.AddEventHandler(handler); err != nil {
 		return err
 	}
