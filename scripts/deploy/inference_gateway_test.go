@@ -137,4 +137,3 @@ func TestInferenceGatewayOverlay(t *testing.T) {
 		}
 	}
 }
-
