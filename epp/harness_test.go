@@ -27,6 +27,18 @@ type picker struct {
 
 func startPicker(t *testing.T, p *epptest.Proxy, cfg epp.Config) *picker {
 	t.Helper()
+	s, conn := startWith(t, p, cfg)
+	return &picker{t: t, proxy: p, srv: s, conn: conn}
+}
+
+// startRaw serves any epp.Proxy with the default configuration.
+func startRaw(t *testing.T, p epp.Proxy) (*epp.Server, *grpc.ClientConn) {
+	t.Helper()
+	return startWith(t, p, epp.Config{})
+}
+
+func startWith(t *testing.T, p epp.Proxy, cfg epp.Config) (*epp.Server, *grpc.ClientConn) {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -45,7 +57,7 @@ func startPicker(t *testing.T, p *epptest.Proxy, cfg epp.Config) *picker {
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	return &picker{t: t, proxy: p, srv: s, conn: conn}
+	return s, conn
 }
 
 // stream is one ext_proc stream as Envoy drives it.

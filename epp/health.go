@@ -26,7 +26,7 @@ func newHealthService(ready func() bool) *healthService {
 // server then keeps every service NOT_SERVING.
 func (h *healthService) refresh() {
 	st := healthpb.HealthCheckResponse_NOT_SERVING
-	if h.ready() {
+	if h.safeReady() {
 		st = healthpb.HealthCheckResponse_SERVING
 	}
 	h.SetServingStatus(ReadinessService, st)
@@ -41,4 +41,15 @@ func (h *healthService) Check(ctx context.Context, req *healthpb.HealthCheckRequ
 		h.refresh()
 	}
 	return h.Server.Check(ctx, req)
+}
+
+// safeReady is Proxy.Ready with a panic taken as not ready: a health
+// check runs outside any stream's recovery and must not end the process.
+func (h *healthService) safeReady() (ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	return h.ready()
 }

@@ -59,3 +59,23 @@ func TestHealth(t *testing.T) {
 		t.Fatalf("watch at stop: %v", r)
 	}
 }
+
+// panicky's Ready panics, as a broken lifecycle might.
+type panicky struct{ *epptest.Proxy }
+
+func (panicky) Ready() bool { panic("not today") }
+
+// A Ready that panics reads as not ready and the server goes on.
+func TestHealthReadyPanics(t *testing.T) {
+	p := &epptest.Proxy{}
+	_, conn := startRaw(t, panicky{p})
+	c := healthpb.NewHealthClient(conn)
+	for range 2 {
+		if got := check(t, c, epp.ReadinessService); got != healthpb.HealthCheckResponse_NOT_SERVING {
+			t.Fatalf("readiness %v, want NOT_SERVING", got)
+		}
+	}
+	if got := check(t, c, epp.LivenessService); got != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("liveness %v after a panicking Ready", got)
+	}
+}
