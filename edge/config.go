@@ -136,10 +136,6 @@ type Config struct {
 	OTLPEndpoint     string
 	TraceSampleRatio float64
 
-	// IO is how the public listener is served: "epoll", event loops (one
-	// per core, Linux; see evloop_linux.go), the only way; "auto" (or
-	// empty) means it.
-	IO string
 	// Loops is how many event loops serve; 0: one per P (GOMAXPROCS).
 	// The process should run at least one P more than it has loops: see
 	// SpareP.
@@ -196,12 +192,6 @@ type Config struct {
 	// backend in order; 0: unknown (--backend-cache-tokens).
 	BackendCacheTokens []int64
 }
-
-// Values of Config.IO.
-const (
-	IOAuto  = "auto"
-	IOEpoll = "epoll"
-)
 
 // DefaultConfig returns the defaults documented in the README.
 func DefaultConfig() Config {
@@ -443,14 +433,6 @@ func (c *Config) Validate() error {
 		if v < 0 {
 			return fmt.Errorf("--backend-cache-tokens must not be negative, got %d", v)
 		}
-	}
-	switch c.IO {
-	case "", IOAuto, IOEpoll:
-		c.IO = IOEpoll
-	case "fasthttp":
-		return fmt.Errorf("--io fasthttp is not available: every connection is served by the event loops (--io auto)")
-	default:
-		return fmt.Errorf("--io must be %q or %q, got %q", IOAuto, IOEpoll, c.IO)
 	}
 	if !epollSupported {
 		return fmt.Errorf("kvca serve needs Linux (its event loops use epoll)")

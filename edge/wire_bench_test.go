@@ -88,12 +88,11 @@ func (w *wireStream) Read(p []byte) (int, error) {
 
 func startWireProxy(tb testing.TB, backend, model string) *Server {
 	cfg := DefaultConfig()
-	cfg.IO = model
 	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", ""
 	cfg.Backends = []string{backend}
 	cfg.HealthInterval = 0
 	cfg.Policy = "kvca"
-	if model == IOEpoll {
+	if model == "epoll" {
 		// As kvca serve runs the loops: with a P to spare.
 		n := runtime.GOMAXPROCS(0)
 		cfg.Loops = SpareP(0)
@@ -204,7 +203,7 @@ func (c *wireClient) roundTrip() error {
 }
 
 // wireIOs are the I/O models this platform serves with.
-func wireIOs() []string { return []string{IOEpoll} }
+func wireIOs() []string { return []string{"epoll"} }
 
 func BenchmarkWire(b *testing.B) {
 	backend := startWireBackend(b)

@@ -28,7 +28,7 @@ func TestConfigurationDoc(t *testing.T) {
 	// Every flag of serve is in one of the blocks: a flag added to the
 	// command but to none of the groups would otherwise go undocumented.
 	var grouped []string
-	for _, f := range append(append(append(append(serveFlags(), configFlag), kdnServeFlags()...), clusterFlags()...), append(ttftflag.Flags(env), extProcFlags()...)...) {
+	for _, f := range append(append(append(append(serveFlags(), configFlag), kdnServeFlags()...), clusterFlags()...), append(append(ttftflag.Flags(env), extProcFlags()...), retiredFlags()...)...) {
 		grouped = append(grouped, f.Names()[0])
 	}
 	for _, f := range serveCommand().Flags {

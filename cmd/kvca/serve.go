@@ -72,7 +72,6 @@ func serveFlags() []cli.Flag {
 		&cli.Float64Flag{Name: "trace-sample-ratio", Value: 1, Usage: "share of traces recorded when the client's traceparent does not decide", EnvVars: env("trace-sample-ratio")},
 		&cli.BoolFlag{Name: "preserve-host", Usage: "send the client's Host to backends instead of the backend URL's host", EnvVars: env("preserve-host")},
 		&cli.IntFlag{Name: "loops", Usage: "event loops serving the public listener (0: one per core, GOMAXPROCS); the process runs one Go P more than this", EnvVars: env("loops")},
-		&cli.StringFlag{Name: "io", Value: edge.IOAuto, Usage: "how the public listener is served: auto or epoll, the same thing: an event loop per core (Linux), for every connection, TLS included", EnvVars: env("io")},
 		&cli.BoolFlag{Name: "engine-metrics", Value: true, Usage: "scrape each backend's Prometheus /metrics (vLLM, SGLang names): its queue and KV usage weigh in routing, its KV capacity bounds its learned locations, a restart resets them; a backend without /metrics is left out (--engine-metrics=false: never scrape)", EnvVars: env("engine-metrics")},
 		&cli.GenericFlag{Name: "engine-metrics-interval", Value: cliflag.Duration(d.EngineMetricsInterval), Usage: "how often engine metrics are scraped; a signal older than three intervals is ignored", EnvVars: env("engine-metrics-interval")},
 		&cli.StringSliceFlag{Name: "backend-cache-tokens", Usage: "KV-cache capacity in tokens of backends whose engines do not export it: one value for all, or one per --backend in order (repeatable or comma-separated; 0: unknown)", EnvVars: env("backend-cache-tokens")},
@@ -100,7 +99,7 @@ func serveCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "serve",
 		Usage: "run the proxy in front of OpenAI-compatible backends",
-		Flags: append(append(append(append(serveFlags(), ttftflag.Flags(env)...), configFlag), kdnServeFlags()...), append(clusterFlags(), extProcFlags()...)...),
+		Flags: append(append(append(append(serveFlags(), ttftflag.Flags(env)...), configFlag), kdnServeFlags()...), append(append(clusterFlags(), extProcFlags()...), retiredFlags()...)...),
 		Action: func(c *cli.Context) error {
 			cfg, err := serveConfig(c)
 			if err != nil {
@@ -112,6 +111,9 @@ func serveCommand() *cli.Command {
 			}
 			cfg.Logger = log
 			cfg.Version = version
+			if err := checkRetired(c, log); err != nil {
+				return err
+			}
 			srv, err := edge.New(cfg)
 			if err != nil {
 				return err
@@ -299,7 +301,6 @@ func configFrom(c *cli.Context) edge.Config {
 		QueueStarvationLimit:  c.Int("queue-starvation-limit"),
 		QueueEngineAware:      c.Bool("queue-engine-aware"),
 		MaxConnsPerBackend:    c.Int("max-conns-per-backend"),
-		IO:                    c.String("io"),
 		Loops:                 c.Int("loops"),
 		Pprof:                 c.Bool("pprof"),
 		PrefillAtHeaders:      c.String("prefill-release") == "headers",
