@@ -54,7 +54,13 @@ func openStream(ctx context.Context, conn *grpc.ClientConn, wait time.Duration) 
 	go func() {
 		for {
 			r, err := c.Recv()
-			s.answers <- answer{r, err}
+			// A check that stopped reading has cancelled the stream:
+			// leave rather than wait on it for ever.
+			select {
+			case s.answers <- answer{r, err}:
+			case <-ctx.Done():
+				return
+			}
 			if err != nil {
 				return
 			}
