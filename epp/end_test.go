@@ -208,3 +208,41 @@ func TestProtocolErrors(t *testing.T) {
 		t.Fatalf("body before headers: %v, want InvalidArgument", err)
 	}
 }
+
+// A broken connection and a server stop end the exchanges in flight
+// once, cancelled.
+func TestBrokenAndStopped(t *testing.T) {
+	t.Run("connection closed", func(t *testing.T) {
+		p := startPicker(t, newProxy(0), epp.Config{})
+		s := p.open()
+		s.send(reqHeaders(nil, nil, false))
+		s.send(reqBody("{", false))
+		waitExchanges(t, p.proxy, 1)
+		p.conn.Close()
+		if snap := waitEnded(t, onlyExchange(t, p.proxy)); snap.Ends != 1 || !snap.Cancelled {
+			t.Fatalf("exchange %+v", snap)
+		}
+	})
+	t.Run("server stopped", func(t *testing.T) {
+		p := startPicker(t, newProxy(0), epp.Config{})
+		s := p.open()
+		s.send(reqHeaders(nil, nil, true, epptest.HeaderBlock, "1"))
+		waitExchanges(t, p.proxy, 1)
+		p.srv.Stop()
+		if snap := waitEnded(t, onlyExchange(t, p.proxy)); snap.Ends != 1 || !snap.Cancelled {
+			t.Fatalf("exchange %+v", snap)
+		}
+	})
+}
+
+func waitExchanges(t *testing.T, p *epptest.Proxy, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for len(p.Exchanges()) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d exchanges begun, want %d", len(p.Exchanges()), n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond) // let the picker reach its wait
+}
