@@ -1,0 +1,76 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/kvca/kvca/bench/eppcheck"
+	"github.com/kvca/kvca/edge"
+	"github.com/kvca/kvca/epp"
+)
+
+// TestPickerPassesEppCheck: kvca's real request lifecycle behind the
+// ext_proc server passes every check of the endpoint picker conformance
+// suite, which plays Envoy against mock model servers (the protocol's
+// MUSTs and kvca's own), and every request's load is released once it
+// ended.
+func TestPickerPassesEppCheck(t *testing.T) {
+	cfg := edge.DefaultConfig()
+	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", ""
+	cfg.Backends = []string{"http://127.0.0.1:9"} // replaced by the check's engines
+	cfg.HealthInterval = 0
+	srv, err := edge.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown(context.Background())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := pickerProxy{srv.Picker()}
+	ps := epp.New(proxy, epp.Config{ReadyEvery: 50 * time.Millisecond})
+	done := make(chan error, 1)
+	go func() { done <- ps.Serve(ln) }()
+	defer func() {
+		ps.Stop()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	}()
+	res, err := eppcheck.Run(context.Background(), eppcheck.Config{Target: ln.Addr().String(), Ready: proxy.SetEndpoints, Wait: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var report bytes.Buffer
+	if failed := eppcheck.Report(&report, res); failed != 0 || len(res) < 20 {
+		t.Fatalf("%d of %d checks failed:\n%s", failed, len(res), report.String())
+	}
+	// Cancelled streams end on the server's side a moment after the
+	// check saw them go: wait (bounded) for the last release.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		busy := false
+		for _, b := range srv.Scheduler().Backends {
+			if b.Active() != 0 || b.Prefill() != 0 {
+				busy = true
+			}
+		}
+		if !busy {
+			break
+		}
+		if time.Now().After(deadline) {
+			for _, b := range srv.Scheduler().Backends {
+				t.Errorf("backend %s: active %d prefill %d after every stream ended", b.Name, b.Active(), b.Prefill())
+			}
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
