@@ -211,6 +211,7 @@ type Canonicalizer struct {
 	k0, k1    uint64 // session-key hash key
 	// decodeStrings: always decode and re-escape strings (tests only).
 	decodeStrings bool
+	resume        *Resumer // nil: every body from its start
 }
 
 // Options change what a Canonicalizer computes besides the CBR.
@@ -289,6 +290,10 @@ type state struct {
 	hashing bool
 	hashed  int
 	hash    uint64
+	// Line state that a resumed request takes over (lines).
+	sessionSet bool   // info.Session is the first user turn's
+	firstHash  uint64 // the first line's session hash
+	rz         rzScratch
 }
 
 const (
@@ -306,7 +311,12 @@ func (c *Canonicalizer) Canonicalize(api API, body []byte, sink Sink, info *Info
 	if st == nil {
 		st = &state{}
 	}
-	err := c.run(st, api, body, sink, info)
+	var err error
+	if rs, ok := sink.(ResumableSink); ok && c.resume != nil && resumable(api) {
+		err = c.canonicalizeResuming(st, api, body, rs, info)
+	} else {
+		err = c.run(st, api, body, sink, info)
+	}
 	st.sink, st.lsink = nil, nil
 	st.members = st.members[:0]
 	clear(st.roles)
@@ -316,24 +326,7 @@ func (c *Canonicalizer) Canonicalize(api API, body []byte, sink Sink, info *Info
 }
 
 func (c *Canonicalizer) run(st *state, api API, body []byte, sink Sink, info *Info) error {
-	info.Followup = api == Completions
-	info.Model = info.Model[:0]
-	info.Session = 0
-	info.Messages = 0
-	info.CBRLen = 0
-	info.PreviousResponseID = info.PreviousResponseID[:0]
-	info.CacheKey, info.UserKey = 0, 0
-	info.Priority = info.Priority[:0]
-	st.dropCacheControl = api == Messages
-	st.sink = sink
-	st.lsink, _ = sink.(LiteralSink)
-	st.n = 0
-	st.total = 0
-	st.hashing = false
-	st.session = !c.noSession
-	st.decodeStrings = c.decodeStrings
-	st.hash = 0
-
+	c.begin(st, api, sink, info)
 	v, err := st.p.ParseBytes(body)
 	if err != nil {
 		return ErrMalformed
@@ -348,8 +341,11 @@ func (c *Canonicalizer) run(st *state, api API, body []byte, sink Sink, info *In
 	root.Visit(func(k []byte, v *fastjson.Value) {
 		st.members = append(st.members, member{k, v})
 	})
-	top := sortMembers(st.members[base:])
 	promptKey := api.promptKey()
+	if st.rz.on {
+		st.rzTop(st.members[base:], promptKey) // needs body order
+	}
+	top := sortMembers(st.members[base:])
 	exclude := c.exclude
 	switch api {
 	case Responses:
@@ -431,9 +427,9 @@ func (c *Canonicalizer) run(st *state, api API, body []byte, sink Sink, info *In
 
 	switch {
 	case api == Chat || api == Messages:
-		err = st.lines(prompt, info, api)
+		err = st.lines(prompt.GetArray(), 0, info, api)
 	case api == Responses && prompt.Type() == fastjson.TypeArray:
-		err = st.lines(prompt, info, api)
+		err = st.lines(prompt.GetArray(), 0, info, api)
 	default:
 		st.startSession()
 		err = st.value(prompt)
@@ -448,6 +444,28 @@ func (c *Canonicalizer) run(st *state, api API, body []byte, sink Sink, info *In
 	st.members = st.members[:base]
 	info.CBRLen = st.total
 	return nil
+}
+
+// begin resets info and st for a request.
+func (c *Canonicalizer) begin(st *state, api API, sink Sink, info *Info) {
+	info.Followup = api == Completions
+	info.Model = info.Model[:0]
+	info.Session = 0
+	info.Messages = 0
+	info.CBRLen = 0
+	info.PreviousResponseID = info.PreviousResponseID[:0]
+	info.CacheKey, info.UserKey = 0, 0
+	info.Priority = info.Priority[:0]
+	st.dropCacheControl = api == Messages
+	st.sink = sink
+	st.lsink, _ = sink.(LiteralSink)
+	st.n = 0
+	st.total = 0
+	st.hashing = false
+	st.session = !c.noSession
+	st.decodeStrings = c.decodeStrings
+	st.hash = 0
+	st.sessionSet, st.firstHash = false, 0
 }
 
 // validatePrompt checks the prompt's shape before anything is written;
@@ -508,22 +526,26 @@ func (st *state) stringText(v *fastjson.Value) []byte {
 	return st.num[1 : len(st.num)-1]
 }
 
-// lines writes one canonical line per element of arr: chat or Messages API
-// messages, or Responses API input items. Earlier model output makes the
-// request a follow-up; the first user turn (else the first line) identifies
-// the conversation for session affinity.
-func (st *state) lines(arr *fastjson.Value, info *Info, api API) error {
-	sessionSet := false
-	var firstHash uint64
-	for i, m := range arr.GetArray() {
+// lines writes one canonical line per element of elems: chat or Messages
+// API messages, or Responses API input items, the first of them at index
+// idx0 of its array (a resumed request starts past 0, in the line state
+// its snapshot restored). Earlier model output makes the request a
+// follow-up; the first user turn (else the first line) identifies the
+// conversation for session affinity.
+func (st *state) lines(elems []*fastjson.Value, idx0 int, info *Info, api API) error {
+	for j, m := range elems {
+		if j > 0 && st.rz.on {
+			st.boundaryBefore(m, info)
+		}
 		var role *fastjson.Value
-		if i < len(st.roles) {
-			role = st.roles[i]
+		if j < len(st.roles) {
+			role = st.roles[j]
 		}
 		output, isUser := classify(m, st.stringText(role), role != nil, api)
 		info.Followup = info.Followup || output
-		user := !sessionSet && isUser
-		if user || i == 0 {
+		user := !st.sessionSet && isUser
+		first := idx0+j == 0
+		if user || first {
 			st.startSession()
 		}
 		if err := st.value(m); err != nil {
@@ -532,16 +554,19 @@ func (st *state) lines(arr *fastjson.Value, info *Info, api API) error {
 		st.hashing = false
 		if user {
 			info.Session = st.hash
-			sessionSet = true
+			st.sessionSet = true
 		}
-		if i == 0 {
-			firstHash = st.hash
+		if first {
+			st.firstHash = st.hash
 		}
 		st.writeByte('\n')
 		info.Messages++
 	}
-	if !sessionSet {
-		info.Session = firstHash
+	if st.rz.on && len(elems) > 0 {
+		st.boundaryLast(info)
+	}
+	if !st.sessionSet {
+		info.Session = st.firstHash
 	}
 	return nil
 }

@@ -65,6 +65,7 @@ type Hasher struct {
 	buf   []byte // LE64(prev) followed by the block being filled
 	n     int    // bytes of the current block in buf[8:]
 	Chain []uint64
+	tag   uint64 // ResumeTag, computed on first use
 
 	memo *Memo
 	// A SkipLiteral that missed: what WroteLiteral needs to record.
