@@ -18,7 +18,7 @@ func TestConfigurationDoc(t *testing.T) {
 		"serve-kdn":       cliflag.MarkdownTable(kdnServeFlags()),
 		"serve-placement": cliflag.MarkdownTable(ttftflag.Flags(env)),
 		"serve-cluster":   cliflag.MarkdownTable(clusterFlags()),
-		"serve-picker":    cliflag.MarkdownTable(extProcFlags()),
+		"serve-picker":    cliflag.MarkdownTable(append(extProcFlags(), poolFlags()...)),
 		"mock":            cliflag.MarkdownTable(mockCommand().Flags),
 	}
 	for _, p := range cliflag.CheckDoc("../../docs/configuration.md", blocks, os.Getenv("KVCA_UPDATE_DOCS") != "") {
@@ -28,7 +28,7 @@ func TestConfigurationDoc(t *testing.T) {
 	// Every flag of serve is in one of the blocks: a flag added to the
 	// command but to none of the groups would otherwise go undocumented.
 	var grouped []string
-	for _, f := range append(append(append(append(serveFlags(), configFlag), kdnServeFlags()...), clusterFlags()...), append(append(ttftflag.Flags(env), extProcFlags()...), retiredFlags()...)...) {
+	for _, f := range append(append(append(append(serveFlags(), configFlag), kdnServeFlags()...), clusterFlags()...), append(append(append(ttftflag.Flags(env), extProcFlags()...), poolFlags()...), retiredFlags()...)...) {
 		grouped = append(grouped, f.Names()[0])
 	}
 	for _, f := range serveCommand().Flags {

@@ -99,13 +99,21 @@ func serveCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "serve",
 		Usage: "run the proxy in front of OpenAI-compatible backends",
-		Flags: append(append(append(append(serveFlags(), ttftflag.Flags(env)...), configFlag), kdnServeFlags()...), append(append(clusterFlags(), extProcFlags()...), retiredFlags()...)...),
+		Flags: append(append(append(append(serveFlags(), ttftflag.Flags(env)...), configFlag), kdnServeFlags()...), append(append(append(clusterFlags(), extProcFlags()...), poolFlags()...), retiredFlags()...)...),
 		Action: func(c *cli.Context) error {
-			cfg, err := serveConfig(c)
+			log, err := newLogger(c.String("log-level"), c.String("log-format"))
 			if err != nil {
 				return err
 			}
-			log, err := newLogger(c.String("log-level"), c.String("log-format"))
+			if c.String("inference-pool") != "" && len(c.StringSlice("backend")) > 0 {
+				return cli.Exit("kvca: --inference-pool and --backend both name the backends: give one", 1)
+			}
+			poolBackends, feed, stopPool, err := startPool(c, log)
+			if err != nil {
+				return err
+			}
+			defer stopPool()
+			cfg, err := serveConfig(c, poolBackends)
 			if err != nil {
 				return err
 			}
@@ -140,17 +148,29 @@ func serveCommand() *cli.Command {
 				return err
 			}
 			defer stopPicker()
+			var backendsNow func() []string // the pool's, on a reload
+			if feed != nil {
+				p := srv.Picker()
+				feed.attach(p.SetEndpoints)
+				backendsNow = func() []string {
+					var urls []string
+					for _, ep := range p.Endpoints() {
+						urls = append(urls, "http://"+ep)
+					}
+					return urls
+				}
+			}
 			changed := watchFile(c.String("config"), cfg.TLSReloadInterval)
 			var got os.Signal
 			for got == nil {
 				select {
 				case got = <-sig:
 					if got == syscall.SIGHUP {
-						reload(srv, log, "SIGHUP")
+						reload(srv, log, "SIGHUP", backendsNow)
 						got = nil
 					}
 				case <-changed:
-					reload(srv, log, "--config changed")
+					reload(srv, log, "--config changed", backendsNow)
 				}
 			}
 			log.Info("draining", "signal", got.String(), "timeout", cfg.ShutdownTimeout)
@@ -168,7 +188,9 @@ func serveCommand() *cli.Command {
 
 // serveConfig is the configuration serve's flags, KVCA_* variables and
 // --config file give.
-func serveConfig(c *cli.Context) (edge.Config, error) {
+// pool, when not nil, is the backends an InferencePool's pods give
+// (--inference-pool), in place of --backend.
+func serveConfig(c *cli.Context, pool []string) (edge.Config, error) {
 	if err := applyConfigFile(c); err != nil {
 		return edge.Config{}, err
 	}
@@ -176,6 +198,9 @@ func serveConfig(c *cli.Context) (edge.Config, error) {
 		return edge.Config{}, err
 	}
 	cfg := configFrom(c)
+	if pool != nil {
+		cfg.Backends = pool
+	}
 	if pr := c.String("prefill-release"); pr != "headers" && pr != "first-byte" {
 		return edge.Config{}, fmt.Errorf("--prefill-release must be headers or first-byte, got %q", pr)
 	}
@@ -188,7 +213,7 @@ func serveConfig(c *cli.Context) (edge.Config, error) {
 
 // rereadConfig parses the command line, the KVCA_* variables and the
 // --config file again, as serve did at start.
-func rereadConfig(args []string) (edge.Config, error) {
+func rereadConfig(args []string, pool []string) (edge.Config, error) {
 	var cfg edge.Config
 	app := newApp()
 	app.Writer, app.ErrWriter = io.Discard, io.Discard
@@ -196,7 +221,7 @@ func rereadConfig(args []string) (edge.Config, error) {
 	for _, cmd := range app.Commands {
 		if cmd.Name == "serve" {
 			cmd.Action = func(c *cli.Context) (err error) {
-				cfg, err = serveConfig(c)
+				cfg, err = serveConfig(c, pool)
 				return err
 			}
 		}
@@ -210,8 +235,12 @@ func rereadConfig(args []string) (edge.Config, error) {
 // reload applies the configuration read again: what changes live is
 // applied, what needs a restart is named in one line, and a configuration
 // that does not validate changes nothing.
-func reload(srv *edge.Server, log *slog.Logger, why string) {
-	cfg, err := rereadConfig(os.Args)
+func reload(srv *edge.Server, log *slog.Logger, why string, backendsNow func() []string) {
+	var pool []string
+	if backendsNow != nil {
+		pool = backendsNow() // the pool's pods stay the backends
+	}
+	cfg, err := rereadConfig(os.Args, pool)
 	if err == nil {
 		var ch edge.BackendChange
 		var restart []string
