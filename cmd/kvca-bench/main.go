@@ -26,7 +26,7 @@ func main() {
 }
 
 func newApp() *cli.App {
-	cmds := []*cli.Command{benchCommand(), demoCommand(), eppCheckCommand()}
+	cmds := []*cli.Command{benchCommand(), demoCommand(), eppCheckCommand(), pickerCostCommand()}
 	cliflag.Set(cmds)
 	return &cli.App{
 		Name:         "kvca-bench",
