@@ -107,8 +107,32 @@ func TestInferenceGatewayOverlay(t *testing.T) {
 	if addr == "" || portOf(t, addr) != jsonNumber(cport["containerPort"]) {
 		t.Errorf("KVCA_EXT_PROC %q, container port %v", addr, cport["containerPort"])
 	}
-	if data["KVCA_BACKEND"] == nil {
+	if _, ok := data["KVCA_BACKEND"]; ok {
+		t.Error("the overlay keeps --backend beside --inference-pool, which kvca refuses")
+	}
+	if data["KVCA_INFERENCE_POOL"] != str(pool, "metadata", "name") {
+		t.Errorf("KVCA_INFERENCE_POOL %v, the pool is %q", data["KVCA_INFERENCE_POOL"], str(pool, "metadata", "name"))
+	}
+	if data["KVCA_LISTEN"] == nil {
 		t.Error("the patch lost the base's ConfigMap data")
+	}
+	// The pool is read as a service account allowed to read it and its pods.
+	sa := str(dep, "spec", "template", "spec", "serviceAccountName")
+	if m["ServiceAccount/"+sa] == nil || at(dep, "spec", "template", "spec", "automountServiceAccountToken") != true {
+		t.Errorf("kvca runs as service account %q (token mounted: %v), which the overlay does not define", sa, at(dep, "spec", "template", "spec", "automountServiceAccountToken"))
+	}
+	role, rb := m["Role/kvca-inference-pool"], m["RoleBinding/kvca-inference-pool"]
+	if role == nil || rb == nil || str(rb, "subjects", "#0", "name") != sa || str(rb, "roleRef", "name") != str(role, "metadata", "name") {
+		t.Error("no role binding lets kvca's service account read the pool")
+	}
+	can := map[string]bool{}
+	for _, r := range list(role, "rules") {
+		for _, res := range list(r, "resources") {
+			can[res.(string)] = true
+		}
+	}
+	if !can["inferencepools"] || !can["pods"] {
+		t.Errorf("the role reads %v, want inferencepools and pods", can)
 	}
 	for k := range data {
 		checkVar(t, flags, "ConfigMap", k)
