@@ -162,3 +162,33 @@ func TestPickerCancelled(t *testing.T) {
 		idle(t, s)
 	}
 }
+
+// TestPickerSheds: with admission full and no queue, a pick is answered
+// 429 with Retry-After, as on kvca's own listener; once the first ends,
+// the next is picked.
+func TestPickerSheds(t *testing.T) {
+	t.Parallel()
+	s := offlineCore(t, 1, func(c *Config) { c.MaxInflightPerBackend = 1; c.QueueSize = 0 })
+	p := s.Picker()
+	first := p.Begin(chatHeaders())
+	first.Body([]byte(conversation(16, 2, false)), true)
+	if eps, a := first.Pick(context.Background(), nil); a != nil || len(eps) != 1 {
+		t.Fatalf("first: %v %+v", eps, a)
+	}
+	_, a := pickOnce(t, p, chatHeaders(), conversation(17, 2, false), nil, "", false)
+	if a == nil || a.Status != 429 {
+		t.Fatalf("second while the only slot is held: %+v", a)
+	}
+	retry := false
+	for _, h := range a.Header {
+		retry = retry || h[0] == "retry-after"
+	}
+	if !retry {
+		t.Fatalf("429 without retry-after: %v", a.Header)
+	}
+	first.End(true)
+	if eps, a := pickOnce(t, p, chatHeaders(), conversation(18, 2, false), nil, "", true); a != nil || len(eps) != 1 {
+		t.Fatalf("after the first ended: %v %+v", eps, a)
+	}
+	idle(t, s)
+}
