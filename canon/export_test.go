@@ -10,3 +10,6 @@ func NewDecoding(extraExclude []string) *Canonicalizer {
 
 // CanonicalLiteral exposes canonicalLiteral to the tests.
 var CanonicalLiteral = canonicalLiteral
+
+// SetSnapEvery makes r remember boundaries every n CBR bytes (0: all).
+func SetSnapEvery(r *Resumer, n int) { r.every = n }

@@ -25,6 +25,7 @@ import (
 // takes the write lock.
 type Resumer struct {
 	max   int
+	every int // snapEvery; tests snapshot more often
 	clock atomic.Uint64 // recency stamps for eviction
 
 	mu        sync.RWMutex
@@ -56,7 +57,7 @@ func NewResumer(maxBytes int) *Resumer {
 	if maxBytes <= 0 {
 		return nil
 	}
-	return &Resumer{max: maxBytes}
+	return &Resumer{max: maxBytes, every: snapEvery}
 }
 
 // Stats reads the counters; a nil Resumer has none.

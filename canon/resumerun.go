@@ -7,6 +7,7 @@ import (
 // rzScratch is a request's resuming state, kept in the pooled state.
 type rzScratch struct {
 	on      bool // capturing boundaries for the Resumer
+	every   int  // the Resumer's snapshot distance
 	rs      ResumableSink
 	base    int // address of body offset 0 in the parser's copy
 	body    []byte
@@ -36,7 +37,7 @@ func (c *Canonicalizer) canonicalizeResuming(st *state, api API, body []byte, rs
 	tag := rs.ResumeTag()
 	z := &st.rz
 	z.caps, z.parts = z.caps[:0], z.parts[:0]
-	z.body, z.rs = body, rs
+	z.body, z.rs, z.every = body, rs, r.every
 	defer func() {
 		z.on, z.body, z.rs = false, nil, nil
 		if cap(z.scratch) > maxKeptScratch {
@@ -208,7 +209,7 @@ func (st *state) capture(off int, info *Info) {
 // of the array) if it is due and can be found.
 func (st *state) boundaryBefore(m *fastjson.Value, info *Info) {
 	z := &st.rz
-	if st.total+st.n-z.last < snapEvery {
+	if st.total+st.n-z.last < z.every {
 		return
 	}
 	o := m.GetObject()

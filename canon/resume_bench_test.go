@@ -1,0 +1,145 @@
+package canon_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/kvca/kvca/canon"
+	"github.com/kvca/kvca/chain"
+)
+
+// agentBody returns the messages of a chat history of about size bytes and
+// the body around them, in the key order encoding/json gives a map (so the
+// header's model, stream and temperature come after the messages).
+func agentMessages(size int, seed int) []map[string]any {
+	var msgs []map[string]any
+	msgs = append(msgs, map[string]any{"role": "system", "content": benchText(seed, min(size/4, 2000))})
+	total := 0
+	for i := 1; total < size; i++ {
+		role := "user"
+		if i%2 == 0 {
+			role = "assistant"
+		}
+		n := min(1500, size-total)
+		msgs = append(msgs, map[string]any{"role": role, "content": benchText(seed*1000+i, n)})
+		total += n + 40
+	}
+	return msgs
+}
+
+func benchText(seed, n int) string {
+	const words = "the quick brown fox jumps over a lazy dog while \"quoted\" routers learn prefix caches, tabs\tand newlines\nappear; "
+	var b strings.Builder
+	for i := 0; b.Len() < n; i++ {
+		b.WriteString(strconv.Itoa(seed*131 + i))
+		b.WriteByte(' ')
+		b.WriteString(words)
+	}
+	return b.String()[:n]
+}
+
+func agentBody(msgs []map[string]any) []byte {
+	b, _ := json.Marshal(map[string]any{"model": "bench-model", "messages": msgs, "temperature": 0.7, "stream": true, "max_tokens": 256})
+	return b
+}
+
+// followup is the history body plus an assistant turn and a user turn of
+// about newBytes together; the 8 bytes at stamp (in the new part) may be
+// overwritten to make each iteration's follow-up new.
+func followup(hist []map[string]any, newBytes int) (body []byte, stamp int) {
+	msgs := append(append([]map[string]any(nil), hist...),
+		map[string]any{"role": "assistant", "content": "@@@@@@@@" + benchText(7, newBytes/2-8)},
+		map[string]any{"role": "user", "content": benchText(8, newBytes/2)})
+	body = agentBody(msgs)
+	return body, strings.Index(string(body), "@@@@@@@@")
+}
+
+var historySizes = []int{16 << 10, 128 << 10, 512 << 10, 1 << 20}
+
+func servedCanon(r *canon.Resumer) (*canon.Canonicalizer, *chain.Hasher) {
+	c := canon.NewWithOptions(nil, canon.Options{NoSession: true})
+	c.UseResumer(r)
+	h := chain.NewHasher(chain.RandomKey(), 256)
+	h.UseMemo(chain.NewMemo(64 << 20))
+	return c, h
+}
+
+func stampBody(body []byte, at int, i uint64) {
+	for k := 0; k < 8; k++ {
+		body[at+k] = 'a' + byte(i>>(4*k)&15)
+	}
+}
+
+// BenchmarkResumeFollowup: canon+chain of an agent's next turn, 4 KB of
+// new messages after a history the Resumer has seen, as kvca serve runs
+// (no session hash, the CBR memo on). Each iteration's new part differs,
+// so each is a first sight of the follow-up.
+func BenchmarkResumeFollowup(b *testing.B) {
+	for _, n := range historySizes {
+		b.Run(fmt.Sprintf("history%dKB", n>>10), func(b *testing.B) {
+			hist := agentMessages(n, 1)
+			c, h := servedCanon(canon.NewResumer(benchBudget))
+			var info canon.Info
+			h.Reset()
+			if err := c.Canonicalize(canon.Chat, agentBody(hist), h, &info); err != nil {
+				b.Fatal(err)
+			}
+			body, at := followup(hist, 4<<10)
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			var i uint64
+			for b.Loop() {
+				i++
+				stampBody(body, at, i)
+				h.Reset()
+				if err := c.Canonicalize(canon.Chat, body, h, &info); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if st := c.ResumeStats(); st.Hits < i {
+				b.Fatalf("resumed %d of %d", st.Hits, i)
+			}
+		})
+	}
+}
+
+// BenchmarkResumeCold: first sight of bodies of the follow-ups' sizes (and
+// a 4 KB body), with and without a Resumer: what remembering costs a body
+// that nothing resumes. Each iteration's body differs in its first
+// message.
+func BenchmarkResumeCold(b *testing.B) {
+	for _, n := range append([]int{4 << 10}, historySizes...) {
+		for _, on := range []bool{false, true} {
+			b.Run(fmt.Sprintf("%dKB/resumer=%v", n>>10, on), func(b *testing.B) {
+				var r *canon.Resumer
+				if on {
+					r = canon.NewResumer(benchBudget)
+				}
+				c, h := servedCanon(r)
+				hist := agentMessages(n, 2)
+				hist[0]["content"] = "@@@@@@@@" + hist[0]["content"].(string)
+				body := agentBody(hist)
+				at := strings.Index(string(body), "@@@@@@@@")
+				var info canon.Info
+				b.SetBytes(int64(len(body)))
+				b.ReportAllocs()
+				var i uint64
+				for b.Loop() {
+					i++
+					stampBody(body, at, i)
+					h.Reset()
+					if err := c.Canonicalize(canon.Chat, body, h, &info); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
+
+// benchBudget is the Resumer's memory in the benchmarks: small enough that
+// they reach eviction's steady state.
+const benchBudget = 16 << 20
