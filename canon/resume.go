@@ -25,7 +25,7 @@ import (
 // takes the write lock.
 type Resumer struct {
 	max   int
-	every int // snapEvery; tests snapshot more often
+	every int           // snapEvery; tests snapshot more often
 	clock atomic.Uint64 // recency stamps for eviction
 
 	mu        sync.RWMutex

@@ -2,7 +2,10 @@ package canon_test
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/kvca/kvca/canon"
@@ -95,5 +98,122 @@ func TestResumeFollowups(t *testing.T) {
 		if st.Hits < uint64(len(conv)+len(conv)-1) || st.Skipped == 0 {
 			t.Fatalf("stats %+v", st)
 		}
+	}
+}
+
+// TestResumeVectors passes every test vector through a resuming
+// Canonicalizer twice (the second time resumed from the first) and each
+// vector's body grown by a message, against the vector's chain and the
+// cold path.
+func TestResumeVectors(t *testing.T) {
+	t.Parallel()
+	for _, v := range loadVectors(t) {
+		t.Run(v.Name, func(t *testing.T) {
+			api, err := canon.ParseAPI(v.API)
+			if err != nil {
+				t.Fatal(err)
+			}
+			key, err := chain.ParseKey(v.KeyHex)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := canon.New(nil)
+			r := canon.NewResumer(1 << 20)
+			canon.SetSnapEvery(r, 0)
+			c.UseResumer(r)
+			h := chain.NewHasher(key, v.BlockSize)
+			for range 2 {
+				got := canonWith(c, h, api, []byte(v.Request))
+				if got.err != nil {
+					t.Fatal(got.err)
+				}
+				var want []string
+				for _, x := range got.chain {
+					want = append(want, fmt.Sprintf("%016x", x))
+				}
+				if fmt.Sprint(want) != fmt.Sprint(v.Chain) || got.info.CBRLen != len(v.CBR) {
+					t.Fatalf("chain %v (cbr %d)\nwant %v (cbr %d)", want, got.info.CBRLen, v.Chain, len(v.CBR))
+				}
+			}
+			p := &pair{cold: canon.New(nil), warm: c, r: r, hc: chain.NewHasher(key, v.BlockSize), hw: h}
+			// The vector's body with one more message at the end of its
+			// prompt array, if it has one: resumed from the vector's.
+			req := v.Request
+			for _, name := range []string{`"messages":[`, `"input":[`} {
+				if i := strings.Index(req, name); i >= 0 {
+					if j := strings.LastIndex(req, "}]"); j > i {
+						grown := req[:j+1] + `,{"role":"user","content":"and one more thing"}` + req[j+1:]
+						p.check(t, api, []byte(grown))
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestResumeRace runs conversations on many goroutines sharing one
+// Resumer with a budget that keeps it evicting; every result must be the
+// cold one (run with -race).
+func TestResumeRace(t *testing.T) {
+	t.Parallel()
+	conv := bodies.Conversation(16, 2000)
+	cold := canon.New(nil)
+	want := make([]result, len(conv))
+	for i, b := range conv {
+		want[i] = canonWith(cold, chain.NewHasher(testKey, 64), canon.Chat, b)
+	}
+	c := canon.New(nil)
+	r := canon.NewResumer(256 << 10)
+	canon.SetSnapEvery(r, 1024)
+	c.UseResumer(r)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			h := chain.NewHasher(testKey, 64)
+			rnd := rand.New(rand.NewPCG(uint64(g), 7))
+			for range 200 {
+				i := rnd.IntN(len(conv))
+				if got := canonWith(c, h, canon.Chat, conv[i]); !equalResults(got, want[i]) {
+					t.Errorf("turn %d\n got %v\nwant %v", i, got, want[i])
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if st := r.Stats(); st.Hits == 0 || st.Bytes > 256<<10+64<<10 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestResumeNoAllocs: a request resumed from a known body (here the same
+// body again, and a follow-up to a known one whose record fits in place)
+// allocates nothing.
+func TestResumeNoAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("sync.Pool drops items under the race detector")
+	}
+	c := canon.NewWithOptions(nil, canon.Options{NoSession: true})
+	c.UseResumer(canon.NewResumer(64 << 20))
+	h := chain.NewHasher(testKey, 256)
+	body := bodies.Chat(128 << 10)
+	var info canon.Info
+	for range 3 {
+		h.Reset()
+		if err := c.Canonicalize(canon.Chat, body, h, &info); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hits := c.ResumeStats().Hits
+	if n := testing.AllocsPerRun(100, func() {
+		h.Reset()
+		if err := c.Canonicalize(canon.Chat, body, h, &info); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Fatalf("%v allocations per resumed request", n)
+	}
+	if c.ResumeStats().Hits < hits+100 {
+		t.Fatal("not resumed")
 	}
 }
