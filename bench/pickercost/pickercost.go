@@ -77,11 +77,12 @@ type Row struct {
 }
 
 // RequestsFor is the default number of requests per mode for a body
-// size: 2000 for small bodies, fewer as they grow so that each phase
-// moves about 64 MiB, and never fewer than 200 so that a phase spans
-// enough 10 ms ticks of /proc's CPU time to be read.
+// size: 4000 for small bodies, fewer as they grow so that each mode
+// sends about 128 MiB, and never fewer than 200 so that a mode spans
+// enough 10 ms ticks of /proc's CPU time to be read. The default sizes
+// take about a minute on two shared cores.
 func RequestsFor(size int) int {
-	return min(2000, max(200, (64<<20)/max(size, 1)))
+	return min(4000, max(200, (128<<20)/max(size, 1)))
 }
 
 // Engines starts n mock engines on loopback for kvca's backends. They
@@ -148,9 +149,8 @@ func Run(ctx context.Context, cfg Config, t Target, engines []*mock.Engine) ([]R
 		if n <= 0 {
 			n = RequestsFor(size)
 		}
-		var direct time.Duration
-		for mi, mode := range modes {
-			send := func(ctx context.Context, id string, conv int, body []byte) (total, pick time.Duration, err error) {
+		send := func(mode string) sendFunc {
+			return func(ctx context.Context, id string, conv int, body []byte) (total, pick time.Duration, err error) {
 				switch mode {
 				case Direct:
 					// A conversation stays on one engine, as a perfect router
@@ -163,28 +163,79 @@ func Run(ctx context.Context, cfg Config, t Target, engines []*mock.Engine) ([]R
 				}
 				return total, pick, err
 			}
-			// A warm-up of each mode's own requests opens the connections
-			// and fills the pools before anything is counted.
-			warm := phaseBodies(c, size, min(4*cfg.Concurrency, n), uint64(1000+si*10+mi))
-			if _, err := runPhase(ctx, cfg, warm, send, 0); err != nil {
-				return rows, fmt.Errorf("pickercost: %s %d B warm-up: %w", mode, size, err)
+		}
+		// A warm-up of each mode's own requests opens the connections and
+		// fills the pools before anything is counted.
+		for mi, mode := range modes {
+			warm := phaseBodies(c, size, min(4*cfg.Concurrency, n), phaseSeed(si, mi, 2))
+			if _, err := runPhase(ctx, cfg, warm, send(mode), 0); err != nil {
+				return rows, fmt.Errorf("pickercost: %s %s warm-up: %w", mode, SizeName(size), err)
 			}
-			bodies := phaseBodies(c, size, n, uint64(si*10+mi))
-			r, err := runPhase(ctx, cfg, bodies, send, t.PID)
-			if err != nil {
-				return rows, fmt.Errorf("pickercost: %s %d B: %w", mode, size, err)
+		}
+		// Each mode runs in two halves, the modes in order then in the
+		// reverse order (direct, proxy, picker, picker, proxy, direct):
+		// a machine whose other load rises or falls during the run then
+		// weighs on every mode alike, not on the last.
+		got := make([]phaseResult, len(modes))
+		bodyBytes := make([]int, len(modes))
+		for round := range 2 {
+			for k := range modes {
+				mi := k
+				if round == 1 {
+					mi = len(modes) - 1 - k
+				}
+				half := n / 2
+				if round == 1 {
+					half = n - n/2
+				}
+				bodies := phaseBodies(c, size, half, phaseSeed(si, mi, round))
+				r, err := runPhase(ctx, cfg, bodies, send(modes[mi]), t.PID)
+				if err != nil {
+					return rows, fmt.Errorf("pickercost: %s %s: %w", modes[mi], SizeName(size), err)
+				}
+				got[mi].add(r)
+				for _, b := range flatten(bodies) {
+					bodyBytes[mi] += len(b)
+				}
 			}
-			r.Size, r.Mode, r.MeanBody = size, mode, meanLen(flatten(bodies))
+		}
+		var direct time.Duration
+		for mi, mode := range modes {
+			g := got[mi]
+			r := Row{
+				Size: size, Mode: mode, Requests: len(g.lat), MeanBody: bodyBytes[mi] / max(len(g.lat), 1),
+				CPU: g.cpu / time.Duration(max(len(g.lat), 1)),
+				P50: percentile(g.lat, 50), P99: percentile(g.lat, 99), PickP50: percentile(g.picks, 50),
+			}
 			if mode == Direct {
 				direct = r.P50
 			}
 			r.Added = r.P50 - direct
-			fmt.Fprintf(cfg.Progress, "pickercost: %s, %d requests of %d B on average: p50 %v, kvca CPU %v/request\n",
-				mode, r.Requests, r.MeanBody, r.P50.Round(time.Microsecond), r.CPU.Round(time.Microsecond))
+			fmt.Fprintf(cfg.Progress, "pickercost: %s %s, %d requests of %d B on average: p50 %v, kvca CPU %v/request\n",
+				SizeName(size), mode, r.Requests, r.MeanBody, r.P50.Round(time.Microsecond), r.CPU.Round(time.Microsecond))
 			rows = append(rows, r)
 		}
 	}
 	return rows, nil
+}
+
+// phaseSeed keeps the conversations of each size, mode and round (2:
+// the warm-up) apart from every other's, so that no phase finds another's
+// prefixes in kvca's tables and memo.
+func phaseSeed(size, mode, round int) uint64 {
+	return uint64(size*100 + mode*10 + round)
+}
+
+// phaseResult is what one or more phases of a mode measured.
+type phaseResult struct {
+	lat, picks []time.Duration
+	cpu        time.Duration // kvca's, over the phases
+}
+
+func (p *phaseResult) add(q phaseResult) {
+	p.lat = append(p.lat, q.lat...)
+	p.picks = append(p.picks, q.picks...)
+	p.cpu += q.cpu
 }
 
 // phaseBodies are n requests' bodies as conversations of turns requests,
@@ -217,16 +268,13 @@ type sendFunc func(ctx context.Context, id string, conv int, body []byte) (total
 
 // runPhase sends every conversation's turns in order, Concurrency
 // conversations at once, and returns the latencies and, when pid is not
-// 0, the process's CPU time per request over the phase.
-func runPhase(ctx context.Context, cfg Config, convs [][][]byte, send sendFunc, pid int) (Row, error) {
+// 0, the process's CPU time over the phase.
+func runPhase(ctx context.Context, cfg Config, convs [][][]byte, send sendFunc, pid int) (phaseResult, error) {
 	var cpu0 time.Duration
 	if pid != 0 {
-		// The previous phase's last streams end on kvca's side a moment
-		// after the bench saw them: let that work land before the start.
-		time.Sleep(100 * time.Millisecond)
 		var err error
-		if cpu0, err = processCPU(pid); err != nil {
-			return Row{}, err
+		if cpu0, err = settle(ctx, pid); err != nil {
+			return phaseResult{}, err
 		}
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -270,21 +318,45 @@ func runPhase(ctx context.Context, cfg Config, convs [][][]byte, send sendFunc, 
 	}
 	wg.Wait()
 	if firstErr != nil {
-		return Row{}, firstErr
+		return phaseResult{}, firstErr
 	}
 	if err := ctx.Err(); err != nil {
-		return Row{}, err
+		return phaseResult{}, err
 	}
-	r := Row{Requests: len(lat), P50: percentile(lat, 50), P99: percentile(lat, 99), PickP50: percentile(picks, 50)}
+	r := phaseResult{lat: lat, picks: picks}
 	if pid != 0 {
-		time.Sleep(100 * time.Millisecond) // as at the start: both ends alike
-		cpu1, err := processCPU(pid)
+		cpu1, err := settle(ctx, pid)
 		if err != nil {
-			return Row{}, err
+			return phaseResult{}, err
 		}
-		r.CPU = (cpu1 - cpu0) / time.Duration(max(len(lat), 1))
+		r.cpu = cpu1 - cpu0
 	}
 	return r, nil
+}
+
+// settle waits until the process's CPU time stops growing and returns
+// it. After a phase kvca still works a moment (streams ending on its side
+// after the bench saw them, the collection of the phase's garbage): that
+// work is the phase's, and must not land in the next one. Bounded: on a
+// process that never idles it gives up after two seconds.
+func settle(ctx context.Context, pid int) (time.Duration, error) {
+	last, err := processCPU(pid)
+	if err != nil {
+		return 0, err
+	}
+	for range 20 {
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		now, err := processCPU(pid)
+		if err != nil || now == last {
+			return now, err
+		}
+		last = now
+	}
+	return last, nil
 }
 
 // post sends body and reads the whole answer, which must be a 200.

@@ -64,7 +64,7 @@ func TestPercentileAndRequests(t *testing.T) {
 	if percentile(nil, 50) != 0 || d[0] != 100 {
 		t.Error("percentile of nothing is not 0, or it sorted its input")
 	}
-	for size, want := range map[int]int{1 << 10: 2000, 128 << 10: 512, 512 << 10: 200} {
+	for size, want := range map[int]int{1 << 10: 4000, 128 << 10: 1024, 512 << 10: 256, 2 << 20: 200} {
 		if n := RequestsFor(size); n != want {
 			t.Errorf("RequestsFor(%d) = %d, want %d", size, n, want)
 		}

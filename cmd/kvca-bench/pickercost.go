@@ -34,7 +34,7 @@ non-zero if any request failed.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "kvca", Value: "bin/kvca", Usage: "the kvca binary to measure", EnvVars: env("kvca")},
 			&cli.StringFlag{Name: "sizes", Value: "1KB,128KB,512KB", Usage: "comma-separated mean request body sizes (B, KB, MB)", EnvVars: env("sizes")},
-			&cli.IntFlag{Name: "requests", Usage: "requests per size and mode; 0: 2000 for small bodies, fewer as they grow (about 64 MiB a phase, at least 200)", EnvVars: env("requests")},
+			&cli.IntFlag{Name: "requests", Usage: "requests per size and mode; 0: 4000 for small bodies, fewer as they grow (about 128 MiB a mode, at least 200)", EnvVars: env("requests")},
 			&cli.IntFlag{Name: "concurrency", Value: 8, Usage: "requests in flight at once", EnvVars: env("concurrency")},
 			&cli.IntFlag{Name: "engines", Value: 3, Usage: "mock engines behind kvca", EnvVars: env("engines")},
 			&cli.GenericFlag{Name: "timeout", Value: cliflag.Duration(30 * time.Second), Usage: "bound on one request", EnvVars: env("timeout")},
