@@ -221,7 +221,7 @@ func TestAccessLogQueueWait(t *testing.T) {
 	logs := &testkit.LogBuffer{}
 	s, d := startRawProxy(t, edgeModes[0], logs, func(c *Config) {
 		c.Backends = []string{b.url("")}
-		c.MaxInflightPerBackend = 1
+		c.Admission.MaxInflightPerBackend = 1
 	})
 	req := func(id, class string, n int) string {
 		body := conversation(n, 0, false)

@@ -55,7 +55,7 @@ func TestAdmissionQueuesByPriority(t *testing.T) {
 	t.Parallel()
 	b := newTestBackend(t, "a")
 	release := b.holdAnswers(t)
-	s := startProxy(t, func(c *Config) { c.MaxInflightPerBackend = 1 }, b)
+	s := startProxy(t, func(c *Config) { c.Admission.MaxInflightPerBackend = 1 }, b)
 	var wg sync.WaitGroup
 	send := func(id int, class string) {
 		wg.Add(1)
@@ -100,14 +100,14 @@ func TestAdmissionSheds(t *testing.T) {
 		mod  func(*Config)
 		code string
 	}{
-		{"queue full", func(c *Config) { c.QueueSize = 0 }, "queue_full"},
-		{"queue timeout", func(c *Config) { c.QueueTimeout = 100 * time.Millisecond }, "queue_timeout"},
+		{"queue full", func(c *Config) { c.Admission.QueueSize = 0 }, "queue_full"},
+		{"queue timeout", func(c *Config) { c.Admission.QueueTimeout = 100 * time.Millisecond }, "queue_timeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			b := newTestBackend(t, "a")
 			release := b.holdAnswers(t) // the first request keeps the one slot
-			s := startProxy(t, func(c *Config) { c.MaxInflightPerBackend = 1; tc.mod(c) }, b)
+			s := startProxy(t, func(c *Config) { c.Admission.MaxInflightPerBackend = 1; tc.mod(c) }, b)
 			first := make(chan struct{})
 			go func() {
 				defer close(first)
@@ -143,7 +143,7 @@ func TestAdmissionClientLeavesWhileQueued(t *testing.T) {
 	t.Parallel()
 	b := newTestBackend(t, "a")
 	release := b.holdAnswers(t)
-	s := startProxy(t, func(c *Config) { c.MaxInflightPerBackend = 1 }, b)
+	s := startProxy(t, func(c *Config) { c.Admission.MaxInflightPerBackend = 1 }, b)
 	first := make(chan struct{})
 	go func() {
 		defer close(first)
@@ -185,8 +185,8 @@ func TestAdmissionPrefillBound(t *testing.T) {
 	})
 	s, d := startRawProxy(t, edgeModes[0], nil, func(c *Config) {
 		c.Backends = []string{b.url("")}
-		c.MaxInflightPerBackend = 4
-		c.QueueMaxPrefill = time.Millisecond
+		c.Admission.MaxInflightPerBackend = 4
+		c.Admission.QueueMaxPrefill = time.Millisecond
 		c.TTFT = sched.TTFTConfig{BlockTime: time.Millisecond, Base: time.Millisecond}
 	})
 	req := func(body string) string {
@@ -223,9 +223,9 @@ func TestAdmissionHighPreempts(t *testing.T) {
 		e := startEngine(t, mock.Config{MaxSeqs: 1, Priority: true, DecodePerToken: 20 * time.Millisecond})
 		s := startProxy(t, func(c *Config) {
 			c.Backends = []string{e.URL()}
-			c.MaxInflightPerBackend = 1
-			c.QueueTimeout = 20 * time.Second
-			c.QueueHighPreempts = preempts
+			c.Admission.MaxInflightPerBackend = 1
+			c.Admission.QueueTimeout = 20 * time.Second
+			c.Admission.QueueHighPreempts = preempts
 		})
 		resp, err := client.Post("http://"+s.Addr()+"/v1/chat/completions", "application/json", strings.NewReader(mockChat(1, 0, true, 30)))
 		if err != nil {
@@ -282,7 +282,7 @@ func TestAdmissionTenantFromHeaderOrUser(t *testing.T) {
 	t.Parallel()
 	b := newTestBackend(t, "a")
 	release := b.holdAnswers(t)
-	s := startProxy(t, func(c *Config) { c.MaxInflightPerBackend = 1 }, b)
+	s := startProxy(t, func(c *Config) { c.Admission.MaxInflightPerBackend = 1 }, b)
 	var wg sync.WaitGroup
 	send := func(id int, user, header string) {
 		body := strings.Replace(conversation(id, 0, false), "{", `{"user":"`+user+`",`, 1)

@@ -99,33 +99,8 @@ type Config struct {
 	// backend URL's authority (--preserve-host).
 	PreserveHost bool
 
-	// Admission (docs/admission.md): MaxInflightPerBackend > 0 bounds the
-	// requests in flight on each backend; beyond, requests wait in one
-	// queue of QueueSize for at most QueueTimeout, served by priority
-	// class and fairly across tenants.
-	MaxInflightPerBackend int
-	QueueSize             int
-	QueueTimeout          time.Duration
-	QueueHolderWait       time.Duration
-	QueueStarvationLimit  int
-	QueueEngineAware      bool
-	// QueueMaxPrefill bounds the prefill a request finds waiting ahead of
-	// it on a backend (high priority excepted); 0: no bound.
-	QueueMaxPrefill time.Duration
-	// QueueHighReserve is how many of each backend's slots only high
-	// priority may take; 0: none.
-	QueueHighReserve int
-	// QueueTenantReserve is how many of the fleet's free slots a tenant
-	// holding at least half the busiest one's slots may not take while the
-	// queue sheds (admit.Config.TenantReserve); 0: none.
-	QueueTenantReserve int
-	// QueueHighPool is how many of the fleet's free slots only high
-	// priority may take (admit.Config.HighPool); 0: none.
-	QueueHighPool int
-	// QueueHighPreempts says the engines preempt a running lower-priority
-	// sequence for a high-priority one: high priority may then go past
-	// MaxInflightPerBackend (admit.Config.HighPreempts).
-	QueueHighPreempts bool
+	// Admission: its settings (docs/admission.md).
+	Admission admit.Settings
 
 	// The front door (docs/frontdoor.md): APIKeys is the keys file
 	// (--api-keys; empty: no keys asked, no quotas); BackendAPIKey is
@@ -216,11 +191,7 @@ func DefaultConfig() Config {
 		HeaderTimeout:         10 * time.Second,
 		ClientReadTimeout:     30 * time.Second,
 		MaxClientConns:        10000,
-		QueueSize:             admit.DefaultQueueSize,
-		QueueTimeout:          admit.DefaultQueueTimeout,
-		QueueHolderWait:       admit.DefaultHolderWait,
-		QueueStarvationLimit:  admit.DefaultStarvationLimit,
-		QueueTenantReserve:    admit.DefaultTenantReserve,
+		Admission:             admit.DefaultSettings(),
 		ClientIdleTimeout:     2 * time.Minute,
 		MaxConnsPerBackend:    1024,
 		TTFT:                  sched.TTFTConfig{ResidentEpsilon: sched.DefaultResidentEpsilon},
@@ -402,11 +373,8 @@ func (c *Config) Validate() error {
 	if c.HeaderTimeout == 0 {
 		c.HeaderTimeout = d.HeaderTimeout
 	}
-	if c.MaxInflightPerBackend < 0 || c.QueueSize < 0 || c.QueueTimeout < 0 || c.QueueHolderWait < 0 || c.QueueStarvationLimit < 0 || c.QueueMaxPrefill < 0 || c.QueueHighReserve < 0 || c.QueueTenantReserve < 0 || c.QueueHighPool < 0 {
-		return fmt.Errorf("--max-inflight-per-backend, --queue-size, --queue-timeout, --queue-holder-wait, --queue-starvation-limit, --queue-max-prefill, --queue-high-reserve, --queue-tenant-reserve and --queue-high-pool must not be negative")
-	}
-	if c.MaxInflightPerBackend > 0 && c.QueueHighReserve >= c.MaxInflightPerBackend {
-		return fmt.Errorf("--queue-high-reserve must be below --max-inflight-per-backend")
+	if err := c.Admission.Validate(); err != nil {
+		return err
 	}
 	if c.MaxClientConns < 0 {
 		return fmt.Errorf("--max-client-conns must not be negative (0: no bound)")

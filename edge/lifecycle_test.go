@@ -129,7 +129,7 @@ func TestLifecycleFollowupSticks(t *testing.T) {
 // frees it sends it on; a client that leaves the queue leaves it.
 func TestLifecycleQueue(t *testing.T) {
 	t.Parallel()
-	s := offlineCore(t, 1, func(c *Config) { c.MaxInflightPerBackend = 1; c.QueueSize = 4 })
+	s := offlineCore(t, 1, func(c *Config) { c.Admission.MaxInflightPerBackend = 1; c.Admission.QueueSize = 4 })
 	body := conversation(3, 0, false)
 	first := drive(t, s, body, []lifeStep{{"received", actPlan}, {"plan", actTry}, {"try", actSend}})
 	woke := make(chan uint64, 1)

@@ -168,7 +168,7 @@ func TestPickerCancelled(t *testing.T) {
 // the next is picked.
 func TestPickerSheds(t *testing.T) {
 	t.Parallel()
-	s := offlineCore(t, 1, func(c *Config) { c.MaxInflightPerBackend = 1; c.QueueSize = 0 })
+	s := offlineCore(t, 1, func(c *Config) { c.Admission.MaxInflightPerBackend = 1; c.Admission.QueueSize = 0 })
 	p := s.Picker()
 	first := p.Begin(chatHeaders())
 	first.Body([]byte(conversation(16, 2, false)), true)

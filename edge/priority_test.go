@@ -18,7 +18,7 @@ func TestAdmissionClassFromBodyPriority(t *testing.T) {
 	t.Parallel()
 	b := newTestBackend(t, "a")
 	release := b.holdAnswers(t)
-	s := startProxy(t, func(c *Config) { c.MaxInflightPerBackend = 1 }, b)
+	s := startProxy(t, func(c *Config) { c.Admission.MaxInflightPerBackend = 1 }, b)
 	var wg sync.WaitGroup
 	send := func(id int, priority, header string) {
 		body := conversation(id, 0, false)

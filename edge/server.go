@@ -185,10 +185,7 @@ func New(cfg Config) (*Server, error) {
 	s.m.set.RegisterMetricsWriter(s.threads.WritePrometheus)
 	s.m.set.RegisterMetricsWriter(s.sessions.WritePrometheus)
 	s.m.set.NewGauge(fmt.Sprintf(`kvca_build_info{version=%q,goversion=%q}`, cmp.Or(cfg.Version, "dev"), runtime.Version()), func() float64 { return 1 })
-	s.adm, err = admit.New(admit.Config{Backends: backends, MaxInflight: cfg.MaxInflightPerBackend,
-		QueueSize: cfg.QueueSize, QueueTimeout: cfg.QueueTimeout, HolderWait: cfg.QueueHolderWait, MaxPrefill: cfg.QueueMaxPrefill,
-		HighReserve: cfg.QueueHighReserve, TenantReserve: cfg.QueueTenantReserve, HighPool: cfg.QueueHighPool, HighPreempts: cfg.QueueHighPreempts,
-		StarvationLimit: cfg.QueueStarvationLimit, EngineAware: cfg.QueueEngineAware, Metrics: s.m.set})
+	s.adm, err = admit.New(cfg.Admission.Config(backends, s.m.set))
 	if err != nil {
 		return nil, err
 	}

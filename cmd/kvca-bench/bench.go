@@ -46,15 +46,15 @@ func proxyFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "proxy-process", Usage: "run each proxy as a `kvca serve` child process (exact proxy CPU per request)", EnvVars: env("proxy-process")},
 		&cli.StringFlag{Name: "kvca", Usage: "with --proxy-process: the kvca `BINARY` (default: kvca beside this executable, else on PATH)", EnvVars: env("kvca")},
 		&cli.IntFlag{Name: "max-inflight-per-backend", Usage: "proxy: requests in flight on each backend at most, the rest wait in kvca's admission queue (0: no limit, no queue)", EnvVars: env("max-inflight-per-backend")},
-		&cli.IntFlag{Name: "queue-size", Value: d.QueueSize, Usage: "proxy: requests the admission queue holds at most", EnvVars: env("queue-size")},
-		&cli.GenericFlag{Name: "queue-timeout", Value: cliflag.Duration(d.QueueTimeout), Usage: "proxy: longest wait in the admission queue (before --time-scale)", EnvVars: env("queue-timeout")},
+		&cli.IntFlag{Name: "queue-size", Value: d.Admission.QueueSize, Usage: "proxy: requests the admission queue holds at most", EnvVars: env("queue-size")},
+		&cli.GenericFlag{Name: "queue-timeout", Value: cliflag.Duration(d.Admission.QueueTimeout), Usage: "proxy: longest wait in the admission queue (before --time-scale)", EnvVars: env("queue-timeout")},
 		&cli.GenericFlag{Name: "queue-max-prefill", Value: cliflag.Duration(0), Usage: "proxy: the prefill a request may find waiting ahead of it on a backend, high priority excepted (before --time-scale; 0: no bound)", EnvVars: env("queue-max-prefill")},
 		&cli.IntFlag{Name: "queue-high-reserve", Usage: "proxy: of each backend's slots, how many only high-priority requests may take", EnvVars: env("queue-high-reserve")},
-		&cli.IntFlag{Name: "queue-tenant-reserve", Value: d.QueueTenantReserve, Usage: "proxy: while the queue sheds, how many of the fleet's free slots the tenants holding at least half the busiest one's slots may not take while a lighter tenant holds slots", EnvVars: env("queue-tenant-reserve")},
+		&cli.IntFlag{Name: "queue-tenant-reserve", Value: d.Admission.QueueTenantReserve, Usage: "proxy: while the queue sheds, how many of the fleet's free slots the tenants holding at least half the busiest one's slots may not take while a lighter tenant holds slots", EnvVars: env("queue-tenant-reserve")},
 		&cli.IntFlag{Name: "queue-high-pool", Usage: "proxy: of the fleet's free slots, how many only high-priority requests may take", EnvVars: env("queue-high-pool")},
 		&cli.BoolFlag{Name: "queue-high-preempts", Usage: "proxy: the engines preempt for high priority, which may then go past --max-inflight-per-backend (pair with --engine-priority)", EnvVars: env("queue-high-preempts")},
-		&cli.GenericFlag{Name: "queue-holder-wait", Value: cliflag.Duration(d.QueueHolderWait), Usage: "proxy: how long a follow-up waits for a holder of its prefix (before --time-scale)", EnvVars: env("queue-holder-wait")},
-		&cli.IntFlag{Name: "queue-starvation-limit", Value: d.QueueStarvationLimit, Usage: "proxy: grants to higher classes a waiting class may be passed over by in a row", EnvVars: env("queue-starvation-limit")},
+		&cli.GenericFlag{Name: "queue-holder-wait", Value: cliflag.Duration(d.Admission.QueueHolderWait), Usage: "proxy: how long a follow-up waits for a holder of its prefix (before --time-scale)", EnvVars: env("queue-holder-wait")},
+		&cli.IntFlag{Name: "queue-starvation-limit", Value: d.Admission.QueueStarvationLimit, Usage: "proxy: grants to higher classes a waiting class may be passed over by in a row", EnvVars: env("queue-starvation-limit")},
 		&cli.BoolFlag{Name: "queue-engine-aware", Usage: "proxy: lower a backend's admission limit while its engine reports a queue", EnvVars: env("queue-engine-aware")},
 	}, ttftflag.Flags(env)...)
 }
@@ -235,17 +235,17 @@ func proxyFactory(c *cli.Context, timeScale float64) run.ProxyFactory {
 		cfg.EngineMetrics = c.Bool("engine-metrics") && !offTelemetry
 		cfg.EngineMetricsInterval = interval
 		cfg.TTFT = ttftflag.From(c, timeScale)
-		cfg.MaxInflightPerBackend = c.Int("max-inflight-per-backend")
-		cfg.QueueSize = c.Int("queue-size")
-		cfg.QueueTimeout = scaled("queue-timeout")
-		cfg.QueueHolderWait = scaled("queue-holder-wait")
-		cfg.QueueMaxPrefill = scaled("queue-max-prefill")
-		cfg.QueueHighReserve = c.Int("queue-high-reserve")
-		cfg.QueueTenantReserve = c.Int("queue-tenant-reserve")
-		cfg.QueueHighPool = c.Int("queue-high-pool")
-		cfg.QueueHighPreempts = c.Bool("queue-high-preempts")
-		cfg.QueueStarvationLimit = c.Int("queue-starvation-limit")
-		cfg.QueueEngineAware = c.Bool("queue-engine-aware")
+		cfg.Admission.MaxInflightPerBackend = c.Int("max-inflight-per-backend")
+		cfg.Admission.QueueSize = c.Int("queue-size")
+		cfg.Admission.QueueTimeout = scaled("queue-timeout")
+		cfg.Admission.QueueHolderWait = scaled("queue-holder-wait")
+		cfg.Admission.QueueMaxPrefill = scaled("queue-max-prefill")
+		cfg.Admission.QueueHighReserve = c.Int("queue-high-reserve")
+		cfg.Admission.QueueTenantReserve = c.Int("queue-tenant-reserve")
+		cfg.Admission.QueueHighPool = c.Int("queue-high-pool")
+		cfg.Admission.QueueHighPreempts = c.Bool("queue-high-preempts")
+		cfg.Admission.QueueStarvationLimit = c.Int("queue-starvation-limit")
+		cfg.Admission.QueueEngineAware = c.Bool("queue-engine-aware")
 		if n := c.Int("replicas"); n > 1 {
 			return startReplicas(cfg, n, !c.Bool("no-cluster"))
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/kvca/kvca/internal/cliflag"
 	"github.com/kvca/kvca/internal/ttftflag"
 
+	"github.com/kvca/kvca/admit"
 	"github.com/kvca/kvca/edge"
 	"github.com/kvca/kvca/sched"
 )
@@ -28,7 +29,7 @@ func env(flag string) []string {
 
 func serveFlags() []cli.Flag {
 	d := edge.DefaultConfig()
-	return []cli.Flag{
+	return append(append([]cli.Flag{
 		&cli.StringFlag{Name: "listen", Value: d.Listen, Usage: "public listener `ADDR`", EnvVars: env("listen")},
 		&cli.StringSliceFlag{Name: "backend", Usage: "backend base `URL` (repeatable), e.g. http://10.0.0.5:8000", EnvVars: env("backend")},
 		&cli.StringFlag{Name: "admin-listen", Value: d.AdminListen, Usage: "admin listener `ADDR` (metrics, state, KDN API); keep it private, empty disables", EnvVars: env("admin-listen")},
@@ -55,17 +56,7 @@ func serveFlags() []cli.Flag {
 		&cli.GenericFlag{Name: "drain-delay", Value: cliflag.Duration(0), Usage: "on SIGTERM, fail /ready for this long while serving as usual, then stop accepting and drain (for load balancers that are not Kubernetes)", EnvVars: env("drain-delay")},
 		&cli.GenericFlag{Name: "header-timeout", Value: cliflag.Duration(d.HeaderTimeout), Usage: "cut clients that take longer than this to send a request head (408)", EnvVars: env("header-timeout")},
 		&cli.IntFlag{Name: "max-client-conns", Value: d.MaxClientConns, Usage: "open client connections at most; new ones beyond it are closed at once (0: no bound)", EnvVars: env("max-client-conns")},
-		&cli.IntFlag{Name: "max-inflight-per-backend", Usage: "requests in flight on each backend at most; beyond, requests wait in kvca's admission queue (0: no limit, no queue)", EnvVars: env("max-inflight-per-backend")},
-		&cli.IntFlag{Name: "queue-size", Value: d.QueueSize, Usage: "requests the admission queue holds at most (429 beyond)", EnvVars: env("queue-size")},
-		&cli.GenericFlag{Name: "queue-timeout", Value: cliflag.Duration(d.QueueTimeout), Usage: "longest wait in the admission queue (429 after)", EnvVars: env("queue-timeout")},
-		&cli.GenericFlag{Name: "queue-max-prefill", Value: cliflag.Duration(0), Usage: "a backend takes no request but of high priority while the prefill of kvca's requests there not yet at their first byte would take longer than this, at its learned rate (0: no bound)", EnvVars: env("queue-max-prefill")},
-		&cli.IntFlag{Name: "queue-high-reserve", Usage: "of each backend's --max-inflight-per-backend slots, how many only high-priority requests may take (0: none)", EnvVars: env("queue-high-reserve")},
-		&cli.IntFlag{Name: "queue-tenant-reserve", Value: d.QueueTenantReserve, Usage: "while the admission queue sheds, how many of the fleet's free slots the tenants holding at least half the busiest tenant's slots may not take while a lighter tenant holds slots: they are kept for the lighter tenants' next requests (0: none)", EnvVars: env("queue-tenant-reserve")},
-		&cli.IntFlag{Name: "queue-high-pool", Usage: "of the fleet's free slots, how many only high-priority requests may take: other classes wait while no more are free, so that a high-priority request finds a slot at once under overload (0: none)", EnvVars: env("queue-high-pool")},
-		&cli.BoolFlag{Name: "queue-high-preempts", Usage: "the engines preempt a running lower-priority sequence for a high-priority request (SGLang's --enable-priority-scheduling, the priority in the body's priority field): a high-priority request may go past --max-inflight-per-backend on a backend while fewer than that many high-priority requests are in flight there", EnvVars: env("queue-high-preempts")},
-		&cli.GenericFlag{Name: "queue-holder-wait", Value: cliflag.Duration(d.QueueHolderWait), Usage: "how long a normal or low priority follow-up waits for a holder of its prefix before any backend with room may take it", EnvVars: env("queue-holder-wait")},
-		&cli.IntFlag{Name: "queue-starvation-limit", Value: d.QueueStarvationLimit, Usage: "a waiting priority class is passed over by at most this many grants to higher classes in a row", EnvVars: env("queue-starvation-limit")},
-		&cli.BoolFlag{Name: "queue-engine-aware", Usage: "lower a backend's admission limit while its engine reports a queue of its own (needs engine telemetry)", EnvVars: env("queue-engine-aware")},
+	}, admit.Flags(env)...), []cli.Flag{
 		&cli.StringFlag{Name: "api-keys", Usage: "require an API key from clients, from this keys `FILE` (lines: sha256:<hex> tenant=<name> [rpm=<n>] [tpm=<n>]; kvca keys hash prints one); re-read when it changes and on SIGHUP", EnvVars: env("api-keys")},
 		&cli.StringFlag{Name: "backend-api-key", Usage: "send this `KEY` to backends as Authorization: Bearer (engines started with --api-key); clients' credentials never reach backends when it or --api-keys is set", EnvVars: env("backend-api-key")},
 		&cli.StringFlag{Name: "otlp-endpoint", Usage: "export OpenTelemetry traces to this OTLP/HTTP `URL` (e.g. http://127.0.0.1:4318/v1/traces); empty: tracing off", EnvVars: env("otlp-endpoint")},
@@ -92,7 +83,7 @@ func serveFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "cache-check", Value: true, Usage: "read every answer's cached-token count (usage.prompt_tokens_details.cached_tokens, cache_read_input_tokens, timings.cache_n) and check the prediction: locations an engine evicted are dropped", EnvVars: env("cache-check")},
 		&cli.BoolFlag{Name: "route-header", Usage: "add X-Kvca-Route to answers: phase, rule, predicted cached blocks, backend (tells clients about the fleet)", EnvVars: env("route-header")},
 		&cli.BoolFlag{Name: "pprof", Usage: "serve /debug/pprof on the admin listener", EnvVars: env("pprof")},
-	}
+	}...)
 }
 
 func serveCommand() *cli.Command {
@@ -318,17 +309,7 @@ func configFrom(c *cli.Context) edge.Config {
 		BackendAPIKey:         c.String("backend-api-key"),
 		OTLPEndpoint:          c.String("otlp-endpoint"),
 		TraceSampleRatio:      c.Float64("trace-sample-ratio"),
-		MaxInflightPerBackend: c.Int("max-inflight-per-backend"),
-		QueueSize:             c.Int("queue-size"),
-		QueueTimeout:          c.Duration("queue-timeout"),
-		QueueHolderWait:       c.Duration("queue-holder-wait"),
-		QueueMaxPrefill:       c.Duration("queue-max-prefill"),
-		QueueHighReserve:      c.Int("queue-high-reserve"),
-		QueueTenantReserve:    c.Int("queue-tenant-reserve"),
-		QueueHighPool:         c.Int("queue-high-pool"),
-		QueueHighPreempts:     c.Bool("queue-high-preempts"),
-		QueueStarvationLimit:  c.Int("queue-starvation-limit"),
-		QueueEngineAware:      c.Bool("queue-engine-aware"),
+		Admission:             admit.SettingsFrom(c),
 		MaxConnsPerBackend:    c.Int("max-conns-per-backend"),
 		Loops:                 c.Int("loops"),
 		Pprof:                 c.Bool("pprof"),
