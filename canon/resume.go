@@ -33,7 +33,9 @@ type Resumer struct {
 	bytes     int
 	nodes     int
 	snaps     int
-	leaves    []*rzNode // eviction scratch
+	leaves    []*rzNode           // eviction scratch
+	free      [rzClasses][][]byte // recycled buffers by class (resumebuf.go)
+	freeBytes int
 	hits      atomic.Uint64
 	misses    atomic.Uint64
 	skipped   atomic.Uint64 // raw body bytes not parsed thanks to a hit
@@ -116,6 +118,7 @@ type rzRoot struct {
 // below len never change once published.
 type rzNode struct {
 	seg    []byte
+	own    bool // seg is a whole buffer of its own (never split)
 	start  int
 	parent *rzNode
 	kids   []*rzNode

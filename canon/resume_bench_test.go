@@ -142,4 +142,4 @@ func BenchmarkResumeCold(b *testing.B) {
 
 // benchBudget is the Resumer's memory in the benchmarks: small enough that
 // they reach eviction's steady state.
-const benchBudget = 16 << 20
+const benchBudget = 64 << 20

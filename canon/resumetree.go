@@ -157,10 +157,19 @@ func (r *Resumer) record(api API, tag uint64, body []byte, p *rzPath, caps []rzC
 		if len(last.kids) == 0 && last != root {
 			// The common case, a conversation's next turn: grow its leaf.
 			old := cap(last.seg)
+			if add := end - p.matched; len(last.seg)+add > cap(last.seg) {
+				// Grow by doubling (amortised: a conversation's turns add
+				// little each), into a recycled buffer.
+				b := append(r.newBuf(max(2*len(last.seg), len(last.seg)+add)), last.seg...)
+				if last.own {
+					r.putBuf(last.seg)
+				}
+				last.seg, last.own = b, true
+			}
 			last.seg = append(last.seg, body[p.matched:end]...)
 			r.bytes += cap(last.seg) - old
 		} else {
-			leaf := &rzNode{seg: bytes.Clone(body[p.matched:end]), start: p.matched, parent: last}
+			leaf := &rzNode{seg: append(r.newBuf(end-p.matched), body[p.matched:end]...), own: true, start: p.matched, parent: last}
 			last.kids = append(last.kids, leaf)
 			p.nodes = append(p.nodes, leaf)
 			p.epochs = append(p.epochs, 0)
@@ -174,6 +183,21 @@ func (r *Resumer) record(api API, tag uint64, body []byte, p *rzPath, caps []rzC
 			priority: bytes.Clone(info.Priority), cacheKey: info.CacheKey, userKey: info.UserKey}
 		r.bytes += v.size()
 	}
+	// One allocation each for the snapshots, their hashes and their
+	// partial blocks, however many boundaries the body had.
+	nd, np := 0, 0
+	lo := 0
+	if prev != nil {
+		lo = prev.blocks
+	}
+	for i := range caps {
+		nd += caps[i].blocks - lo
+		lo = caps[i].blocks
+		np += caps[i].pLen
+	}
+	batch := make([]rzSnap, len(caps))
+	deltas := make([]uint64, 0, max(nd, 0))
+	partials := make([]byte, 0, np)
 	ni := 0
 	for i := range caps {
 		c := &caps[i]
@@ -187,13 +211,11 @@ func (r *Resumer) record(api API, tag uint64, body []byte, p *rzPath, caps []rzC
 		if c.off <= n.start {
 			continue // at the root's start: nothing to resume
 		}
-		j, found := slices.BinarySearchFunc(n.snaps, c.off, func(s *rzSnap, off int) int { return cmp.Compare(s.off, off) })
-		for ; found && j < len(n.snaps) && n.snaps[j].off == c.off; j++ {
-			if n.snaps[j].v == v {
-				break
-			}
+		j, _ := slices.BinarySearchFunc(n.snaps, c.off, func(s *rzSnap, off int) int { return cmp.Compare(s.off, off) })
+		for j < len(n.snaps) && n.snaps[j].off == c.off && n.snaps[j].v != v {
+			j++
 		}
-		if j < len(n.snaps) && n.snaps[j].off == c.off && n.snaps[j].v == v {
+		if j < len(n.snaps) && n.snaps[j].off == c.off {
 			prev = n.snaps[j] // remembered already: the same state
 			continue
 		}
@@ -201,8 +223,12 @@ func (r *Resumer) record(api API, tag uint64, body []byte, p *rzPath, caps []rzC
 		if prev != nil {
 			lo = prev.blocks
 		}
-		s := &rzSnap{off: c.off, prev: prev, blocks: c.blocks, delta: slices.Clone(chain[lo:c.blocks]),
-			partial: bytes.Clone(parts[c.pOff : c.pOff+c.pLen]), v: v,
+		d0, p0 := len(deltas), len(partials)
+		deltas = append(deltas, chain[lo:c.blocks]...)
+		partials = append(partials, parts[c.pOff:c.pOff+c.pLen]...)
+		s := &batch[i]
+		*s = rzSnap{off: c.off, prev: prev, blocks: c.blocks, delta: deltas[d0:len(deltas):len(deltas)],
+			partial: partials[p0:len(partials):len(partials)], v: v,
 			followup: c.followup, sessionSet: c.sessionSet, messages: c.messages, session: c.session,
 			firstHash: c.firstHash, total: c.total}
 		n.snaps = slices.Insert(n.snaps, j, s)
@@ -235,16 +261,18 @@ func (r *Resumer) split(n *rzNode, m int) {
 	lower.snaps = slices.Clone(n.snaps[cut:])
 	n.snaps = n.snaps[:cut:cut]
 	n.seg = n.seg[:m:m] // never appended to in place: lower owns the rest
+	n.own = false       // nor recycled: the buffer is shared
 	n.kids = []*rzNode{lower}
 	n.epoch++
 	r.nodes++
 	r.bytes += rzNodeOverhead
 }
 
-// evict drops the least recently used leaves until an eighth of the
-// budget is free (under the write lock).
+// evict drops the least recently used leaves until a sixteenth of the
+// budget is free (under the write lock): few enough that their buffers
+// fit the free lists, which new bodies then reuse.
 func (r *Resumer) evict() {
-	target := r.max - r.max/8
+	target := r.max - r.max/16
 	for r.bytes > target {
 		r.leaves = r.leaves[:0]
 		for _, t := range r.roots {
@@ -292,6 +320,10 @@ func (r *Resumer) drop(l *rzNode) {
 		}
 	}
 	r.bytes -= rzNodeOverhead + cap(l.seg)
+	if l.own {
+		r.putBuf(l.seg)
+	}
+	l.seg = nil
 	r.nodes--
 	l.dead = true
 	l.epoch++
