@@ -226,6 +226,12 @@ type Options struct {
 	// cannot be guessed from their hashes. Replicas that share session
 	// bindings must use the same key (kvca serve passes --hash-key).
 	HashKey [2]uint64
+	// ResumeMemoBytes, if positive, gives the Canonicalizer a Resumer of
+	// that budget (--resume-memo-bytes): a body that repeats an earlier
+	// one's raw bytes is then canonicalised and hashed only from the last
+	// message boundary they share, when its sink is a ResumableSink (a
+	// chain.Hasher). The CBR, chain and Info are the same either way.
+	ResumeMemoBytes int
 }
 
 // New returns a Canonicalizer that drops generationOnly plus extraExclude
@@ -237,7 +243,7 @@ func New(extraExclude []string) *Canonicalizer {
 // NewWithOptions is New with opt.
 func NewWithOptions(extraExclude []string, opt Options) *Canonicalizer {
 	c := &Canonicalizer{exclude: make(map[string]struct{}, len(generationOnly)+len(extraExclude)), noSession: opt.NoSession,
-		k0: opt.HashKey[0], k1: opt.HashKey[1]}
+		k0: opt.HashKey[0], k1: opt.HashKey[1], resume: NewResumer(opt.ResumeMemoBytes)}
 	for _, k := range generationOnly {
 		c.exclude[k] = struct{}{}
 	}

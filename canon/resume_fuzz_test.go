@@ -207,6 +207,9 @@ func runDifferential(t *testing.T, seed uint64, rounds int, budget int) (hits, m
 				p.check(t, api, body)
 			}
 			st := p.r.Stats()
+			if st.Bytes > budget {
+				t.Fatalf("holds %d bytes, budget %d", st.Bytes, budget)
+			}
 			hits, misses = hits+st.Hits, misses+st.Misses
 		}
 	}

@@ -99,6 +99,15 @@ func TestResumeFollowups(t *testing.T) {
 			t.Fatalf("stats %+v", st)
 		}
 	}
+	// The budget as an option: kvca serve's way.
+	c := canon.NewWithOptions(nil, canon.Options{ResumeMemoBytes: 1 << 20})
+	h := chain.NewHasher(testKey, 256)
+	for _, b := range bodies.Conversation(3, 500) {
+		canonWith(c, h, canon.Chat, b)
+	}
+	if st := c.ResumeStats(); st.Hits != 2 {
+		t.Fatalf("stats %+v", st)
+	}
 }
 
 // TestResumeVectors passes every test vector through a resuming

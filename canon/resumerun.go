@@ -40,6 +40,7 @@ func (c *Canonicalizer) canonicalizeResuming(st *state, api API, body []byte, rs
 	z.body, z.rs, z.every = body, rs, r.every
 	defer func() {
 		z.on, z.body, z.rs = false, nil, nil
+		clear(z.path.nodes) // a pooled state must not keep dropped nodes alive
 		if cap(z.scratch) > maxKeptScratch {
 			z.scratch = nil
 		}

@@ -41,8 +41,10 @@ func (h *Hasher) Restore(blocks int, partial []byte) []uint64 {
 	if len(partial) < 8 || len(partial) > len(h.buf) {
 		panic("chain: Restore with a partial block of the wrong size")
 	}
-	h.Chain = h.Chain[:0]
-	h.Chain = append(h.Chain, make([]uint64, blocks)...)[:blocks]
+	if cap(h.Chain) < blocks {
+		h.Chain = make([]uint64, blocks, blocks+blocks/4)
+	}
+	h.Chain = h.Chain[:blocks]
 	copy(h.buf, partial)
 	h.n = len(partial) - 8
 	h.pending = false
