@@ -116,7 +116,9 @@ func BenchmarkResumeCold(b *testing.B) {
 			b.Run(fmt.Sprintf("%dKB/resumer=%v", n>>10, on), func(b *testing.B) {
 				var r *canon.Resumer
 				if on {
-					r = canon.NewResumer(benchBudget)
+					// Room for a few dozen bodies: a budget that holds only
+					// a handful of 1 MB bodies recycles none of their buffers.
+					r = canon.NewResumer(max(benchBudget, 32*n))
 				}
 				c, h := servedCanon(r)
 				hist := agentMessages(n, 2)
