@@ -104,6 +104,9 @@ func (c *Canonicalizer) UseResumer(r *Resumer) { c.resume = r }
 // ResumeStats reads the Canonicalizer's Resumer's counters (zero if none).
 func (c *Canonicalizer) ResumeStats() ResumeStats { return c.resume.Stats() }
 
+// Resuming reports whether the Canonicalizer has a Resumer.
+func (c *Canonicalizer) Resuming() bool { return c.resume != nil }
+
 // rzRoot is the tree of one API and sink tag.
 type rzRoot struct {
 	api API

@@ -62,7 +62,7 @@ func (f *fleet) startReplica(i int, natsURL string, opt Options) *replica {
 	}
 	cfg := edge.DefaultConfig()
 	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.Backends, cfg.HashKey, cfg.HealthInterval = urls, testKey, time.Hour
+	cfg.Backends, cfg.Table.HashKey, cfg.HealthInterval = urls, testKey, time.Hour
 	srv, err := edge.New(cfg)
 	if err != nil {
 		f.t.Fatal(err)

@@ -116,7 +116,7 @@ type resetReq struct {
 // it after srv has shut down.
 func Join(srv *edge.Server, o Options) (*Node, error) {
 	cfg := srv.Config()
-	if cfg.HashKey == "" {
+	if cfg.Table.HashKey == "" {
 		return nil, ErrNoHashKey
 	}
 	if err := o.defaults(srv.Table().TTL()); err != nil {
@@ -266,9 +266,9 @@ func randomID() uint64 {
 // fingerprint digests what must agree for block hashes to be shared. It is
 // a MAC under the hash key, so it reveals nothing about the key.
 func fingerprint(k chain.Key, cfg edge.Config) uint32 {
-	ex := append([]string(nil), cfg.CBRExclude...)
+	ex := append([]string(nil), cfg.Table.CBRExclude...)
 	sort.Strings(ex)
-	b := []byte("kvca-cluster-v1\x00" + strconv.Itoa(cfg.BlockSize))
+	b := []byte("kvca-cluster-v1\x00" + strconv.Itoa(cfg.Table.BlockSize))
 	for _, e := range ex {
 		b = append(b, 0)
 		b = append(b, e...)

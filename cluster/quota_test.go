@@ -15,7 +15,7 @@ func quotaNode(t *testing.T, natsURL string) *Node {
 	t.Helper()
 	cfg := edge.DefaultConfig()
 	cfg.Backends = []string{"http://127.0.0.1:1"}
-	cfg.HashKey = "000102030405060708090a0b0c0d0e0f"
+	cfg.Table.HashKey = "000102030405060708090a0b0c0d0e0f"
 	srv, err := edge.New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -187,7 +187,7 @@ func TestAdmissionPrefillBound(t *testing.T) {
 		c.Backends = []string{b.url("")}
 		c.Admission.MaxInflightPerBackend = 4
 		c.Admission.QueueMaxPrefill = time.Millisecond
-		c.TTFT = sched.TTFTConfig{BlockTime: time.Millisecond, Base: time.Millisecond}
+		c.Routing.TTFT = sched.TTFTConfig{BlockTime: time.Millisecond, Base: time.Millisecond}
 	})
 	req := func(body string) string {
 		return fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: h\r\nContent-Length: %d\r\n\r\n%s", len(body), body)

@@ -89,7 +89,7 @@ func TestAffinityFanOutsSpread(t *testing.T) {
 					b.delay = 75 * time.Millisecond
 					bs = append(bs, b)
 				}
-				s := startProxy(t, func(c *Config) { c.Policy = policy }, bs...)
+				s := startProxy(t, func(c *Config) { c.Routing.Policy = policy }, bs...)
 				waitServing(t, s, "m", 4)
 				got := fanOut(t, s, 32, 6*time.Millisecond, mark)
 				most := 0
@@ -155,7 +155,7 @@ func TestSiblingsStayTogether(t *testing.T) {
 func TestTTLIsExact(t *testing.T) {
 	t.Parallel()
 	a, b := newTestBackend(t, "a"), newTestBackend(t, "b")
-	s := startProxy(t, func(c *Config) { c.TTL = time.Second; c.PredictTTL = 10 * time.Second }, a, b)
+	s := startProxy(t, func(c *Config) { c.Table.TTL = time.Second; c.Table.PredictTTL = 10 * time.Second }, a, b)
 	for k := 0; k < 4; k++ {
 		post(t, s, "/v1/chat/completions", conversation(300+k, k%2, false))
 	}
@@ -185,7 +185,7 @@ func TestCacheCheck(t *testing.T) {
 	}
 	var logs testkit.LogBuffer
 	s := startProxy(t, func(c *Config) {
-		c.TTL = 20 * time.Second
+		c.Table.TTL = 20 * time.Second
 		c.RouteHeader = true
 		c.AccessLog = true
 		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))

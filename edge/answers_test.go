@@ -275,8 +275,8 @@ func TestPredictedLocationDated(t *testing.T) {
 			base := time.Unix(1_000_000, 0)
 			cfg := DefaultConfig()
 			cfg.Backends = []string{"http://127.0.0.1:1", "http://127.0.0.1:2"}
-			cfg.TTL = time.Minute
-			cfg.PredictTTL = predict
+			cfg.Table.TTL = time.Minute
+			cfg.Table.PredictTTL = predict
 			cfg.Now = func() time.Time { return base.Add(time.Duration(elapsed.Load())) }
 			s, err := New(cfg)
 			if err != nil {

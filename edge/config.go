@@ -7,7 +7,6 @@ package edge
 import (
 	"fmt"
 	"log/slog"
-	"math"
 	"net"
 	"net/url"
 	"strings"
@@ -16,6 +15,8 @@ import (
 	"github.com/kvca/kvca/admit"
 	"github.com/kvca/kvca/chain"
 	"github.com/kvca/kvca/sched"
+	"github.com/kvca/kvca/telemetry"
+	"github.com/kvca/kvca/tracing"
 )
 
 // Config is everything `kvca serve` takes. Zero values are replaced by the
@@ -25,16 +26,10 @@ type Config struct {
 	AdminListen string
 	Backends    []string
 
-	BlockSize int
-	TTL       time.Duration
-	MaxBlocks int
-	// CBRMemoBytes bounds the memo of long strings already canonicalised
-	// and hashed (chain.Memo); 0 turns it off.
-	CBRMemoBytes int
-	HashKey      string // 32 hex digits; empty draws a random key
-	Policy       string
-	ActiveWeight int
-	CBRExclude   []string
+	// Table: the CBR's blocks and the block table (chain.Settings).
+	Table chain.Settings
+	// Routing: the policy and its settings (sched.Settings).
+	Routing sched.Settings
 
 	MaxBodyBytes   int
 	Retries        int
@@ -49,21 +44,6 @@ type Config struct {
 	// before they prefill, and the bench shows the later release cuts TTFT
 	// p99 by a quarter on the Mooncake trace.
 	PrefillAtHeaders bool
-	// PredictTTL, when positive, records the chosen backend as a location
-	// of the request's chain at routing time, expiring after
-	// min(PredictTTL, TTL) unless the answer confirms it (--predict-ttl): a
-	// burst of requests with a new prefix then follows the first instead of
-	// scattering before any of them has answered.
-	PredictTTL time.Duration
-	// AffinityEpsilon is ε of the load bound over every affinity
-	// (--affinity-epsilon): a session, a prefix holder, a prediction may
-	// send a request to a backend only while it holds at most
-	// ceil((1+ε) × the mean) + 1 requests. Negative: unbounded.
-	AffinityEpsilon float64
-	// CacheCheck reads the cached-token count of every routed answer and
-	// checks the prediction against it (--cache-check): an engine that
-	// evicted what kvca believed it held has those locations dropped.
-	CacheCheck bool
 	// RouteHeader adds an X-Kvca-Route header to every routed answer
 	// (--route-header): the phase, the rule that chose the backend, the
 	// blocks predicted cached and the backend. Off by default: it tells a
@@ -105,11 +85,11 @@ type Config struct {
 	// The front door (docs/frontdoor.md): APIKeys is the keys file
 	// (--api-keys; empty: no keys asked, no quotas); BackendAPIKey is
 	// sent to backends instead of any client credential
-	// (--backend-api-key); OTLPEndpoint turns tracing on.
-	APIKeys          string
-	BackendAPIKey    string
-	OTLPEndpoint     string
-	TraceSampleRatio float64
+	// (--backend-api-key).
+	APIKeys       string
+	BackendAPIKey string
+	// Tracing: its settings (--otlp-endpoint, --trace-sample-ratio).
+	Tracing tracing.Config
 
 	// Loops is how many event loops serve; 0: one per P (GOMAXPROCS).
 	// The process should run at least one P more than it has loops: see
@@ -144,28 +124,12 @@ type Config struct {
 	// to prove the loops' panic guard.
 	testHook func(at string, body []byte)
 
-	// TTFT is the ttft policy's model where it is known (--batch-capacity,
-	// --prefill-block-time, --first-token-base) and the resident-work bound
-	// (--resident-epsilon, --resident-window); zeros are learned.
-	TTFT sched.TTFTConfig
-
 	// CustomPolicy, when set (tests and the bench only), routes instead of
 	// the policy named by Policy.
 	CustomPolicy sched.Policy
 
-	// EngineMetrics scrapes each backend's Prometheus /metrics (vLLM,
-	// SGLang) every EngineMetricsInterval: the engine's queue and KV usage
-	// weigh in routing, its capacity bounds its locations, and a restart
-	// resets them (--engine-metrics; off per backend without /metrics).
-	// `kvca serve` turns it on unless told otherwise; DefaultConfig leaves
-	// it off, so that programs embedding the server send their backends
-	// nothing they did not ask for.
-	EngineMetrics         bool
-	EngineMetricsInterval time.Duration
-	// BackendCacheTokens is the KV-cache capacity in tokens of backends
-	// whose engines do not export it: one value for all, or one per
-	// backend in order; 0: unknown (--backend-cache-tokens).
-	BackendCacheTokens []int64
+	// Telemetry: engine metrics and cache sizes (telemetry.Settings).
+	Telemetry telemetry.Settings
 }
 
 // DefaultConfig returns the defaults documented in the README.
@@ -173,12 +137,8 @@ func DefaultConfig() Config {
 	return Config{
 		Listen:                ":8080",
 		AdminListen:           "127.0.0.1:8079",
-		BlockSize:             256,
-		TTL:                   10 * time.Minute,
-		MaxBlocks:             4 << 20,
-		CBRMemoBytes:          64 << 20,
-		Policy:                sched.DefaultPolicy,
-		ActiveWeight:          4,
+		Table:                 chain.DefaultSettings(),
+		Routing:               sched.DefaultSettings(),
 		MaxBodyBytes:          8 << 20,
 		Retries:               2,
 		HealthPath:            "/health",
@@ -194,10 +154,7 @@ func DefaultConfig() Config {
 		Admission:             admit.DefaultSettings(),
 		ClientIdleTimeout:     2 * time.Minute,
 		MaxConnsPerBackend:    1024,
-		TTFT:                  sched.TTFTConfig{ResidentEpsilon: sched.DefaultResidentEpsilon},
-		AffinityEpsilon:       sched.DefaultAffinityEpsilon,
-		CacheCheck:            true,
-		EngineMetricsInterval: time.Second,
+		Telemetry:             telemetry.DefaultSettings(),
 	}
 }
 
@@ -277,40 +234,11 @@ func (c *Config) Validate() error {
 		}
 		seen[a.url] = true
 	}
-	if c.BlockSize == 0 {
-		c.BlockSize = d.BlockSize
+	if err := c.Table.Validate(); err != nil {
+		return err
 	}
-	if err := chain.CheckBlockSize(c.BlockSize); err != nil {
-		return fmt.Errorf("--block-size: %v", err)
-	}
-	if c.TTL <= 0 {
-		return fmt.Errorf("--ttl must be positive, got %v", c.TTL)
-	}
-	if c.PredictTTL < 0 {
-		return fmt.Errorf("--predict-ttl must be 0 (off) or positive, got %v", c.PredictTTL)
-	}
-	if math.IsNaN(c.AffinityEpsilon) || math.IsInf(c.AffinityEpsilon, 0) {
-		return fmt.Errorf("--affinity-epsilon must be a number (negative: no bound), got %v", c.AffinityEpsilon)
-	}
-	if c.MaxBlocks <= 0 {
-		return fmt.Errorf("--max-blocks must be positive, got %d", c.MaxBlocks)
-	}
-	if c.CBRMemoBytes < 0 {
-		return fmt.Errorf("--cbr-memo-bytes must be 0 (off) or positive, got %d", c.CBRMemoBytes)
-	}
-	if c.HashKey != "" {
-		if _, err := chain.ParseKey(c.HashKey); err != nil {
-			return fmt.Errorf("--hash-key: %v", err)
-		}
-	}
-	if c.Policy == "" {
-		c.Policy = d.Policy
-	}
-	if _, err := sched.PolicyByName(c.Policy); err != nil {
-		return fmt.Errorf("--policy: %v", err)
-	}
-	if c.ActiveWeight < 0 {
-		return fmt.Errorf("--active-weight must not be negative, got %d", c.ActiveWeight)
+	if err := c.Routing.Validate(); err != nil {
+		return err
 	}
 	if c.MaxBodyBytes <= 0 {
 		return fmt.Errorf("--max-body-bytes must be positive, got %d", c.MaxBodyBytes)
@@ -336,7 +264,7 @@ func (c *Config) Validate() error {
 	if c.FailThreshold <= 0 {
 		c.FailThreshold = d.FailThreshold
 	}
-	if err := c.TTFT.Check(); err != nil {
+	if err := c.Routing.TTFT.Check(); err != nil {
 		return err
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
@@ -376,6 +304,9 @@ func (c *Config) Validate() error {
 	if err := c.Admission.Validate(); err != nil {
 		return err
 	}
+	if err := c.Tracing.Validate(); err != nil {
+		return err
+	}
 	if c.MaxClientConns < 0 {
 		return fmt.Errorf("--max-client-conns must not be negative (0: no bound)")
 	}
@@ -388,19 +319,8 @@ func (c *Config) Validate() error {
 	if c.MaxConnsPerBackend <= 0 {
 		c.MaxConnsPerBackend = d.MaxConnsPerBackend
 	}
-	if c.EngineMetricsInterval < 0 {
-		return fmt.Errorf("--engine-metrics-interval must not be negative")
-	}
-	if c.EngineMetricsInterval == 0 {
-		c.EngineMetricsInterval = d.EngineMetricsInterval
-	}
-	if n := len(c.BackendCacheTokens); n > 1 && n != len(c.Backends) {
-		return fmt.Errorf("--backend-cache-tokens takes one value for all backends or one per backend (%d), got %d", len(c.Backends), n)
-	}
-	for _, v := range c.BackendCacheTokens {
-		if v < 0 {
-			return fmt.Errorf("--backend-cache-tokens must not be negative, got %d", v)
-		}
+	if err := c.Telemetry.Validate(len(c.Backends)); err != nil {
+		return err
 	}
 	if !epollSupported {
 		return fmt.Errorf("kvca serve needs Linux (its event loops use epoll)")

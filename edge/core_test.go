@@ -27,7 +27,7 @@ func offlineCore(t *testing.T, n int, mod func(*Config)) *Server {
 	for i := 0; i < n; i++ {
 		cfg.Backends = append(cfg.Backends, fmt.Sprintf("http://127.0.0.1:%d", i+1))
 	}
-	cfg.PredictTTL = 0
+	cfg.Table.PredictTTL = 0
 	cfg.Retries = 1
 	if mod != nil {
 		mod(&cfg)
@@ -326,7 +326,7 @@ func TestBindConversation(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			s := offlineCore(t, 2, func(c *Config) { c.Policy = "session-hash" })
+			s := offlineCore(t, 2, func(c *Config) { c.Routing.Policy = "session-hash" })
 			c := testBegin(s, routeChat)
 			if err := s.plan(c, canon.Chat, []byte(tc.body)); err != nil {
 				t.Fatal(err)

@@ -106,7 +106,7 @@ var outcomeNames = [numOutcomes]string{"completed", "client_gone", "upstream_cut
 func (s *Server) getCall() *call {
 	c, _ := s.calls.Get().(*call)
 	if c == nil {
-		c = &call{s: s, h: chain.NewHasher(s.key, s.cfg.BlockSize), lastAccess: -1, engineCached: -1}
+		c = &call{s: s, h: chain.NewHasher(s.key, s.cfg.Table.BlockSize), lastAccess: -1, engineCached: -1}
 		c.h.UseMemo(s.memo)
 	}
 	return c
@@ -235,12 +235,12 @@ func (s *Server) pick(c *call, lastBusy bool) (*upstream, *reply) {
 		}
 		return nil, &replyBadGateway
 	}
-	if c.routed && s.cfg.CacheCheck {
+	if c.routed && s.cfg.Routing.CacheCheck {
 		// Before anything touches the chain on this backend again: the
 		// answer's check needs when kvca last saw the prefix used.
 		c.lastAccess = c.fl.sched.LastAccess(&c.req, &c.dec)
 	}
-	if c.routed && s.cfg.PredictTTL > 0 && len(c.req.Chain) > 0 {
+	if c.routed && s.cfg.Table.PredictTTL > 0 && len(c.req.Chain) > 0 {
 		// Lives min(--predict-ttl, --ttl) unless a 2xx answer confirms
 		// it, and never refreshes a confirmed location.
 		s.table.Predict(c.req.Chain, c.dec.Backend.Index, c.req.Now)
@@ -460,7 +460,7 @@ func (s *Server) done(c *call) {
 		if ok && s.calibrate {
 			s.cal.ObserveBytes(c.info.Model, c.info.CBRLen, int(p))
 		}
-		if s.cfg.CacheCheck && c.dec.Backend != nil {
+		if s.cfg.Routing.CacheCheck && c.dec.Backend != nil {
 			s.checkCached(c, p)
 		}
 	}
@@ -534,7 +534,7 @@ func (s *Server) checkCached(c *call, prompt int64) {
 	if bpt < 0.25 || bpt > 64 {
 		bpt, _ = s.cal.BytesPerTokenOf(c.info.Model)
 	}
-	bs := float64(s.cfg.BlockSize)
+	bs := float64(s.cfg.Table.BlockSize)
 	pred := c.dec.Cached
 	s.fleet().sched.CheckCached(c.dec.Backend, sched.Check{
 		PredictedBlocks: pred,
@@ -542,7 +542,7 @@ func (s *Server) checkCached(c *call, prompt int64) {
 		PredictedTokens: int64(float64(pred) * bs / bpt),
 		ReportedTokens:  cached,
 		PromptTokens:    prompt,
-		Tolerance:       sched.Tolerance(pred, bpt, s.cfg.BlockSize, engineBlockTokens),
+		Tolerance:       sched.Tolerance(pred, bpt, s.cfg.Table.BlockSize, engineBlockTokens),
 		LastAccess:      c.lastAccess,
 		Now:             s.tableNow(c.now()),
 	}, c.now())

@@ -149,7 +149,7 @@ func TestTraceContextReachesBackend(t *testing.T) {
 	go recv.Serve(ln)
 	t.Cleanup(func() { recv.Close() })
 	b := newTestBackend(t, "a")
-	s := startProxy(t, func(c *Config) { c.OTLPEndpoint = "http://" + ln.Addr().String() + "/v1/traces" }, b)
+	s := startProxy(t, func(c *Config) { c.Tracing.Endpoint = "http://" + ln.Addr().String() + "/v1/traces" }, b)
 	const tid = "4bf92f3577b34da6a3ce929d0e0e4736"
 	resp, out := postWith(t, s, conversation(1, 0, false), map[string]string{"traceparent": "00-" + tid + "-00f067aa0ba902b7-01"})
 	if resp.StatusCode != 200 {

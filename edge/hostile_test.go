@@ -182,7 +182,7 @@ func TestMaxBlocksHoldsMemory(t *testing.T) {
 	}
 	cfg := DefaultConfig()
 	cfg.Backends = []string{"http://127.0.0.1:1", "http://127.0.0.1:2", "http://127.0.0.1:3", "http://127.0.0.1:4"}
-	cfg.MaxBlocks = 200_000
+	cfg.Table.MaxBlocks = 200_000
 	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -211,7 +211,7 @@ func TestMaxBlocksHoldsMemory(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&ms)
 	st := s.table.Stats()
-	if st.Blocks > st.Capacity || st.Blocks < cfg.MaxBlocks*9/10 {
+	if st.Blocks > st.Capacity || st.Blocks < cfg.Table.MaxBlocks*9/10 {
 		t.Fatalf("table holds %d blocks, capacity %d", st.Blocks, st.Capacity)
 	}
 	if st.EvictedCapacity == 0 {

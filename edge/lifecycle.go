@@ -469,7 +469,7 @@ func (c *call) head(status int, chunked, sse bool, extra []byte) (act, []byte) {
 		c.calTick++
 		calibrate = c.calTick%calSample == 0
 	}
-	if c.tenant != nil || calibrate || (c.route == routeResponses && ok) || (s.cfg.CacheCheck && c.routed && ok) {
+	if c.tenant != nil || calibrate || (c.route == routeResponses && ok) || (s.cfg.Routing.CacheCheck && c.routed && ok) {
 		// Usage is read in passing to charge the tenant what it used,
 		// to check the cached tokens predicted on the backend, and a
 		// Responses answer's id to find its backend again.

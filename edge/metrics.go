@@ -8,6 +8,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/kvca/kvca/canon"
 	"github.com/kvca/kvca/chain"
 	"github.com/kvca/kvca/sched"
 )
@@ -73,7 +74,7 @@ type backendMetrics struct {
 var badReasons = []string{"malformed_json", "not_object", "bad_messages", "bad_prompt", "too_large",
 	"bad_http", "request_header_fields_too_large", "http_version_not_supported", "not_implemented", "expectation_failed", "other"}
 
-func newServerMetrics(table *chain.Table, memo *chain.Memo, conns *atomic.Int32) *serverMetrics {
+func newServerMetrics(table *chain.Table, memo *chain.Memo, cn *canon.Canonicalizer, conns *atomic.Int32) *serverMetrics {
 	set := metrics.NewSet()
 	m := &serverMetrics{set: set, bad: map[string]*metrics.Counter{}}
 	phases := [numPhases + 1]string{"bootstrap", "followup", "fallback", "none"}
@@ -112,6 +113,15 @@ func newServerMetrics(table *chain.Table, memo *chain.Memo, conns *atomic.Int32)
 			metrics.WriteCounterUint64(w, `kvca_cbr_memo_lookups_total{result="miss"}`, ms.Misses)
 			metrics.WriteGaugeUint64(w, `kvca_cbr_memo_literals`, uint64(ms.Literals))
 			metrics.WriteGaugeUint64(w, `kvca_cbr_memo_bytes`, uint64(ms.Bytes))
+		}
+		if cn.Resuming() {
+			rs := cn.ResumeStats()
+			metrics.WriteCounterUint64(w, `kvca_cbr_resume_lookups_total{result="hit"}`, rs.Hits)
+			metrics.WriteCounterUint64(w, `kvca_cbr_resume_lookups_total{result="miss"}`, rs.Misses)
+			metrics.WriteGaugeUint64(w, `kvca_cbr_resume_bytes`, uint64(rs.Bytes))
+			metrics.WriteGaugeUint64(w, `kvca_cbr_resume_snapshots`, uint64(rs.Snapshots))
+			metrics.WriteCounterUint64(w, `kvca_cbr_resume_skipped_bytes_total`, rs.Skipped)
+			metrics.WriteCounterUint64(w, `kvca_cbr_resume_evictions_total`, rs.Evictions)
 		}
 	})
 	return m

@@ -14,7 +14,7 @@ func TestModelAwareRouting(t *testing.T) {
 	s := startProxy(t, func(cfg *Config) {
 		// c's models are fixed by the flag; a and b are discovered.
 		cfg.Backends = []string{a.url(), b.url(), c.url() + "#fixed-model,m"}
-		cfg.Policy = "kvca" // first turns take turns over the backends serving "m"
+		cfg.Routing.Policy = "kvca" // first turns take turns over the backends serving "m"
 	})
 	testkit.WaitUntil(t, "models discovered", func() bool {
 		idx := s.models.Load()

@@ -14,7 +14,7 @@ import (
 func newOfflineServer(t testing.TB, policy string) *Server {
 	cfg := DefaultConfig()
 	cfg.Backends = []string{"http://127.0.0.1:1", "http://127.0.0.1:2", "http://127.0.0.1:3", "http://127.0.0.1:4"}
-	cfg.Policy = policy
+	cfg.Routing.Policy = policy
 	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +97,7 @@ func TestMemoInThePath(t *testing.T) {
 	s := newOfflineServer(t, "kvca")
 	off := DefaultConfig()
 	off.Backends = s.cfg.Backends
-	off.CBRMemoBytes = 0
+	off.Table.CBRMemoBytes = 0
 	plain, err := New(off)
 	if err != nil {
 		t.Fatal(err)

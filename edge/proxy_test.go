@@ -22,7 +22,7 @@ func startProxy(t *testing.T, mod func(*Config), backends ...*testBackend) *Serv
 	cfg.Listen = "127.0.0.1:0"
 	cfg.AdminListen = "127.0.0.1:0"
 	cfg.HealthInterval = 200 * time.Millisecond
-	cfg.BlockSize = 64
+	cfg.Table.BlockSize = 64
 	for _, b := range backends {
 		cfg.Backends = append(cfg.Backends, b.url())
 	}
@@ -108,7 +108,7 @@ func TestConversationsStickAndFirstTurnsSpread(t *testing.T) {
 	for _, policy := range []string{"kvca", "cost", "kvca-cost"} {
 		t.Run(policy, func(t *testing.T) {
 			bs := []*testBackend{newTestBackend(t, "a"), newTestBackend(t, "b"), newTestBackend(t, "c"), newTestBackend(t, "d")}
-			s := startProxy(t, func(c *Config) { c.Policy = policy }, bs...)
+			s := startProxy(t, func(c *Config) { c.Routing.Policy = policy }, bs...)
 			const convs, turns = 24, 4
 			home := map[int]string{}
 			firsts := map[string]int{}
@@ -309,7 +309,7 @@ func TestDeadBackendCausesNoFailure(t *testing.T) {
 	s := startProxy(t, func(c *Config) {
 		c.Backends = []string{live1.url(), deadURL, live2.url()}
 		c.HealthInterval = time.Hour // only passive health and retries here
-		c.Policy = "kvca"            // sequential first turns take turns, so some pick dead
+		c.Routing.Policy = "kvca"    // sequential first turns take turns, so some pick dead
 	})
 	for i := 0; i < 30; i++ {
 		resp, out := post(t, s, "/v1/chat/completions", conversation(i, i%3, i%2 == 0))
@@ -363,7 +363,7 @@ func TestHeaderTimeoutGives504(t *testing.T) {
 func TestVacuumReclaimsIdleLocations(t *testing.T) {
 	t.Parallel()
 	b := newTestBackend(t, "a")
-	s := startProxy(t, func(c *Config) { c.TTL = 150 * time.Millisecond }, b)
+	s := startProxy(t, func(c *Config) { c.Table.TTL = 150 * time.Millisecond }, b)
 	for i := 0; i < 5; i++ {
 		post(t, s, "/v1/chat/completions", conversation(i, 2, false))
 	}
@@ -588,7 +588,7 @@ func TestPredictedLocation(t *testing.T) {
 			// the second is routed knowing only what the first predicted.
 			hold := make(chan struct{})
 			a.hold, b.hold = hold, hold
-			s := startProxy(t, func(c *Config) { c.PredictTTL = predict }, a, b)
+			s := startProxy(t, func(c *Config) { c.Table.PredictTTL = predict }, a, b)
 			backends := make(chan string, 2)
 			send := func(turn int) { // off the test goroutine: no t.Fatal
 				resp, err := client.Post("http://"+s.Addr()+"/v1/chat/completions", "application/json", strings.NewReader(conversation(1, turn, false)))

@@ -81,7 +81,7 @@ func TestBackendKilledMidStream(t *testing.T) {
 		c.Backends = []string{bad.URL(), good.URL()}
 		c.HealthInterval = time.Hour
 		c.FailThreshold = 1
-		c.Policy = "kvca" // sequential first turns take turns, so some reach bad
+		c.Routing.Policy = "kvca" // sequential first turns take turns, so some reach bad
 	})
 	for i := 0; i < 6; i++ {
 		resp, err := client.Post("http://"+s2.Addr()+"/v1/chat/completions", "application/json", strings.NewReader(mockChat(i, 0, true, 4)))
@@ -450,7 +450,7 @@ func TestRetryExcludesTheFailedBackend(t *testing.T) {
 	t.Parallel()
 	a, b := newTestBackend(t, "a"), newTestBackend(t, "b")
 	s := startProxy(t, func(c *Config) {
-		c.Policy, c.Retries, c.FailThreshold, c.HealthInterval = "kvca", 1, 10, 0
+		c.Routing.Policy, c.Retries, c.FailThreshold, c.HealthInterval = "kvca", 1, 10, 0
 	}, a, b)
 	resp, out := post(t, s, "/v1/chat/completions", conversation(1, 0, false))
 	if resp.StatusCode != 200 {

@@ -224,30 +224,30 @@ func (s *Server) Reload(cfg Config) (BackendChange, []string, error) {
 	if err := cfg.Validate(); err != nil {
 		return BackendChange{}, nil, err
 	}
-	tokens := cfg.BackendCacheTokens
+	tokens := cfg.Telemetry.BackendCacheTokens
 	if tokens == nil {
 		tokens = []int64{}
 	}
 	// The canonicaliser derives session keys only for session-hash,
 	// fixed at start: a change to or from it waits for a restart.
-	policy, restart := cfg.Policy, restartOnly(s.cfg, cfg)
-	if usesSession(policy) != usesSession(s.cfg.Policy) {
+	policy, restart := cfg.Routing.Policy, restartOnly(s.cfg, cfg)
+	if usesSession(policy) != usesSession(s.cfg.Routing.Policy) {
 		policy = ""
 		restart = append(restart, "policy (to or from session-hash)")
 	}
-	ch, err := s.setBackends(cfg.Backends, tokens, policy, cfg.ActiveWeight)
+	ch, err := s.setBackends(cfg.Backends, tokens, policy, cfg.Routing.ActiveWeight)
 	if err != nil {
 		return ch, nil, err
 	}
-	if cfg.TTL != s.table.TTL() {
-		s.table.SetTTL(cfg.TTL)
-		s.sessions.SetTTL(cfg.TTL)
-		s.log.Info("ttl changed", "ttl", cfg.TTL)
+	if cfg.Table.TTL != s.table.TTL() {
+		s.table.SetTTL(cfg.Table.TTL)
+		s.sessions.SetTTL(cfg.Table.TTL)
+		s.log.Info("ttl changed", "ttl", cfg.Table.TTL)
 	}
-	s.table.SetPredictTTL(cfg.PredictTTL)
-	if sc := s.fleet().sched; cfg.AffinityEpsilon != sc.AffinityEpsilon() {
-		sc.SetAffinityEpsilon(cfg.AffinityEpsilon)
-		s.log.Info("affinity epsilon changed", "affinity_epsilon", cfg.AffinityEpsilon)
+	s.table.SetPredictTTL(cfg.Table.PredictTTL)
+	if sc := s.fleet().sched; cfg.Routing.AffinityEpsilon != sc.AffinityEpsilon() {
+		sc.SetAffinityEpsilon(cfg.Routing.AffinityEpsilon)
+		s.log.Info("affinity epsilon changed", "affinity_epsilon", cfg.Routing.AffinityEpsilon)
 	}
 	if err := s.ReloadTLS(); err != nil {
 		s.log.Error("certificate reload failed; the previous certificates stay in service", "err", err)
@@ -266,11 +266,6 @@ func restartOnly(cur, next Config) []string {
 	}
 	diff("listen", cur.Listen != next.Listen)
 	diff("admin-listen", cur.AdminListen != next.AdminListen)
-	diff("block-size", cur.BlockSize != next.BlockSize)
-	diff("max-blocks", cur.MaxBlocks != next.MaxBlocks)
-	diff("hash-key", cur.HashKey != next.HashKey)
-	diff("cbr-exclude", !slices.Equal(cur.CBRExclude, next.CBRExclude))
-	diff("cbr-memo-bytes", cur.CBRMemoBytes != next.CBRMemoBytes)
 	diff("max-body-bytes", cur.MaxBodyBytes != next.MaxBodyBytes)
 	diff("retries", cur.Retries != next.Retries)
 	diff("health-path", cur.HealthPath != next.HealthPath)
@@ -284,22 +279,20 @@ func restartOnly(cur, next Config) []string {
 	diff("preserve-host", cur.PreserveHost != next.PreserveHost)
 	diff("api-keys", cur.APIKeys != next.APIKeys)
 	diff("backend-api-key", cur.BackendAPIKey != next.BackendAPIKey)
-	diff("otlp-endpoint", cur.OTLPEndpoint != next.OTLPEndpoint)
-	diff("trace-sample-ratio", cur.TraceSampleRatio != next.TraceSampleRatio)
+	out = append(out, cur.Tracing.Restart(&next.Tracing)...)
 	out = append(out, cur.Admission.Restart(&next.Admission)...)
 	diff("loops", cur.Loops != next.Loops)
 	diff("prefill-release", cur.PrefillAtHeaders != next.PrefillAtHeaders)
 	diff("access-log", cur.AccessLog != next.AccessLog)
-	diff("predict-ttl (on or off; its length is applied)", (cur.PredictTTL > 0) != (next.PredictTTL > 0))
-	diff("cache-check", cur.CacheCheck != next.CacheCheck)
+	out = append(out, cur.Table.Restart(&next.Table)...)
 	diff("route-header", cur.RouteHeader != next.RouteHeader)
 	diff("tls-cert", cur.TLSCert != next.TLSCert || cur.TLSKey != next.TLSKey)
 	diff("admin-tls-cert", cur.AdminTLSCert != next.AdminTLSCert || cur.AdminTLSKey != next.AdminTLSKey)
 	diff("admin-token", cur.AdminToken != next.AdminToken)
 	diff("upstream-ca", cur.UpstreamCA != next.UpstreamCA || cur.UpstreamCert != next.UpstreamCert || cur.UpstreamKey != next.UpstreamKey)
-	diff("engine-metrics", cur.EngineMetrics != next.EngineMetrics || cur.EngineMetricsInterval != next.EngineMetricsInterval)
+	out = append(out, cur.Telemetry.Restart(&next.Telemetry)...)
 	diff("discovery-interval", cur.DiscoveryInterval != next.DiscoveryInterval)
-	diff("ttft settings (batch-capacity, prefill-block-time, first-token-base, resident-window, resident-epsilon)", cur.TTFT != next.TTFT)
+	out = append(out, cur.Routing.Restart(&next.Routing)...)
 	return out
 }
 
@@ -307,7 +300,7 @@ func restartOnly(cur, next Config) []string {
 func (s *Server) startScraper(ctx context.Context, u *upstream) {
 	if !s.scraping {
 		if t := s.tokensFor(u); t > 0 {
-			s.table.SetBackendCapacity(u.b.Index, s.cal.Blocks("", t, s.cfg.BlockSize))
+			s.table.SetBackendCapacity(u.b.Index, s.cal.Blocks("", t, s.cfg.Table.BlockSize))
 		}
 		return
 	}

@@ -335,14 +335,14 @@ func TestReloadPolicy(t *testing.T) {
 	a := newTestBackend(t, "a")
 	s := startProxy(t, nil, a)
 	cfg := s.Config()
-	cfg.Policy = "least-loaded"
+	cfg.Routing.Policy = "least-loaded"
 	if _, restart, err := s.Reload(cfg); err != nil || len(restart) != 0 {
 		t.Fatalf("restart %v, err %v", restart, err)
 	}
 	if got := s.Scheduler().Policy.Name(); got != "least-loaded" {
 		t.Fatalf("policy %s after the reload, want least-loaded", got)
 	}
-	cfg.Policy = "session-hash"
+	cfg.Routing.Policy = "session-hash"
 	_, restart, err := s.Reload(cfg)
 	if err != nil || len(restart) != 1 || !strings.HasPrefix(restart[0], "policy") {
 		t.Fatalf("restart %v, err %v; want the policy named", restart, err)

@@ -123,8 +123,8 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	key := chain.RandomKey()
-	if cfg.HashKey != "" {
-		key, _ = chain.ParseKey(cfg.HashKey)
+	if cfg.Table.HashKey != "" {
+		key, _ = chain.ParseKey(cfg.Table.HashKey)
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -132,8 +132,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	// A location refreshed within TTL/4096 (at most 10 ms) of its last
 	// refresh keeps that time: expiry comes at most that much early.
-	slack := min(cfg.TTL/4096, 10*time.Millisecond)
-	table := chain.NewTable(chain.Config{TTL: cfg.TTL, MaxBlocks: cfg.MaxBlocks, Now: cfg.Now, TouchSlack: slack})
+	slack := min(cfg.Table.TTL/4096, 10*time.Millisecond)
+	table := chain.NewTable(chain.Config{TTL: cfg.Table.TTL, MaxBlocks: cfg.Table.MaxBlocks, Now: cfg.Now, TouchSlack: slack})
 	var addrs []backendAddr
 	for _, raw := range cfg.Backends {
 		a, _ := parseBackend(raw)
@@ -150,23 +150,23 @@ func New(cfg Config) (*Server, error) {
 	for i, a := range addrs {
 		backends[i] = sched.NewBackend(i, a.url, a.name())
 	}
-	sc, err := sched.New(backends, table, cfg.ActiveWeight, cfg.Policy)
+	sc, err := sched.New(backends, table, cfg.Routing.ActiveWeight, cfg.Routing.Policy)
 	if err != nil {
 		return nil, err
 	}
 	if cfg.CustomPolicy != nil {
 		sc.Policy = cfg.CustomPolicy
 	}
-	if err := sc.SetTTFT(cfg.TTFT); err != nil {
+	if err := sc.SetTTFT(cfg.Routing.TTFT); err != nil {
 		return nil, err
 	}
-	sc.SetAffinityEpsilon(cfg.AffinityEpsilon)
-	table.SetPredictTTL(cfg.PredictTTL)
+	sc.SetAffinityEpsilon(cfg.Routing.AffinityEpsilon)
+	table.SetPredictTTL(cfg.Table.PredictTTL)
 	s := &Server{
 		cfg:         cfg,
 		key:         key,
-		canon:       canon.NewWithOptions(cfg.CBRExclude, canon.Options{NoSession: !usesSession(cfg.Policy), HashKey: [2]uint64{key.K0, key.K1}}),
-		memo:        chain.NewMemo(cfg.CBRMemoBytes),
+		canon:       canon.NewWithOptions(cfg.Table.CBRExclude, canon.Options{NoSession: !usesSession(cfg.Routing.Policy), HashKey: [2]uint64{key.K0, key.K1}, ResumeMemoBytes: cfg.Table.ResumeMemoBytes}),
+		memo:        chain.NewMemo(cfg.Table.CBRMemoBytes),
 		table:       table,
 		log:         log,
 		adminRoutes: map[string]fasthttp.RequestHandler{},
@@ -176,12 +176,12 @@ func New(cfg Config) (*Server, error) {
 	if cfg.AccessLog {
 		s.access = log
 	}
-	s.m = newServerMetrics(table, s.memo, &s.clientConns)
+	s.m = newServerMetrics(table, s.memo, s.canon, &s.clientConns)
 	s.m.set.RegisterMetricsWriter(sc.WriteTTFTMetrics)
 	s.m.set.RegisterMetricsWriter(s.writeRoutingMetrics)
 	s.cal = chain.NewCalibrator(0)
-	s.threads = affinity.New(affinity.Responses, affinity.Config{TTL: max(cfg.TTL, time.Hour)})
-	s.sessions = affinity.New(affinity.Sessions, affinity.Config{TTL: cfg.TTL})
+	s.threads = affinity.New(affinity.Responses, affinity.Config{TTL: max(cfg.Table.TTL, time.Hour)})
+	s.sessions = affinity.New(affinity.Sessions, affinity.Config{TTL: cfg.Table.TTL})
 	s.m.set.RegisterMetricsWriter(s.threads.WritePrometheus)
 	s.m.set.RegisterMetricsWriter(s.sessions.WritePrometheus)
 	s.m.set.NewGauge(fmt.Sprintf(`kvca_build_info{version=%q,goversion=%q}`, cmp.Or(cfg.Version, "dev"), runtime.Version()), func() float64 { return 1 })
@@ -200,7 +200,7 @@ func New(cfg Config) (*Server, error) {
 		fl.ups = append(fl.ups, s.newUpstream(b, addrs[i]))
 	}
 	s.fl.Store(fl)
-	s.spec, s.cacheTokens = cfg.Backends, cfg.BackendCacheTokens
+	s.spec, s.cacheTokens = cfg.Backends, cfg.Telemetry.BackendCacheTokens
 	if cfg.APIKeys != "" {
 		if s.keys, err = apikeys.Open(cfg.APIKeys, log); err != nil {
 			return nil, fmt.Errorf("--api-keys: %w", err)
@@ -210,7 +210,7 @@ func New(cfg Config) (*Server, error) {
 		s.m.set.RegisterMetricsWriter(func(w io.Writer) { s.keys.WritePrometheus(w) })
 		s.m.set.RegisterMetricsWriter(func(w io.Writer) { s.quota.WritePrometheus(w) })
 	}
-	if s.tracer, err = tracing.New(tracing.Config{Endpoint: cfg.OTLPEndpoint, SampleRatio: cfg.TraceSampleRatio}); err != nil {
+	if s.tracer, err = tracing.New(cfg.Tracing); err != nil {
 		return nil, fmt.Errorf("--otlp-endpoint: %w", err)
 	}
 	if cfg.TLSCert != "" {
@@ -250,7 +250,7 @@ func (s *Server) Config() Config { return s.cfg }
 
 // BlockSize is the CBR block size in bytes (--block-size; a reload cannot
 // change it).
-func (s *Server) BlockSize() int { return s.cfg.BlockSize }
+func (s *Server) BlockSize() int { return s.cfg.Table.BlockSize }
 
 // HandleAdmin mounts h on the admin listener at path (exact match, or a
 // prefix when path ends in "/"). Call before Start.
@@ -323,8 +323,8 @@ func (s *Server) StartOn(ln, adln net.Listener) error {
 		go func() { defer s.serving.Done(); _ = s.admin.Serve(adln) }()
 	}
 	s.log.Info("kvca serving", "listen", ln.Addr().String(), "admin", addrOf(adln),
-		"backends", len(s.fl.Load().ups), "policy", s.cfg.Policy, "block_size", s.cfg.BlockSize,
-		"ttl", s.cfg.TTL, "max_blocks", s.cfg.MaxBlocks, "hash_key_from_flag", s.cfg.HashKey != "", "tls", s.tlsPub != nil,
+		"backends", len(s.fl.Load().ups), "policy", s.cfg.Routing.Policy, "block_size", s.cfg.Table.BlockSize,
+		"ttl", s.cfg.Table.TTL, "max_blocks", s.cfg.Table.MaxBlocks, "hash_key_from_flag", s.cfg.Table.HashKey != "", "tls", s.tlsPub != nil,
 		"loops", len(s.evl.loops))
 	return nil
 }

@@ -16,8 +16,8 @@ func TestSessionOnlyForSessionHash(t *testing.T) {
 	for _, policy := range []string{"session-hash", "kvca"} {
 		cfg := DefaultConfig()
 		cfg.Backends = []string{"http://127.0.0.1:1", "http://127.0.0.1:2"}
-		cfg.Policy = policy
-		cfg.HashKey = "000102030405060708090a0b0c0d0e0f"
+		cfg.Routing.Policy = policy
+		cfg.Table.HashKey = "000102030405060708090a0b0c0d0e0f"
 		s, err := New(cfg)
 		if err != nil {
 			t.Fatal(err)

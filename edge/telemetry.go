@@ -22,19 +22,19 @@ func (s *Server) startTelemetry() {
 	for _, t := range s.cacheTokens {
 		bounded = bounded || t > 0
 	}
-	if !s.cfg.EngineMetrics && !bounded {
+	if !s.cfg.Telemetry.EngineMetrics && !bounded {
 		return
 	}
 	s.calibrate = true
-	s.scraping = s.cfg.EngineMetrics
+	s.scraping = s.cfg.Telemetry.EngineMetrics
 	if s.scraping {
-		s.fleet().sched.SetEngineMaxAge(telemetry.StaleIntervals * s.cfg.EngineMetricsInterval)
+		s.fleet().sched.SetEngineMaxAge(telemetry.StaleIntervals * s.cfg.Telemetry.EngineMetricsInterval)
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	if tc, err := upstreamTLS(&s.cfg); err == nil {
 		tr.TLSClientConfig = tc
 	}
-	s.scrapeClient = &http.Client{Transport: tr, Timeout: s.cfg.EngineMetricsInterval}
+	s.scrapeClient = &http.Client{Transport: tr, Timeout: s.cfg.Telemetry.EngineMetricsInterval}
 	s.loops.Add(1)
 	go func() { defer s.loops.Done(); s.table.CapacityLoop(s.bg, capacityEvery) }()
 	s.m.set.RegisterMetricsWriter(func(w io.Writer) {
@@ -42,7 +42,7 @@ func (s *Server) startTelemetry() {
 		for _, u := range s.fleet().live() {
 			bs = append(bs, u.b)
 		}
-		telemetry.WriteMetrics(w, bs, s.table, s.cal, time.Now(), telemetry.StaleIntervals*s.cfg.EngineMetricsInterval)
+		telemetry.WriteMetrics(w, bs, s.table, s.cal, time.Now(), telemetry.StaleIntervals*s.cfg.Telemetry.EngineMetricsInterval)
 	})
 }
 
@@ -50,13 +50,13 @@ func (s *Server) startTelemetry() {
 // size is tokens (0: unknown).
 func (s *Server) scraperConfig(tokens int64) telemetry.Config {
 	return telemetry.Config{
-		Interval:    s.cfg.EngineMetricsInterval,
+		Interval:    s.cfg.Telemetry.EngineMetricsInterval,
 		Client:      s.scrapeClient,
 		Logger:      s.log,
 		OnRestart:   func(i int) { s.resetBackend(i) },
 		OnSignals:   s.adm.AdaptToEngine,
 		Table:       s.table,
-		BlockSize:   s.cfg.BlockSize,
+		BlockSize:   s.cfg.Table.BlockSize,
 		Calibrator:  s.cal,
 		CacheTokens: []int64{tokens},
 	}
@@ -65,9 +65,9 @@ func (s *Server) scraperConfig(tokens int64) telemetry.Config {
 // engineState is backend i's telemetry for /admin/state; nil when
 // --engine-metrics is off.
 func (s *Server) engineState(i int) *telemetry.BackendState {
-	if !s.cfg.EngineMetrics {
+	if !s.cfg.Telemetry.EngineMetrics {
 		return nil
 	}
-	st := telemetry.StateOf(s.fleet().sched.Backends[i], s.table, time.Now(), telemetry.StaleIntervals*s.cfg.EngineMetricsInterval)
+	st := telemetry.StateOf(s.fleet().sched.Backends[i], s.table, time.Now(), telemetry.StaleIntervals*s.cfg.Telemetry.EngineMetricsInterval)
 	return &st
 }

@@ -17,9 +17,9 @@ func TestEngineTelemetryWired(t *testing.T) {
 	plain := newTestBackend(t, "plain") // answers /metrics with no exposition: off
 	s := startProxy(t, func(c *Config) {
 		c.Backends = []string{e.URL(), plain.url()}
-		c.EngineMetrics = true
-		c.EngineMetricsInterval = 20 * time.Millisecond
-		c.BackendCacheTokens = []int64{0, 4096}
+		c.Telemetry.EngineMetrics = true
+		c.Telemetry.EngineMetricsInterval = 20 * time.Millisecond
+		c.Telemetry.BackendCacheTokens = []int64{0, 4096}
 		c.HealthInterval = time.Hour
 	})
 	testkit.WaitUntil(t, "both backends' telemetry", func() bool {

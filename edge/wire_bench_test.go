@@ -91,7 +91,7 @@ func startWireProxy(tb testing.TB, backend, model string) *Server {
 	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", ""
 	cfg.Backends = []string{backend}
 	cfg.HealthInterval = 0
-	cfg.Policy = "kvca"
+	cfg.Routing.Policy = "kvca"
 	if model == "epoll" {
 		// As kvca serve runs the loops: with a P to spare.
 		n := runtime.GOMAXPROCS(0)

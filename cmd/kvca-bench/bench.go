@@ -17,7 +17,7 @@ import (
 	"github.com/kvca/kvca/bench/mock"
 	"github.com/kvca/kvca/bench/precise"
 	"github.com/kvca/kvca/internal/cliflag"
-	"github.com/kvca/kvca/internal/ttftflag"
+	"github.com/kvca/kvca/sched"
 
 	"github.com/kvca/kvca/bench/run"
 	"github.com/kvca/kvca/bench/workload"
@@ -31,18 +31,18 @@ import (
 func proxyFlags() []cli.Flag {
 	d := edge.DefaultConfig()
 	return append([]cli.Flag{
-		&cli.IntFlag{Name: "block-size", Value: d.BlockSize, Usage: "proxy: CBR block size in bytes", EnvVars: env("block-size")},
-		&cli.GenericFlag{Name: "ttl", Value: cliflag.Duration(d.TTL), Usage: "proxy: location TTL (before --time-scale)", EnvVars: env("ttl")},
-		&cli.IntFlag{Name: "max-blocks", Value: d.MaxBlocks, Usage: "proxy: block table bound", EnvVars: env("max-blocks")},
-		&cli.IntFlag{Name: "active-weight", Value: d.ActiveWeight, Usage: "proxy: load of one active request, in blocks", EnvVars: env("active-weight")},
+		&cli.IntFlag{Name: "block-size", Value: d.Table.BlockSize, Usage: "proxy: CBR block size in bytes", EnvVars: env("block-size")},
+		&cli.GenericFlag{Name: "ttl", Value: cliflag.Duration(d.Table.TTL), Usage: "proxy: location TTL (before --time-scale)", EnvVars: env("ttl")},
+		&cli.IntFlag{Name: "max-blocks", Value: d.Table.MaxBlocks, Usage: "proxy: block table bound", EnvVars: env("max-blocks")},
+		&cli.IntFlag{Name: "active-weight", Value: d.Routing.ActiveWeight, Usage: "proxy: load of one active request, in blocks", EnvVars: env("active-weight")},
 		&cli.StringFlag{Name: "prefill-release", Value: "first-byte", Usage: "proxy: first-byte or headers", EnvVars: env("prefill-release")},
 		&cli.GenericFlag{Name: "predict-ttl", Value: cliflag.Duration(10 * time.Second), Usage: "proxy: predicted locations at routing time (before --time-scale; 0: off)", EnvVars: env("predict-ttl")},
-		&cli.Float64Flag{Name: "affinity-epsilon", Value: d.AffinityEpsilon, Usage: "proxy: ε of the load bound over affinities (negative: unbounded; a policy suffix /eps=X sets it for that policy)", EnvVars: env("affinity-epsilon")},
-		&cli.BoolFlag{Name: "cache-check", Value: d.CacheCheck, Usage: "proxy: check each answer's cached tokens against the prediction (a policy suffix /no-check turns it off for that policy)", EnvVars: env("cache-check")},
+		&cli.Float64Flag{Name: "affinity-epsilon", Value: d.Routing.AffinityEpsilon, Usage: "proxy: ε of the load bound over affinities (negative: unbounded; a policy suffix /eps=X sets it for that policy)", EnvVars: env("affinity-epsilon")},
+		&cli.BoolFlag{Name: "cache-check", Value: d.Routing.CacheCheck, Usage: "proxy: check each answer's cached tokens against the prediction (a policy suffix /no-check turns it off for that policy)", EnvVars: env("cache-check")},
 		&cli.IntFlag{Name: "replicas", Value: 1, Usage: "kvca replicas sharing state through an embedded NATS server; requests are spread over them in turn", EnvVars: env("replicas")},
 		&cli.BoolFlag{Name: "no-cluster", Usage: "with --replicas N: replicas do not share state (the baseline clustering fixes)", EnvVars: env("no-cluster")},
 		&cli.BoolFlag{Name: "engine-metrics", Value: true, Usage: "proxy: scrape the engines' /metrics (--engine-metrics=false: kvca's own view only)", EnvVars: env("engine-metrics")},
-		&cli.DurationFlag{Name: "engine-metrics-interval", Value: d.EngineMetricsInterval, Usage: "proxy: engine metrics scrape interval (before --time-scale)", EnvVars: env("engine-metrics-interval")},
+		&cli.DurationFlag{Name: "engine-metrics-interval", Value: d.Telemetry.EngineMetricsInterval, Usage: "proxy: engine metrics scrape interval (before --time-scale)", EnvVars: env("engine-metrics-interval")},
 		&cli.BoolFlag{Name: "proxy-process", Usage: "run each proxy as a `kvca serve` child process (exact proxy CPU per request)", EnvVars: env("proxy-process")},
 		&cli.StringFlag{Name: "kvca", Usage: "with --proxy-process: the kvca `BINARY` (default: kvca beside this executable, else on PATH)", EnvVars: env("kvca")},
 		&cli.IntFlag{Name: "max-inflight-per-backend", Usage: "proxy: requests in flight on each backend at most, the rest wait in kvca's admission queue (0: no limit, no queue)", EnvVars: env("max-inflight-per-backend")},
@@ -56,7 +56,7 @@ func proxyFlags() []cli.Flag {
 		&cli.GenericFlag{Name: "queue-holder-wait", Value: cliflag.Duration(d.Admission.QueueHolderWait), Usage: "proxy: how long a follow-up waits for a holder of its prefix (before --time-scale)", EnvVars: env("queue-holder-wait")},
 		&cli.IntFlag{Name: "queue-starvation-limit", Value: d.Admission.QueueStarvationLimit, Usage: "proxy: grants to higher classes a waiting class may be passed over by in a row", EnvVars: env("queue-starvation-limit")},
 		&cli.BoolFlag{Name: "queue-engine-aware", Usage: "proxy: lower a backend's admission limit while its engine reports a queue", EnvVars: env("queue-engine-aware")},
-	}, ttftflag.Flags(env)...)
+	}, sched.TTFTFlags(env)...)
 }
 
 // Suffixes after a policy name, each after a slash and in any order, vary
@@ -154,7 +154,7 @@ func startReplicas(cfg edge.Config, n int, clustered bool) (run.Proxy, error) {
 			return nil, err
 		}
 	}
-	cfg.HashKey = chain.RandomKey().String() // replicas must share one
+	cfg.Table.HashKey = chain.RandomKey().String() // replicas must share one
 	for range n {
 		s, err := edge.New(cfg)
 		if err != nil {
@@ -197,7 +197,7 @@ func proxyFactory(c *cli.Context, timeScale float64) run.ProxyFactory {
 				"--predict-ttl", time.Duration(float64(c.Duration("predict-ttl")) * timeScale).String(),
 				"--engine-metrics=" + strconv.FormatBool(c.Bool("engine-metrics")), "--engine-metrics-interval", interval.String(),
 				"--affinity-epsilon", strconv.FormatFloat(c.Float64("affinity-epsilon"), 'g', -1, 64), "--cache-check=" + strconv.FormatBool(c.Bool("cache-check"))}
-			tc := ttftflag.From(c, timeScale)
+			tc := sched.TTFTFrom(c, timeScale)
 			argv = append(argv, "--batch-capacity", strconv.Itoa(tc.Capacity), "--prefill-block-time", tc.BlockTime.String(),
 				"--first-token-base", tc.Base.String(), "--resident-window", tc.ResidentWindow.String(),
 				"--resident-epsilon", strconv.FormatFloat(tc.ResidentEpsilon, 'g', -1, 64),
@@ -221,20 +221,20 @@ func proxyFactory(c *cli.Context, timeScale float64) run.ProxyFactory {
 			return nil, err
 		}
 		cfg := edge.DefaultConfig()
-		cfg.AffinityEpsilon = eps
-		cfg.CacheCheck = c.Bool("cache-check") && !offCheck
+		cfg.Routing.AffinityEpsilon = eps
+		cfg.Routing.CacheCheck = c.Bool("cache-check") && !offCheck
 		cfg.Listen, cfg.AdminListen = "127.0.0.1:0", ""
 		cfg.Backends = backends
-		cfg.Policy = policy
-		cfg.BlockSize = c.Int("block-size")
-		cfg.TTL = ttl
-		cfg.MaxBlocks = c.Int("max-blocks")
-		cfg.ActiveWeight = c.Int("active-weight")
+		cfg.Routing.Policy = policy
+		cfg.Table.BlockSize = c.Int("block-size")
+		cfg.Table.TTL = ttl
+		cfg.Table.MaxBlocks = c.Int("max-blocks")
+		cfg.Routing.ActiveWeight = c.Int("active-weight")
 		cfg.PrefillAtHeaders = c.String("prefill-release") == "headers"
-		cfg.PredictTTL = time.Duration(float64(c.Duration("predict-ttl")) * timeScale)
-		cfg.EngineMetrics = c.Bool("engine-metrics") && !offTelemetry
-		cfg.EngineMetricsInterval = interval
-		cfg.TTFT = ttftflag.From(c, timeScale)
+		cfg.Table.PredictTTL = time.Duration(float64(c.Duration("predict-ttl")) * timeScale)
+		cfg.Telemetry.EngineMetrics = c.Bool("engine-metrics") && !offTelemetry
+		cfg.Telemetry.EngineMetricsInterval = interval
+		cfg.Routing.TTFT = sched.TTFTFrom(c, timeScale)
 		cfg.Admission.MaxInflightPerBackend = c.Int("max-inflight-per-backend")
 		cfg.Admission.QueueSize = c.Int("queue-size")
 		cfg.Admission.QueueTimeout = scaled("queue-timeout")
@@ -344,15 +344,15 @@ func preciseFactory(c *cli.Context, timeScale float64) func([]*mock.Engine, *wor
 		cfg := edge.DefaultConfig()
 		cfg.Listen, cfg.AdminListen = "127.0.0.1:0", ""
 		cfg.Backends = backends
-		cfg.HashKey = key.String()
+		cfg.Table.HashKey = key.String()
 		cfg.CustomPolicy = p
-		cfg.BlockSize = c.Int("block-size")
-		cfg.TTL = ttl
-		cfg.MaxBlocks = c.Int("max-blocks")
-		cfg.ActiveWeight = c.Int("active-weight")
+		cfg.Table.BlockSize = c.Int("block-size")
+		cfg.Table.TTL = ttl
+		cfg.Table.MaxBlocks = c.Int("max-blocks")
+		cfg.Routing.ActiveWeight = c.Int("active-weight")
 		cfg.PrefillAtHeaders = c.String("prefill-release") == "headers"
 		// The oracle needs no telemetry: it reads the engines.
-		cfg.EngineMetrics = false
+		cfg.Telemetry.EngineMetrics = false
 		s, err := edge.New(cfg)
 		if err != nil {
 			return nil, err

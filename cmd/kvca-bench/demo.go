@@ -49,7 +49,7 @@ hit rate (against the workload's ideal), time to first token and balance.`,
 			factory := func(policy string, backends []string) (run.Proxy, error) {
 				cfg := d
 				cfg.Listen, cfg.AdminListen = "127.0.0.1:0", ""
-				cfg.Backends, cfg.Policy = backends, policy
+				cfg.Backends, cfg.Routing.Policy = backends, policy
 				s, err := edge.New(cfg)
 				if err != nil {
 					return nil, err

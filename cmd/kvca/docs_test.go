@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/kvca/kvca/internal/cliflag"
-	"github.com/kvca/kvca/internal/ttftflag"
+	"github.com/kvca/kvca/sched"
 )
 
 // TestConfigurationDoc: docs/configuration.md lists every flag of kvca
@@ -16,7 +16,7 @@ func TestConfigurationDoc(t *testing.T) {
 	blocks := map[string]string{
 		"serve":           cliflag.MarkdownTable(append(serveFlags(), configFlag)),
 		"serve-kdn":       cliflag.MarkdownTable(kdnServeFlags()),
-		"serve-placement": cliflag.MarkdownTable(ttftflag.Flags(env)),
+		"serve-placement": cliflag.MarkdownTable(sched.TTFTFlags(env)),
 		"serve-cluster":   cliflag.MarkdownTable(clusterFlags()),
 		"serve-picker":    cliflag.MarkdownTable(append(extProcFlags(), poolFlags()...)),
 		"mock":            cliflag.MarkdownTable(mockCommand().Flags),
@@ -28,7 +28,7 @@ func TestConfigurationDoc(t *testing.T) {
 	// Every flag of serve is in one of the blocks: a flag added to the
 	// command but to none of the groups would otherwise go undocumented.
 	var grouped []string
-	for _, f := range append(append(append(append(serveFlags(), configFlag), kdnServeFlags()...), clusterFlags()...), append(append(append(ttftflag.Flags(env), extProcFlags()...), poolFlags()...), retiredFlags()...)...) {
+	for _, f := range append(append(append(append(serveFlags(), configFlag), kdnServeFlags()...), clusterFlags()...), append(append(append(sched.TTFTFlags(env), extProcFlags()...), poolFlags()...), retiredFlags()...)...) {
 		grouped = append(grouped, f.Names()[0])
 	}
 	for _, f := range serveCommand().Flags {

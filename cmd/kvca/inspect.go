@@ -31,7 +31,7 @@ request is a follow-up, and the Merkle chain of its complete blocks. Use the
 serve's --hash-key to see the hashes the table holds.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "api", Value: "chat", Usage: "chat, completions, responses or messages"},
-			&cli.IntFlag{Name: "block-size", Value: d.BlockSize, Usage: "block size in bytes", EnvVars: env("block-size")},
+			&cli.IntFlag{Name: "block-size", Value: d.Table.BlockSize, Usage: "block size in bytes", EnvVars: env("block-size")},
 			&cli.StringFlag{Name: "hash-key", Usage: "32 hex digits; random when empty", EnvVars: env("hash-key")},
 			&cli.StringSliceFlag{Name: "cbr-exclude", Usage: "extra top-level field to leave out (repeatable)", EnvVars: env("cbr-exclude")},
 		},
@@ -55,7 +55,7 @@ serve's --hash-key to see the hashes the table holds.`,
 			}
 			rec := &recorder{h: chain.NewHasher(key, c.Int("block-size"))}
 			var info canon.Info
-			if err := canon.New(splitList(c.StringSlice("cbr-exclude"))).Canonicalize(api, body, rec, &info); err != nil {
+			if err := canon.New(edge.SplitList(c.StringSlice("cbr-exclude"))).Canonicalize(api, body, rec, &info); err != nil {
 				return fmt.Errorf("invalid request: %v", err)
 			}
 			hashes := make([]string, 0, len(rec.h.Sum()))

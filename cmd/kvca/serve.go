@@ -7,19 +7,20 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strconv"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/kvca/kvca/internal/cliflag"
-	"github.com/kvca/kvca/internal/ttftflag"
-
 	"github.com/kvca/kvca/admit"
+	"github.com/kvca/kvca/apikeys"
+	"github.com/kvca/kvca/chain"
 	"github.com/kvca/kvca/edge"
 	"github.com/kvca/kvca/sched"
+	"github.com/kvca/kvca/telemetry"
+	"github.com/kvca/kvca/tracing"
 )
 
 // env names the KVCA_<NAME> variable of a flag.
@@ -27,70 +28,30 @@ func env(flag string) []string {
 	return []string{"KVCA_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))}
 }
 
+// serveFlags are serve's flags, each part's own (the --config file's
+// keys, the KVCA_* variables and docs/configuration.md follow them).
 func serveFlags() []cli.Flag {
-	d := edge.DefaultConfig()
-	return append(append([]cli.Flag{
-		&cli.StringFlag{Name: "listen", Value: d.Listen, Usage: "public listener `ADDR`", EnvVars: env("listen")},
-		&cli.StringSliceFlag{Name: "backend", Usage: "backend base `URL` (repeatable), e.g. http://10.0.0.5:8000", EnvVars: env("backend")},
-		&cli.StringFlag{Name: "admin-listen", Value: d.AdminListen, Usage: "admin listener `ADDR` (metrics, state, KDN API); keep it private, empty disables", EnvVars: env("admin-listen")},
-		&cli.IntFlag{Name: "block-size", Value: d.BlockSize, Usage: "CBR block size in bytes, a positive multiple of 8", EnvVars: env("block-size")},
-		&cli.GenericFlag{Name: "ttl", Value: cliflag.Duration(d.TTL), Usage: "forget a cache location idle longer than this", EnvVars: env("ttl")},
-		&cli.IntFlag{Name: "max-blocks", Value: d.MaxBlocks, Usage: "hard bound on tracked blocks (about 40 bytes each)", EnvVars: env("max-blocks")},
-		&cli.IntFlag{Name: "cbr-memo-bytes", Value: d.CBRMemoBytes, Usage: "memory for strings of 256 bytes or more already canonicalised and hashed, compared instead of hashed again when a request repeats them (0 disables)", EnvVars: env("cbr-memo-bytes")},
-		&cli.StringFlag{Name: "hash-key", Usage: "SipHash key, 32 hex digits (replicas must share one); without the flag a random key is drawn at start-up", EnvVars: env("hash-key")},
-		&cli.StringFlag{Name: "policy", Value: d.Policy, Usage: "routing policy: " + strings.Join(sched.Policies(), ", "), EnvVars: env("policy")},
-		&cli.IntFlag{Name: "active-weight", Value: d.ActiveWeight, Usage: "load of one active request, in blocks", EnvVars: env("active-weight")},
-		&cli.IntFlag{Name: "max-body-bytes", Value: d.MaxBodyBytes, Usage: "largest request body accepted (413 above)", EnvVars: env("max-body-bytes")},
-		&cli.IntFlag{Name: "retries", Value: d.Retries, Usage: "retries on another backend after a connection failure (or 429/503) before any byte reached the client", EnvVars: env("retries")},
-		&cli.StringFlag{Name: "health-path", Value: d.HealthPath, Usage: "backend path for active health checks", EnvVars: env("health-path")},
-		&cli.GenericFlag{Name: "health-interval", Value: cliflag.Duration(d.HealthInterval), Usage: "active health check interval (0 disables)", EnvVars: env("health-interval")},
-		&cli.GenericFlag{Name: "discovery-interval", Value: cliflag.Duration(0), Usage: "look backend host names up every `INTERVAL` and make each address a backend of its own (a Kubernetes headless Service); 0: a name is one backend", EnvVars: env("discovery-interval")},
-		&cli.StringSliceFlag{Name: "cbr-exclude", Usage: "extra top-level field to leave out of the CBR (repeatable)", EnvVars: env("cbr-exclude")},
-		&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: env("log-level")},
-		&cli.StringFlag{Name: "log-format", Value: "text", Usage: "text or json", EnvVars: env("log-format")},
-		&cli.BoolFlag{Name: "access-log", Usage: "log one line per request (route, model, phase, backend, blocks, status, durations, request id)", EnvVars: env("access-log")},
-		&cli.GenericFlag{Name: "upstream-header-timeout", Value: cliflag.Duration(d.UpstreamHeaderTimeout), Usage: "504 when a backend sends no response headers within this", EnvVars: env("upstream-header-timeout")},
-		&cli.GenericFlag{Name: "stream-idle-timeout", Value: cliflag.Duration(d.StreamIdleTimeout), Usage: "end a response whose body stalls longer than this", EnvVars: env("stream-idle-timeout")},
-		&cli.GenericFlag{Name: "shutdown-timeout", Value: cliflag.Duration(d.ShutdownTimeout), Usage: "on SIGTERM, let in-flight requests finish for up to this", EnvVars: env("shutdown-timeout")},
-		&cli.GenericFlag{Name: "client-read-timeout", Value: cliflag.Duration(d.ClientReadTimeout), Usage: "cut clients that take longer than this to send a request body (408)", EnvVars: env("client-read-timeout")},
-		&cli.GenericFlag{Name: "drain-delay", Value: cliflag.Duration(0), Usage: "on SIGTERM, fail /ready for this long while serving as usual, then stop accepting and drain (for load balancers that are not Kubernetes)", EnvVars: env("drain-delay")},
-		&cli.GenericFlag{Name: "header-timeout", Value: cliflag.Duration(d.HeaderTimeout), Usage: "cut clients that take longer than this to send a request head (408)", EnvVars: env("header-timeout")},
-		&cli.IntFlag{Name: "max-client-conns", Value: d.MaxClientConns, Usage: "open client connections at most; new ones beyond it are closed at once (0: no bound)", EnvVars: env("max-client-conns")},
-	}, admit.Flags(env)...), []cli.Flag{
-		&cli.StringFlag{Name: "api-keys", Usage: "require an API key from clients, from this keys `FILE` (lines: sha256:<hex> tenant=<name> [rpm=<n>] [tpm=<n>]; kvca keys hash prints one); re-read when it changes and on SIGHUP", EnvVars: env("api-keys")},
-		&cli.StringFlag{Name: "backend-api-key", Usage: "send this `KEY` to backends as Authorization: Bearer (engines started with --api-key); clients' credentials never reach backends when it or --api-keys is set", EnvVars: env("backend-api-key")},
-		&cli.StringFlag{Name: "otlp-endpoint", Usage: "export OpenTelemetry traces to this OTLP/HTTP `URL` (e.g. http://127.0.0.1:4318/v1/traces); empty: tracing off", EnvVars: env("otlp-endpoint")},
-		&cli.Float64Flag{Name: "trace-sample-ratio", Value: 1, Usage: "share of traces recorded when the client's traceparent does not decide", EnvVars: env("trace-sample-ratio")},
-		&cli.BoolFlag{Name: "preserve-host", Usage: "send the client's Host to backends instead of the backend URL's host", EnvVars: env("preserve-host")},
-		&cli.IntFlag{Name: "loops", Usage: "event loops serving the public listener (0: one per core, GOMAXPROCS); the process runs one Go P more than this", EnvVars: env("loops")},
-		&cli.BoolFlag{Name: "engine-metrics", Value: true, Usage: "scrape each backend's Prometheus /metrics (vLLM, SGLang names): its queue and KV usage weigh in routing, its KV capacity bounds its learned locations, a restart resets them; a backend without /metrics is left out (--engine-metrics=false: never scrape)", EnvVars: env("engine-metrics")},
-		&cli.GenericFlag{Name: "engine-metrics-interval", Value: cliflag.Duration(d.EngineMetricsInterval), Usage: "how often engine metrics are scraped; a signal older than three intervals is ignored", EnvVars: env("engine-metrics-interval")},
-		&cli.StringSliceFlag{Name: "backend-cache-tokens", Usage: "KV-cache capacity in tokens of backends whose engines do not export it: one value for all, or one per --backend in order (repeatable or comma-separated; 0: unknown)", EnvVars: env("backend-cache-tokens")},
-		&cli.IntFlag{Name: "max-conns-per-backend", Value: d.MaxConnsPerBackend, Usage: "keep-alive pool size per backend", EnvVars: env("max-conns-per-backend")},
-		&cli.StringFlag{Name: "prefill-release", Value: "first-byte", Usage: "when a streamed response's novel-block load is released: first-byte (when the backend has prefilled: vLLM and SGLang send stream headers before they prefill) or headers (when its response headers arrive)", EnvVars: env("prefill-release")},
-		&cli.StringFlag{Name: "tls-cert", Usage: "serve the public listener over TLS with this PEM certificate `FILE` (re-read when it changes or on SIGHUP)", EnvVars: env("tls-cert")},
-		&cli.StringFlag{Name: "tls-key", Usage: "PEM private key `FILE` for --tls-cert", EnvVars: env("tls-key")},
-		&cli.StringFlag{Name: "admin-tls-cert", Usage: "serve the admin listener over TLS with this PEM certificate `FILE`", EnvVars: env("admin-tls-cert")},
-		&cli.StringFlag{Name: "admin-tls-key", Usage: "PEM private key `FILE` for --admin-tls-cert", EnvVars: env("admin-tls-key")},
-		&cli.StringFlag{Name: "admin-token", Usage: "require Authorization: Bearer `TOKEN` on the admin listener", EnvVars: env("admin-token")},
-		&cli.GenericFlag{Name: "tls-reload-interval", Value: cliflag.Duration(10 * time.Second), Usage: "how often certificate files are checked for changes", EnvVars: env("tls-reload-interval")},
-		&cli.StringFlag{Name: "upstream-ca", Usage: "PEM `FILE` of the CA that signs https:// backends' certificates (default: system roots)", EnvVars: env("upstream-ca")},
-		&cli.StringFlag{Name: "upstream-cert", Usage: "client certificate `FILE` for mutual TLS to backends", EnvVars: env("upstream-cert")},
-		&cli.StringFlag{Name: "upstream-key", Usage: "client key `FILE` for --upstream-cert", EnvVars: env("upstream-key")},
-		&cli.BoolFlag{Name: "upstream-insecure", Usage: "do NOT verify backends' certificates (logged loudly; for tests only)", EnvVars: env("upstream-insecure")},
-		&cli.GenericFlag{Name: "predict-ttl", Value: cliflag.Duration(10 * time.Second), Usage: "record the chosen backend as holding a request's prefix at routing time, for this long (at most --ttl) unless its answer confirms it (0: learn only from answers)", EnvVars: env("predict-ttl")},
-		&cli.Float64Flag{Name: "affinity-epsilon", Value: sched.DefaultAffinityEpsilon, Usage: "ε of the load bound over every affinity (session key, user, prefix holder, prediction): one may send a request to a backend only while it holds at most ceil((1+ε) × the fleet's mean) + 1 requests; negative: unbounded", EnvVars: env("affinity-epsilon")},
-		&cli.BoolFlag{Name: "cache-check", Value: true, Usage: "read every answer's cached-token count (usage.prompt_tokens_details.cached_tokens, cache_read_input_tokens, timings.cache_n) and check the prediction: locations an engine evicted are dropped", EnvVars: env("cache-check")},
-		&cli.BoolFlag{Name: "route-header", Usage: "add X-Kvca-Route to answers: phase, rule, predicted cached blocks, backend (tells clients about the fleet)", EnvVars: env("route-header")},
-		&cli.BoolFlag{Name: "pprof", Usage: "serve /debug/pprof on the admin listener", EnvVars: env("pprof")},
-	}...)
+	return slices.Concat(
+		edge.ListenerFlags(env),
+		edge.UpstreamFlags(env),
+		chain.Flags(env), chain.ExcludeFlags(env), chain.PredictFlags(env),
+		sched.Flags(env), sched.BoundFlags(env),
+		admit.Flags(env),
+		apikeys.Flags(env),
+		tracing.Flags(env),
+		telemetry.Flags(env),
+		[]cli.Flag{
+			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: env("log-level")},
+			&cli.StringFlag{Name: "log-format", Value: "text", Usage: "text or json", EnvVars: env("log-format")},
+		},
+	)
 }
 
 func serveCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "serve",
 		Usage: "run the proxy in front of OpenAI-compatible backends",
-		Flags: append(append(append(append(serveFlags(), ttftflag.Flags(env)...), configFlag), kdnServeFlags()...), append(append(append(clusterFlags(), extProcFlags()...), poolFlags()...), retiredFlags()...)...),
+		Flags: append(append(append(append(serveFlags(), sched.TTFTFlags(env)...), configFlag), kdnServeFlags()...), append(append(append(clusterFlags(), extProcFlags()...), poolFlags()...), retiredFlags()...)...),
 		Action: func(c *cli.Context) error {
 			log, err := newLogger(c.String("log-level"), c.String("log-format"))
 			if err != nil {
@@ -238,7 +199,7 @@ func reload(srv *edge.Server, log *slog.Logger, why string, backendsNow func() [
 		ch, restart, err = srv.Reload(cfg)
 		if err == nil {
 			log.Info(why+": configuration reloaded", "backends_added", ch.Added, "backends_removed", ch.Removed, "backends_kept", ch.Kept,
-				"policy", cfg.Policy, "ttl", cfg.TTL)
+				"policy", cfg.Routing.Policy, "ttl", cfg.Table.TTL)
 			if len(restart) > 0 {
 				log.Warn(why+": these settings changed but take effect only at a restart", "settings", restart)
 			}
@@ -279,100 +240,16 @@ func watchFile(path string, every time.Duration) <-chan struct{} {
 	return ch
 }
 
+// configFrom composes the configuration of each part from its flags.
 func configFrom(c *cli.Context) edge.Config {
-	return edge.Config{
-		Listen:                c.String("listen"),
-		AdminListen:           c.String("admin-listen"),
-		Backends:              backendList(c.StringSlice("backend")),
-		BlockSize:             c.Int("block-size"),
-		TTL:                   c.Duration("ttl"),
-		MaxBlocks:             c.Int("max-blocks"),
-		CBRMemoBytes:          c.Int("cbr-memo-bytes"),
-		HashKey:               c.String("hash-key"),
-		Policy:                c.String("policy"),
-		ActiveWeight:          c.Int("active-weight"),
-		CBRExclude:            splitList(c.StringSlice("cbr-exclude")),
-		MaxBodyBytes:          c.Int("max-body-bytes"),
-		Retries:               c.Int("retries"),
-		HealthPath:            c.String("health-path"),
-		HealthInterval:        c.Duration("health-interval"),
-		DiscoveryInterval:     c.Duration("discovery-interval"),
-		UpstreamHeaderTimeout: c.Duration("upstream-header-timeout"),
-		StreamIdleTimeout:     c.Duration("stream-idle-timeout"),
-		ShutdownTimeout:       c.Duration("shutdown-timeout"),
-		ClientReadTimeout:     c.Duration("client-read-timeout"),
-		HeaderTimeout:         c.Duration("header-timeout"),
-		DrainDelay:            c.Duration("drain-delay"),
-		MaxClientConns:        c.Int("max-client-conns"),
-		PreserveHost:          c.Bool("preserve-host"),
-		APIKeys:               c.String("api-keys"),
-		BackendAPIKey:         c.String("backend-api-key"),
-		OTLPEndpoint:          c.String("otlp-endpoint"),
-		TraceSampleRatio:      c.Float64("trace-sample-ratio"),
-		Admission:             admit.SettingsFrom(c),
-		MaxConnsPerBackend:    c.Int("max-conns-per-backend"),
-		Loops:                 c.Int("loops"),
-		Pprof:                 c.Bool("pprof"),
-		PrefillAtHeaders:      c.String("prefill-release") == "headers",
-		AccessLog:             c.Bool("access-log"),
-		PredictTTL:            c.Duration("predict-ttl"),
-		AffinityEpsilon:       c.Float64("affinity-epsilon"),
-		CacheCheck:            c.Bool("cache-check"),
-		RouteHeader:           c.Bool("route-header"),
-		TLSCert:               c.String("tls-cert"),
-		TLSKey:                c.String("tls-key"),
-		AdminTLSCert:          c.String("admin-tls-cert"),
-		AdminTLSKey:           c.String("admin-tls-key"),
-		AdminToken:            c.String("admin-token"),
-		TLSReloadInterval:     c.Duration("tls-reload-interval"),
-		UpstreamCA:            c.String("upstream-ca"),
-		UpstreamCert:          c.String("upstream-cert"),
-		UpstreamKey:           c.String("upstream-key"),
-		UpstreamInsecure:      c.Bool("upstream-insecure"),
-		TTFT:                  ttftflag.From(c, 1),
-		EngineMetrics:         c.Bool("engine-metrics"),
-		EngineMetricsInterval: c.Duration("engine-metrics-interval"),
-		BackendCacheTokens:    cacheTokens(c.StringSlice("backend-cache-tokens")),
-	}
-}
-
-// cacheTokens parses --backend-cache-tokens; a value that is not a
-// non-negative integer becomes -1, which Validate refuses.
-func cacheTokens(in []string) []int64 {
-	var out []int64
-	for _, v := range splitList(in) {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			n = -1
-		}
-		out = append(out, n)
-	}
-	return out
-}
-
-// splitList accepts both repeated flags and comma- or space-separated
-// values (as environment variables carry them).
-func splitList(in []string) []string {
-	var out []string
-	for _, v := range in {
-		out = append(out, strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' })...)
-	}
-	return out
-}
-
-// backendList splits backends given as separate flags or comma-separated,
-// keeping a "#model-a,model-b" suffix whole: a piece that is not a URL
-// continues the previous backend's model list.
-func backendList(in []string) []string {
-	var out []string
-	for _, p := range splitList(in) {
-		if !strings.Contains(p, "://") && len(out) > 0 && strings.Contains(out[len(out)-1], "#") {
-			out[len(out)-1] += "," + p
-			continue
-		}
-		out = append(out, p)
-	}
-	return out
+	cfg := edge.FromFlags(c)
+	cfg.Table = chain.SettingsFrom(c, edge.SplitList)
+	cfg.Routing = sched.SettingsFrom(c)
+	cfg.Admission = admit.SettingsFrom(c)
+	cfg.APIKeys = c.String("api-keys")
+	cfg.Tracing = tracing.ConfigFrom(c)
+	cfg.Telemetry = telemetry.SettingsFrom(c)
+	return cfg
 }
 
 func newLogger(level, format string) (*slog.Logger, error) {

@@ -54,10 +54,10 @@ func newHarness(t *testing.T, s setup) *harness {
 	h := &harness{t: t, client: &http.Client{Timeout: 10 * time.Second}}
 	cfg := edge.DefaultConfig()
 	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.TTL = s.ttl
-	cfg.BlockSize = 64
+	cfg.Table.TTL = s.ttl
+	cfg.Table.BlockSize = 64
 	cfg.HealthInterval = 50 * time.Millisecond
-	cfg.HashKey = "000102030405060708090a0b0c0d0e0f"
+	cfg.Table.HashKey = "000102030405060708090a0b0c0d0e0f"
 	if s.reuse != nil {
 		h.engines = s.reuse
 	} else {

@@ -128,7 +128,12 @@ func manifests(t *testing.T) map[string]obj {
 // the union over all commands, which is enough to catch a misspelling.
 func flagNames(t *testing.T) map[string]bool {
 	t.Helper()
-	files, _ := filepath.Glob("../../cmd/kvca/*.go")
+	// serve's flags are defined by the parts they configure.
+	var files []string
+	for _, dir := range []string{"cmd/kvca", "edge", "chain", "sched", "admit", "apikeys", "tracing", "telemetry", "cluster"} {
+		f, _ := filepath.Glob("../../" + dir + "/*.go")
+		files = append(files, f...)
+	}
 	re := regexp.MustCompile(`cli\.\w+Flag\{\s*Name:\s*"([a-z0-9-]+)"`)
 	names := map[string]bool{}
 	for _, f := range files {
@@ -223,8 +228,8 @@ func TestKubernetesManifests(t *testing.T) {
 		t.Error("the hash key belongs in the Secret, not the ConfigMap")
 	}
 	// The policy the bench chose is the default: the deploy files leave it.
-	if p, ok := data["KVCA_POLICY"]; ok && p != edge.DefaultConfig().Policy {
-		t.Errorf("ConfigMap KVCA_POLICY %v, the default is %s", p, edge.DefaultConfig().Policy)
+	if p, ok := data["KVCA_POLICY"]; ok && p != edge.DefaultConfig().Routing.Policy {
+		t.Errorf("ConfigMap KVCA_POLICY %v, the default is %s", p, edge.DefaultConfig().Routing.Policy)
 	}
 	// The admin port is kvca's own, not one that common neighbours use.
 	checkAdminPort(t, "ConfigMap KVCA_ADMIN_LISTEN", data["KVCA_ADMIN_LISTEN"].(string))
@@ -406,8 +411,8 @@ func TestSystemdUnit(t *testing.T) {
 	if seen == 0 {
 		t.Error("kvca.env sets nothing")
 	}
-	if p, ok := vars["KVCA_POLICY"]; ok && p != edge.DefaultConfig().Policy {
-		t.Errorf("kvca.env KVCA_POLICY=%s, the default is %s", p, edge.DefaultConfig().Policy)
+	if p, ok := vars["KVCA_POLICY"]; ok && p != edge.DefaultConfig().Routing.Policy {
+		t.Errorf("kvca.env KVCA_POLICY=%s, the default is %s", p, edge.DefaultConfig().Routing.Policy)
 	}
 	// kvca refuses a hash key set but empty: the template must leave it
 	// out (commented) or set one.

@@ -63,8 +63,8 @@ func newFixture(t *testing.T, n int) *fixture {
 	cfg.Backends = urls
 	// Small blocks so that short test conversations span several blocks
 	// and a follow-up has a prefix to find.
-	cfg.BlockSize = 64
-	cfg.HashKey = "000102030405060708090a0b0c0d0e0f"
+	cfg.Table.BlockSize = 64
+	cfg.Table.HashKey = "000102030405060708090a0b0c0d0e0f"
 	p, err := edge.New(cfg)
 	if err != nil {
 		t.Fatal(err)
