@@ -32,6 +32,9 @@
 #   PROXY_CPUS [nproc] nginx worker_processes = HAProxy nbthread = GOMAXPROCS
 #                     of kvca and of the bare forwarder
 #   BODIES [1k-nostream 1k-stream 4k-nostream 4k-stream 128k-nostream 128k-stream]
+#                     also: 512k-*, 1m-* (an agent's late turn) and agent-*
+#                     (one agent session's 30 growing requests, 20 KB to
+#                     790 KB, replayed in order by each wrk thread)
 #   TARGETS [direct nginx haproxy bare epoll loopkvca kvca]
 #                     (kvca_fasthttp is dropped with TLS=1, where kvca is
 #                     fasthttp anyway; bare, the

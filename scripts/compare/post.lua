@@ -12,6 +12,23 @@ wrk.method = "POST"
 wrk.body = body
 wrk.headers["Content-Type"] = "application/json"
 
+-- A body with a sibling .seq file (an agent session's requests, separated
+-- by the byte 0x1e) is replayed in order instead: each connection's
+-- thread cycles through the session's growing bodies.
+local sf = io.open((path:gsub("%.json$", ".seq")), "rb")
+if sf then
+  local seq = {}
+  for b in sf:read("*a"):gmatch("[^\30]+") do
+    seq[#seq + 1] = wrk.format("POST", nil, {["Content-Type"] = "application/json"}, b)
+  end
+  sf:close()
+  local i = 0
+  request = function()
+    i = i % #seq + 1
+    return seq[i]
+  end
+end
+
 function done(summary, latency, requests)
   local e = summary.errors
   io.write(string.format(

@@ -4,13 +4,21 @@
 //
 //	go run ./scripts/compare/genbody -out DIR
 //
-// writes DIR/{1k,4k,128k}-{stream,nostream}.json, each exactly 1024, 4096 or
-// 131072 bytes long:
+// writes DIR/{1k,4k,128k,512k,1m}-{stream,nostream}.json, each exactly
+// 1024, 4096, 131072, 524288 or 1048576 bytes long:
 //
 //   - 1k: a short system prompt and one user message;
 //   - 4k: a system prompt plus three turns (user, assistant, user, assistant,
 //     user), the shape of a short agent conversation;
-//   - 128k: a long system prompt (a pasted document) plus three turns.
+//   - 128k: a long system prompt (a pasted document) plus three turns;
+//   - 512k, 1m: an agent's late turn: a 20 KB system prompt and tool
+//     definitions, then 10 or 20 turns of tool results of about 26 KB;
+//
+// and DIR/agent-{stream,nostream}.seq, one agent session's requests in
+// order (30 turns growing from about 20 KB to about 800 KB, each turn
+// resending the last one's messages plus a tool call and its result),
+// separated by the record separator byte 0x1e, which JSON text never holds
+// raw; agent-*.json is its last request.
 package main
 
 import (
@@ -74,6 +82,37 @@ var shapes = []shape{
 	{name: "1k", size: 1024, turns: 1, sys: 200},
 	{name: "4k", size: 4096, turns: 3, sys: 1200, turn: 500},
 	{name: "128k", size: 131072, turns: 3, sys: 110000, turn: 4000},
+	{name: "512k", size: 524288, turns: 10, sys: 20000, turn: 26000},
+	{name: "1m", size: 1048576, turns: 20, sys: 20000, turn: 26000},
+}
+
+// agentTurns and agentResult shape the agent session: each turn adds an
+// assistant tool call and a tool result of about agentResult bytes.
+const (
+	agentTurns  = 30
+	agentSystem = 20000
+	agentResult = 26000
+)
+
+// agentSession is one agent session's requests in order.
+func agentSession(stream bool) ([][]byte, error) {
+	r := rng(7)
+	req := request{Model: "mock", MaxTokens: 16, Stream: stream}
+	req.Messages = append(req.Messages,
+		message{Role: "system", Content: "You are a coding agent. Tools: read_file, run_tests, edit. " + r.text(agentSystem)},
+		message{Role: "user", Content: "Fix the failing test in package " + r.text(200)})
+	var out [][]byte
+	for t := 0; t < agentTurns; t++ {
+		b, err := json.Marshal(req)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+		req.Messages = append(req.Messages,
+			message{Role: "assistant", Content: "Calling read_file on " + r.text(300)},
+			message{Role: "user", Content: "Tool result: " + r.text(agentResult)})
+	}
+	return out, nil
 }
 
 func build(s shape, stream bool) ([]byte, error) {
@@ -128,6 +167,32 @@ func main() {
 				fmt.Fprintln(os.Stderr, err)
 				os.Exit(1)
 			}
+		}
+	}
+	for _, stream := range []bool{false, true} {
+		seq, err := agentSession(stream)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "genbody:", err)
+			os.Exit(1)
+		}
+		name := "agent-nostream"
+		if stream {
+			name = "agent-stream"
+		}
+		var all []byte
+		for i, b := range seq {
+			if i > 0 {
+				all = append(all, 0x1e)
+			}
+			all = append(all, b...)
+		}
+		if err := os.WriteFile(filepath.Join(*out, name+".seq"), all, 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		if err := os.WriteFile(filepath.Join(*out, name+".json"), seq[len(seq)-1], 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
 		}
 	}
 }
