@@ -79,12 +79,12 @@ GREMLINS_VERSION := v0.6.0
 mutate:
 	@scripts/mutate.sh $(GREMLINS_VERSION) $(MUTATE_PKGS)
 
-# The proxy's transport-independent core (planning, retries, replies,
+# The proxy's transport-independent core (the request lifecycle, the picker, planning, retries, replies,
 # forwarding rules, request ids, access log): only these files of edge are
 # mutated. The edge suite is long, so its slowest tests, which exercise
 # timing, limits and memory rather than the core, are skipped, and the
 # target stands apart from make mutate (docs/mutation.md).
-MUTATE_EDGE_FILES := exchange.go,forward.go,answers.go
+MUTATE_EDGE_FILES := lifecycle.go,picker.go,exchange.go,forward.go,answers.go
 MUTATE_EDGE_SKIP := ^(TestSoak|TestAcceptBacksOffOutOfDescriptors|TestMaxBlocksHolds.*|TestWireNoAllocs|TestRoutePathNoAllocs|TestSpareP|TestStreamIdleTimeout|TestSlowlorisIsCut|TestDrainDelay|TestHostileBodies|TestGracefulDrain|TestShutdownDeadlineCutsStreams|TestEngineTelemetryWired|TestVacuumReclaimsIdleLocations|TestTLSEdgeStreamingAndRotation|TestAbandonedStreamsReleaseLoad)$$
 .PHONY: mutate-edge
 mutate-edge:
