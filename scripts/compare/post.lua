@@ -14,15 +14,19 @@ wrk.headers["Content-Type"] = "application/json"
 
 -- A body with a sibling .seq file (an agent session's requests, separated
 -- by the byte 0x1e) is replayed in order instead: each connection's
--- thread cycles through the session's growing bodies.
+-- thread cycles through the session's growing bodies. The requests are
+-- built in init, once wrk has set the Host header they need.
 local sf = io.open((path:gsub("%.json$", ".seq")), "rb")
 if sf then
-  local seq = {}
-  for b in sf:read("*a"):gmatch("[^\30]+") do
-    seq[#seq + 1] = wrk.format("POST", nil, {["Content-Type"] = "application/json"}, b)
-  end
+  local bodies = {}
+  for b in sf:read("*a"):gmatch("[^\30]+") do bodies[#bodies + 1] = b end
   sf:close()
-  local i = 0
+  local seq, i = {}, 0
+  init = function(args)
+    for k, b in ipairs(bodies) do
+      seq[k] = wrk.format("POST", nil, {["Host"] = wrk.headers["Host"], ["Content-Type"] = "application/json"}, b)
+    end
+  end
   request = function()
     i = i % #seq + 1
     return seq[i]
