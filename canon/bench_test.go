@@ -9,7 +9,7 @@ import (
 	"github.com/kvca/kvca/internal/bodies"
 )
 
-var sizes = []int{1 << 10, 4 << 10, 16 << 10, 128 << 10}
+var sizes = []int{1 << 10, 4 << 10, 16 << 10, 128 << 10, 1 << 20}
 
 // BenchmarkCanon measures canonicalisation alone (into a discarding sink).
 func BenchmarkCanon(b *testing.B) {
