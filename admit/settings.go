@@ -66,28 +66,19 @@ func (s *Settings) Config(backends []*sched.Backend, set *metrics.Set) Config {
 // Restart names the settings of next that differ from s: admission is
 // built at start, so each takes effect at a restart.
 func (s *Settings) Restart(next *Settings) []string {
-	var out []string
-	for _, d := range []struct {
-		name   string
-		differ bool
-	}{
-		{"max-inflight-per-backend", s.MaxInflightPerBackend != next.MaxInflightPerBackend},
-		{"queue-size", s.QueueSize != next.QueueSize},
-		{"queue-timeout", s.QueueTimeout != next.QueueTimeout},
-		{"queue-holder-wait", s.QueueHolderWait != next.QueueHolderWait},
-		{"queue-starvation-limit", s.QueueStarvationLimit != next.QueueStarvationLimit},
-		{"queue-engine-aware", s.QueueEngineAware != next.QueueEngineAware},
-		{"queue-max-prefill", s.QueueMaxPrefill != next.QueueMaxPrefill},
-		{"queue-high-reserve", s.QueueHighReserve != next.QueueHighReserve},
-		{"queue-tenant-reserve", s.QueueTenantReserve != next.QueueTenantReserve},
-		{"queue-high-pool", s.QueueHighPool != next.QueueHighPool},
-		{"queue-high-preempts", s.QueueHighPreempts != next.QueueHighPreempts},
-	} {
-		if d.differ {
-			out = append(out, d.name)
-		}
-	}
-	return out
+	return cliflag.Changed(
+		cliflag.Change{Name: "max-inflight-per-backend", Differ: s.MaxInflightPerBackend != next.MaxInflightPerBackend},
+		cliflag.Change{Name: "queue-size", Differ: s.QueueSize != next.QueueSize},
+		cliflag.Change{Name: "queue-timeout", Differ: s.QueueTimeout != next.QueueTimeout},
+		cliflag.Change{Name: "queue-holder-wait", Differ: s.QueueHolderWait != next.QueueHolderWait},
+		cliflag.Change{Name: "queue-starvation-limit", Differ: s.QueueStarvationLimit != next.QueueStarvationLimit},
+		cliflag.Change{Name: "queue-engine-aware", Differ: s.QueueEngineAware != next.QueueEngineAware},
+		cliflag.Change{Name: "queue-max-prefill", Differ: s.QueueMaxPrefill != next.QueueMaxPrefill},
+		cliflag.Change{Name: "queue-high-reserve", Differ: s.QueueHighReserve != next.QueueHighReserve},
+		cliflag.Change{Name: "queue-tenant-reserve", Differ: s.QueueTenantReserve != next.QueueTenantReserve},
+		cliflag.Change{Name: "queue-high-pool", Differ: s.QueueHighPool != next.QueueHighPool},
+		cliflag.Change{Name: "queue-high-preempts", Differ: s.QueueHighPreempts != next.QueueHighPreempts},
+	)
 }
 
 // Flags are admission's flags; env names a flag's KVCA_* variable.

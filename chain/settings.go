@@ -81,24 +81,15 @@ func (s *Settings) Validate() error {
 // reload does not apply: the TTL and the prediction's length are applied
 // live; the table's shape, the key and the CBR's fields are not.
 func (s *Settings) Restart(next *Settings) []string {
-	var out []string
-	for _, d := range []struct {
-		name   string
-		differ bool
-	}{
-		{"block-size", s.BlockSize != next.BlockSize},
-		{"max-blocks", s.MaxBlocks != next.MaxBlocks},
-		{"hash-key", s.HashKey != next.HashKey},
-		{"cbr-exclude", !slices.Equal(s.CBRExclude, next.CBRExclude)},
-		{"cbr-memo-bytes", s.CBRMemoBytes != next.CBRMemoBytes},
-		{"resume-memo-bytes", s.ResumeMemoBytes != next.ResumeMemoBytes},
-		{"predict-ttl (on or off; its length is applied)", (s.PredictTTL > 0) != (next.PredictTTL > 0)},
-	} {
-		if d.differ {
-			out = append(out, d.name)
-		}
-	}
-	return out
+	return cliflag.Changed(
+		cliflag.Change{Name: "block-size", Differ: s.BlockSize != next.BlockSize},
+		cliflag.Change{Name: "max-blocks", Differ: s.MaxBlocks != next.MaxBlocks},
+		cliflag.Change{Name: "hash-key", Differ: s.HashKey != next.HashKey},
+		cliflag.Change{Name: "cbr-exclude", Differ: !slices.Equal(s.CBRExclude, next.CBRExclude)},
+		cliflag.Change{Name: "cbr-memo-bytes", Differ: s.CBRMemoBytes != next.CBRMemoBytes},
+		cliflag.Change{Name: "resume-memo-bytes", Differ: s.ResumeMemoBytes != next.ResumeMemoBytes},
+		cliflag.Change{Name: "predict-ttl (on or off; its length is applied)", Differ: (s.PredictTTL > 0) != (next.PredictTTL > 0)},
+	)
 }
 
 // Flags are the table's and the CBR's flags; env names a flag's KVCA_*

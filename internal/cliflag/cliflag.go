@@ -181,3 +181,22 @@ func reason(kind, value, detail string) string {
 }
 
 var _ flag.Getter = (*DurationValue)(nil)
+
+// Change is one setting of a reload: its flag's name and whether its
+// value differs.
+type Change struct {
+	Name   string
+	Differ bool
+}
+
+// Changed names the settings that differ, in order (what a part reports
+// a reload could not apply).
+func Changed(cs ...Change) []string {
+	var out []string
+	for _, c := range cs {
+		if c.Differ {
+			out = append(out, c.Name)
+		}
+	}
+	return out
+}
