@@ -387,13 +387,16 @@ func (t *Table) touch(chain []uint64, b int, now int64, mode touchMode) {
 		slot, mark = t.recentSlot(chain[len(chain)-1], b, gen, now, mode)
 		if v := slot.Load(); v>>32 == mark>>32 {
 			// The same chain and backend: skip if it was touched at most
-			// slack ago; a touch dated earlier than the one recorded (a
-			// peer's) walks, but leaves the newer record in place.
-			switch age := int32(uint32(mark) - uint32(v)); {
-			case age >= 0 && int64(age) <= t.slack:
+			// slack ago, or later than now: a touch dated earlier than the
+			// one recorded (a request that started before another of the
+			// same prompt but was answered after it, a peer's) would find
+			// every block already holding b at a later time, and walking
+			// a long chain for nothing costs a lock per block.
+			// (A record more than the TTL in the future is a wrapped
+			// clock, not a newer touch.)
+			age := int64(int32(uint32(mark) - uint32(v)))
+			if (age >= 0 && age <= t.slack) || (age < 0 && -age <= t.ttl.Load()) {
 				return
-			case age < 0:
-				slot = nil
 			}
 		}
 		if slot != nil {
