@@ -64,7 +64,7 @@ func (s *Server) State() State {
 		st.Backends = append(st.Backends, BackendState{
 			Index:         b.Index,
 			URL:           b.URL,
-			EndpointID:    EndpointID(b.URL),
+			EndpointID:    u.endpoint,
 			Generation:    s.table.Generation(b.Index),
 			Healthy:       b.Healthy(),
 			Active:        a,

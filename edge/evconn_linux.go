@@ -860,17 +860,10 @@ const idleConnTimeout = 90 * time.Second
 // --max-conns-per-backend and connFailed when a connection cannot even be
 // started.
 func (l *evLoop) upstreamConn(u *upstream, fresh bool) (up *upConn, reused bool, res int) {
-	list := l.idle[u.b.Index]
-	if n := len(list); n > 0 && !fresh {
-		if up = list[n-1]; up.u == u {
-			l.idle[u.b.Index] = list[:n-1]
-			return up, true, sent
-		}
-		// The slot's backend was removed and the slot reused: what is
-		// pooled there leads to the old one.
-		for len(l.idle[u.b.Index]) > 0 {
-			l.idle[u.b.Index][0].close()
-		}
+	if list := u.idle[l.id]; len(list) > 0 && !fresh {
+		up = list[len(list)-1]
+		u.idle[l.id] = list[:len(list)-1]
+		return up, true, sent
 	}
 	if int(u.loopConns.Add(1)) > l.s.cfg.MaxConnsPerBackend {
 		u.loopConns.Add(-1)
@@ -1215,7 +1208,7 @@ func (up *upConn) toIdle() {
 	up.wa, up.wb = nil, nil
 	up.off, up.n = 0, 0
 	up.dl = up.l.now + int64(idleConnTimeout)
-	up.l.idle[up.u.b.Index] = append(up.l.idle[up.u.b.Index], up)
+	up.u.idle[up.l.id] = append(up.u.idle[up.l.id], up)
 }
 
 func (up *upConn) close() {
@@ -1223,10 +1216,10 @@ func (up *upConn) close() {
 		return
 	}
 	if up.state == upIdle {
-		list := up.l.idle[up.u.b.Index]
+		list := up.u.idle[up.l.id]
 		for i, x := range list {
 			if x == up {
-				up.l.idle[up.u.b.Index] = append(list[:i], list[i+1:]...)
+				up.u.idle[up.l.id] = append(list[:i], list[i+1:]...)
 				break
 			}
 		}

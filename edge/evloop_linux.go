@@ -4,7 +4,6 @@ package edge
 
 import (
 	"errors"
-	"github.com/kvca/kvca/chain"
 	"net"
 	"runtime"
 	"runtime/debug"
@@ -55,7 +54,7 @@ type evLoop struct {
 	// not reach the new connection (nginx's "instance" bit).
 	gens     map[int32]int32
 	gen      int32
-	idle     [][]*upConn // per backend: keep-alive connections
+	id       int // the loop's index: its keep-alive pool in each upstream
 	events   [128]syscall.EpollEvent
 	now      int64       // unix ns, at the last wake-up
 	scanAt   int64       // when deadlines are next checked
@@ -135,7 +134,7 @@ func (s *Server) startLoops(ln net.Listener) error {
 		n = runtime.GOMAXPROCS(0)
 	}
 	for i := 0; i < n; i++ {
-		l, err := newEvLoop(s, lfd)
+		l, err := newEvLoop(s, lfd, i)
 		if err != nil {
 			for _, l := range el.loops {
 				l.closeFds()
@@ -147,6 +146,12 @@ func (s *Server) startLoops(ln net.Listener) error {
 	}
 	for _, l := range el.loops {
 		l.peers = el.loops
+	}
+	// Each backend's record holds its keep-alive pool, one list per loop;
+	// backends added later get theirs when they are built.
+	s.nloops = n
+	for _, u := range s.fleet().ups {
+		u.idle = make([][]*upConn, n)
 	}
 	s.evl = el
 	for _, l := range el.loops {
@@ -189,7 +194,7 @@ func (el *evLoops) stop(deadline <-chan struct{}) error {
 
 var errDrainTimeout = errors.New("shutdown timeout: in-flight requests aborted")
 
-func newEvLoop(s *Server, lfd int) (*evLoop, error) {
+func newEvLoop(s *Server, lfd, id int) (*evLoop, error) {
 	ep, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, err
@@ -200,7 +205,7 @@ func newEvLoop(s *Server, lfd int) (*evLoop, error) {
 		return nil, e
 	}
 	l := &evLoop{s: s, ep: ep, wakeFd: int(r), lfd: lfd, fds: map[int32]evHandler{}, gens: map[int32]int32{},
-		idle: make([][]*upConn, chain.MaxBackends), done: make(chan struct{})}
+		id: id, done: make(chan struct{})}
 	// The listening socket is level-triggered and exclusive: one loop
 	// wakes per new connection, and takes it if no other did.
 	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | epollExclusive, Fd: int32(lfd)}

@@ -38,7 +38,11 @@ func (s *Server) fleet() *fleet { return s.fl.Load() }
 
 // newUpstream builds the upstream of a backend and its series.
 func (s *Server) newUpstream(b *sched.Backend, a backendAddr) *upstream {
-	return newUpstream(b, a, s.m.newBackend(s.m.set, b), s.upTLS)
+	u := newUpstream(b, a, s.m.newBackend(s.m.set, b), s.upTLS)
+	if s.nloops > 0 {
+		u.idle = make([][]*upConn, s.nloops)
+	}
+	return u
 }
 
 // startUpstream starts what watches u: its address, its health and its

@@ -13,11 +13,18 @@ import (
 	"github.com/kvca/kvca/sched"
 )
 
-// upstream is one backend's connection pool and health state. Health is
-// decided here and in health.go; proxying only reports outcomes.
+// upstream is the record of one backend: its identity (b's slot, name
+// and URL; its KDN endpoint id), what scheduling reads of it (b: load,
+// health, engine telemetry), its models, its connections (keep-alive
+// pools per event loop, an HTTP client for health and models) and its
+// health state. A reload builds records for added backends and swaps the
+// fleet of records whole (reload.go); sched, admit, chain and cluster are
+// given b, or b's slot, from it. Health is decided here and in health.go;
+// proxying only reports outcomes.
 type upstream struct {
-	b    *sched.Backend
-	addr backendAddr
+	b        *sched.Backend
+	addr     backendAddr
+	endpoint string // KDN endpoint id, from the URL (EndpointID)
 	// authority is the Host kvca sends: the backend URL's host[:port].
 	authority []byte
 	tls       *tls.Config // nil for http:// backends
@@ -36,9 +43,12 @@ type upstream struct {
 	wake chan struct{}
 	// models the backend serves; nil until known.
 	models atomic.Pointer[modelList]
-	// --io epoll: the resolved address, and connections open across loops.
+	// The resolved address for the event loops, the connections open
+	// across them, and each loop's keep-alive connections here (indexed
+	// by the loop; only that loop touches its list).
 	la        atomic.Pointer[loopAddr]
 	loopConns atomic.Int32
+	idle      [][]*upConn
 	// stop ends the goroutines that watch the backend (set by
 	// startUpstream, called when it is removed).
 	stop context.CancelFunc
@@ -57,7 +67,7 @@ type loopAddr struct {
 const dialTimeout = 3 * time.Second
 
 func newUpstream(b *sched.Backend, a backendAddr, m *backendMetrics, tc *tls.Config) *upstream {
-	u := &upstream{b: b, addr: a, authority: []byte(a.authority), m: m, wake: make(chan struct{}, 1)}
+	u := &upstream{b: b, addr: a, endpoint: EndpointID(a.url), authority: []byte(a.authority), m: m, wake: make(chan struct{}, 1)}
 	if a.tls {
 		u.tls = tc.Clone()
 		u.tls.ServerName = a.sni // SNI and verification name
