@@ -66,7 +66,7 @@ type Server struct {
 	tlsPub      *certSource   // nil unless --tls-cert
 	tlsAdmin    *certSource   // nil unless --admin-tls-cert
 	evl         *evLoops
-	nloops      int // event loops serving, once started
+	nloops      int             // event loops serving, once started
 	adm         *admit.Admitter // admission; bypassed without --max-inflight-per-backend
 	keys        *apikeys.Store  // nil without --api-keys
 	quota       *quota.Limiter  // nil without --api-keys
