@@ -295,3 +295,58 @@ func TestPickerModels(t *testing.T) {
 		t.Fatalf("models: %+v", a)
 	}
 }
+
+// TestModelCreds: the client's credentials, and only they, go with a
+// model list asked of the backends.
+func TestModelCreds(t *testing.T) {
+	t.Parallel()
+	s := offlineCore(t, 1, nil)
+	c := s.begin(nil, nil)
+	c.receive([]byte("GET"), []byte("/v1/models"), false, false, fields{{"authorization", "Bearer k"}, {"accept", "*/*"}, {"x-api-key", "x"}})
+	got := c.modelCreds()
+	if len(got) != 2 || got[0] != [2]string{"authorization", "Bearer k"} || got[1] != [2]string{"x-api-key", "x"} {
+		t.Fatalf("creds %v", got)
+	}
+	s.putCall(c)
+}
+
+// TestPickerFallbackOrder: after a pick its session chose, the fallbacks
+// are the other backends least loaded first, at most three.
+func TestPickerFallbackOrder(t *testing.T) {
+	t.Parallel()
+	s := offlineCore(t, 6, nil)
+	p := s.Picker()
+	eps := p.Endpoints()
+	var held []*PickExchange
+	hold := func(ep string, n int) {
+		for i := 0; i < n; i++ {
+			x := p.Begin(chatHeaders())
+			x.Body([]byte(conversation(80+len(held), 0, false)), true)
+			if got, a := x.Pick(context.Background(), []string{ep}); a != nil || got[0] != ep {
+				t.Fatalf("hold on %s: %v %+v", ep, got, a)
+			}
+			held = append(held, x)
+		}
+	}
+	// Loads: backend 0 none, 1 two, 3 one, 4 three, 5 three; the session
+	// is bound to 2.
+	hold(eps[1], 2)
+	hold(eps[3], 1)
+	hold(eps[4], 3)
+	hold(eps[5], 3)
+	user := func(n int) string {
+		return strings.Replace(conversation(90, n, false), `{"model"`, `{"user":"u1","model"`, 1)
+	}
+	pickOnce(t, p, chatHeaders(), user(0), []string{eps[2]}, "", true)
+	got, a := pickOnce(t, p, chatHeaders(), user(3), nil, "", false)
+	if a != nil || len(got) != 4 {
+		t.Fatalf("picked %v %+v, want the bound backend and three fallbacks", got, a)
+	}
+	if want := []string{eps[2], eps[0], eps[3], eps[1]}; strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("picked %v, want %v (the session's, then least loaded first)", got, want)
+	}
+	for _, x := range held {
+		x.End(true)
+	}
+	idle(t, s)
+}

@@ -68,14 +68,13 @@ func (p *Picker) Ready() bool {
 // until its end, Pick, then Response and ResponseBody for a picked
 // request, and End exactly once.
 type PickExchange struct {
-	s      *Server
-	c      *call
-	body   []byte
-	wake   chan uint64
-	picked int // the backend picked (-1: none)
-	ended  bool
-	own    bool // kvca answered it itself
-	sse    bool
+	s     *Server
+	c     *call
+	body  []byte
+	wake  chan uint64
+	ended bool
+	own   bool // kvca answered it itself
+	sse   bool
 }
 
 // Begin starts the lifecycle of one request from its header fields.
@@ -89,7 +88,7 @@ func (p *Picker) Begin(h Headers) *PickExchange {
 		client = client[:i]
 	}
 	c := s.begin(bytes.TrimSpace(client), nil)
-	x := &PickExchange{s: s, c: c, wake: make(chan uint64, 1), picked: -1}
+	x := &PickExchange{s: s, c: c, wake: make(chan uint64, 1)}
 	c.picker = true
 	c.tk.Owner, c.tk.Wake = x, pickerWake
 	c.receive(method, path, string(target) == "*", string(method) == "CONNECT" && len(target) == 0, h)
@@ -148,7 +147,6 @@ func (x *PickExchange) Pick(ctx context.Context, subset []string) ([]string, *Pi
 				return nil, nil // the stream ended: End follows
 			}
 		case actSend, actReplay:
-			x.picked = c.u.b.Index
 			return x.s.fallbacks(c), nil
 		default: // actNone: a stale wake
 			select {
@@ -165,7 +163,7 @@ func (x *PickExchange) Pick(ctx context.Context, subset []string) ([]string, *Pi
 // answered; "": the one picked) and returns the header fields kvca adds.
 func (x *PickExchange) Response(status int, served string, h Headers) [][2]string {
 	c := x.c
-	if x.picked < 0 || c.life != lifeAttempting {
+	if c.life != lifeAttempting { // not picked, or already answered
 		return nil
 	}
 	if served != "" && served != c.u.b.Name {
