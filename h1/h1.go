@@ -96,14 +96,12 @@ type Request struct {
 	ExpectContinue bool // Expect: 100-continue (HTTP/1.1)
 	// Close: the connection ends after this exchange (Connection: close,
 	// or HTTP/1.0 without Connection: keep-alive).
-	Close      bool
-	Host       Span
-	hosts      int
-	RequestID  Span // the last X-Request-Id value
-	RequestIDs int  // how many X-Request-Id fields
-	NF         int
-	Names      [MaxFields]Span
-	Vals       [MaxFields]Span
+	Close bool
+	Host  Span
+	hosts int
+	NF    int
+	Names [MaxFields]Span
+	Vals  [MaxFields]Span
 	// Nominated are the field names the Connection header lists (RFC
 	// 9110 §7.6.1): they concern this connection only.
 	Nominated  [MaxNominated]Span
@@ -118,8 +116,8 @@ type Request struct {
 
 // Reset readies r for the next request's head.
 func (r *Request) Reset() {
-	r.Size, r.NF, r.NN, r.hosts, r.RequestIDs = 0, 0, 0, 0, 0
-	r.Method, r.Target, r.URI, r.Path, r.Host, r.RequestID = Span{}, Span{}, Span{}, Span{}, Span{}, Span{}
+	r.Size, r.NF, r.NN, r.hosts = 0, 0, 0, 0
+	r.Method, r.Target, r.URI, r.Path, r.Host = Span{}, Span{}, Span{}, Span{}, Span{}
 	r.Abs, r.Asterisk, r.Chunked, r.ExpectContinue, r.Close = false, false, false, false, false
 	r.keepAlive, r.te, r.badExpect, r.started = false, false, false, false
 	r.Minor, r.ContentLength = 0, -1
@@ -325,11 +323,6 @@ func (r *Request) field(b []byte, off int32, line []byte) *Error {
 	case 10:
 		if equalFold(n, "connection") {
 			return r.connection(b, val)
-		}
-	case 12:
-		if equalFold(n, "x-request-id") {
-			r.RequestID = val
-			r.RequestIDs++
 		}
 	case 14:
 		if equalFold(n, "content-length") {

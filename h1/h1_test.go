@@ -38,9 +38,6 @@ func TestParseRequestAccepts(t *testing.T) {
 	if r.Minor != 1 || r.ContentLength != 13 || !r.Close || r.Chunked || r.ExpectContinue || r.NF != 5 {
 		t.Fatalf("flags: minor %d CL %d close %v chunked %v nf %d", r.Minor, r.ContentLength, r.Close, r.Chunked, r.NF)
 	}
-	if string(r.RequestID.Of(b)) != "abc" || r.RequestIDs != 1 {
-		t.Fatalf("request id %q", r.RequestID.Of(b))
-	}
 	if r.NN != 3 || !r.IsNominated(b, []byte("x-secret")) || !r.IsNominated(b, []byte("Keep-Alive")) || r.IsNominated(b, []byte("host")) {
 		t.Fatalf("nominated: %d", r.NN)
 	}
