@@ -98,9 +98,16 @@ func (p *Picker) Begin(h Headers) *PickExchange {
 // pickerWake brings an admission wake to the goroutine waiting in Pick.
 func pickerWake(t *admit.Ticket, seq uint64) {
 	x := t.Owner.(*PickExchange)
-	select {
-	case x.wake <- seq:
-	default: // a wake is pending: the newer one is read by admitted's check
+	for {
+		select {
+		case x.wake <- seq:
+			return
+		default: // an older wake is pending: the newest replaces it
+		}
+		select {
+		case <-x.wake:
+		default:
+		}
 	}
 }
 
@@ -139,21 +146,14 @@ func (x *PickExchange) Pick(ctx context.Context, subset []string) ([]string, *Pi
 				subset = nil
 			}
 			a = c.try()
-		case actQueued:
+		case actSend, actReplay:
+			return x.s.fallbacks(c), nil
+		default: // actQueued, or actNone after a stale wake: wait on
 			select {
 			case seq := <-x.wake:
 				a = c.admitted(seq)
 			case <-ctx.Done():
 				return nil, nil // the stream ended: End follows
-			}
-		case actSend, actReplay:
-			return x.s.fallbacks(c), nil
-		default: // actNone: a stale wake
-			select {
-			case seq := <-x.wake:
-				a = c.admitted(seq)
-			case <-ctx.Done():
-				return nil, nil
 			}
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"strings"
 	"testing"
+
+	"github.com/kvca/kvca/admit"
 )
 
 // fields is a header map as a picker's protocol gives it.
@@ -191,4 +193,24 @@ func TestPickerSheds(t *testing.T) {
 		t.Fatalf("after the first ended: %v %+v", eps, a)
 	}
 	idle(t, s)
+}
+
+// TestPickerWakeKeepsTheNewest: wakes that come while one is pending
+// replace it, so a waiting pick never reads a stale wake and misses the
+// one that admits it.
+func TestPickerWakeKeepsTheNewest(t *testing.T) {
+	t.Parallel()
+	x := &PickExchange{wake: make(chan uint64, 1)}
+	tk := &admit.Ticket{Owner: x}
+	pickerWake(tk, 1)
+	pickerWake(tk, 2)
+	pickerWake(tk, 3)
+	if got := <-x.wake; got != 3 {
+		t.Fatalf("read wake %d, want the newest, 3", got)
+	}
+	select {
+	case got := <-x.wake:
+		t.Fatalf("another wake %d pending", got)
+	default:
+	}
 }
