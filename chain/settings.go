@@ -120,10 +120,9 @@ func PredictFlags(env func(flag string) []string) []cli.Flag {
 	}
 }
 
-// SettingsFrom reads Flags, ExcludeFlags and PredictFlags; split cuts
-// repeated or comma-separated list values.
-func SettingsFrom(c *cli.Context, split func([]string) []string) Settings {
+// SettingsFrom reads Flags, ExcludeFlags and PredictFlags.
+func SettingsFrom(c *cli.Context) Settings {
 	return Settings{BlockSize: c.Int("block-size"), TTL: c.Duration("ttl"), MaxBlocks: c.Int("max-blocks"),
-		CBRMemoBytes: c.Int("cbr-memo-bytes"), ResumeMemoBytes: c.Int("resume-memo-bytes"), HashKey: c.String("hash-key"), CBRExclude: split(c.StringSlice("cbr-exclude")),
+		CBRMemoBytes: c.Int("cbr-memo-bytes"), ResumeMemoBytes: c.Int("resume-memo-bytes"), HashKey: c.String("hash-key"), CBRExclude: cliflag.SplitList(c.StringSlice("cbr-exclude")),
 		PredictTTL: c.Duration("predict-ttl")}
 }

@@ -103,22 +103,12 @@ func FromFlags(c *cli.Context) Config {
 	}
 }
 
-// SplitList accepts both repeated flags and comma- or space-separated
-// values (as environment variables carry them).
-func SplitList(in []string) []string {
-	var out []string
-	for _, v := range in {
-		out = append(out, strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' })...)
-	}
-	return out
-}
-
 // backendList splits backends given as separate flags or comma-separated;
 // a backend's "#model-a,model-b" suffix, itself comma-separated, stays
 // with its URL.
 func backendList(in []string) []string {
 	var out []string
-	for _, p := range SplitList(in) {
+	for _, p := range cliflag.SplitList(in) {
 		if !strings.Contains(p, "://") && len(out) > 0 && strings.Contains(out[len(out)-1], "#") {
 			out[len(out)-1] += "," + p
 			continue

@@ -11,6 +11,7 @@ import (
 	"github.com/kvca/kvca/canon"
 	"github.com/kvca/kvca/chain"
 	"github.com/kvca/kvca/edge"
+	"github.com/kvca/kvca/internal/cliflag"
 )
 
 // recorder keeps the CBR for display while hashing it.
@@ -55,7 +56,7 @@ serve's --hash-key to see the hashes the table holds.`,
 			}
 			rec := &recorder{h: chain.NewHasher(key, c.Int("block-size"))}
 			var info canon.Info
-			if err := canon.New(edge.SplitList(c.StringSlice("cbr-exclude"))).Canonicalize(api, body, rec, &info); err != nil {
+			if err := canon.New(cliflag.SplitList(c.StringSlice("cbr-exclude"))).Canonicalize(api, body, rec, &info); err != nil {
 				return fmt.Errorf("invalid request: %v", err)
 			}
 			hashes := make([]string, 0, len(rec.h.Sum()))

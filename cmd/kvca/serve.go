@@ -243,7 +243,7 @@ func watchFile(path string, every time.Duration) <-chan struct{} {
 // configFrom composes the configuration of each part from its flags.
 func configFrom(c *cli.Context) edge.Config {
 	cfg := edge.FromFlags(c)
-	cfg.Table = chain.SettingsFrom(c, edge.SplitList)
+	cfg.Table = chain.SettingsFrom(c)
 	cfg.Routing = sched.SettingsFrom(c)
 	cfg.Admission = admit.SettingsFrom(c)
 	cfg.APIKeys = c.String("api-keys")

@@ -200,3 +200,13 @@ func Changed(cs ...Change) []string {
 	}
 	return out
 }
+
+// SplitList accepts both repeated flags and comma- or space-separated
+// values (as environment variables carry them).
+func SplitList(in []string) []string {
+	var out []string
+	for _, v := range in {
+		out = append(out, strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' })...)
+	}
+	return out
+}
