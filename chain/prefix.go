@@ -24,19 +24,75 @@ func (t *Table) Prefix(chain []uint64, now int64) (int, Set) {
 	}
 	var prev Set
 	n := 0
-	for _, h := range chain {
-		locs := t.Lookup(h, now)
+	t.walk(chain, now, func(_ int, locs Set) bool {
 		if locs.Empty() {
-			break
+			return false
 		}
 		prev = locs
 		n++
-	}
+		return true
+	})
 	sl.write(last, len(chain), now, n, prev)
 	return n, prev
 }
 
 const prefixSlots = 256
+
+// walk calls visit with the live locations of each block of chain in
+// order (what Lookup returns) until visit returns false. A chain of at
+// least two blocks per shard whose first block is held is read a shard at
+// a time under one shared lock each, as touch writes it; a block with
+// something to forget is looked up alone when the walk reaches it, so
+// nothing past where the walk stops is forgotten, as block by block.
+func (t *Table) walk(chain []uint64, now int64, visit func(i int, locs Set) bool) {
+	if len(t.shards) == 1 || len(chain) < 2*len(t.shards) {
+		for i, h := range chain {
+			if !visit(i, t.Lookup(h, now)) {
+				return
+			}
+		}
+		return
+	}
+	if !visit(0, t.Lookup(chain[0], now)) {
+		return
+	}
+	w := t.walks.Get().(*walkScratch)
+	defer t.walks.Put(w)
+	w.g.sort(chain, t.mask)
+	if cap(w.sets) < len(chain) {
+		w.sets = make([]Set, len(chain), 2*len(chain))
+		w.clean = make([]bool, len(chain), 2*len(chain))
+	}
+	sets, clean := w.sets[:len(chain)], w.clean[:len(chain)]
+	for s := range t.shards {
+		ps := w.g.order[w.g.start[s]:w.g.start[s+1]]
+		if len(ps) == 0 {
+			continue
+		}
+		sh := &t.shards[s]
+		sh.mu.RLock()
+		for _, p := range ps {
+			sets[p], clean[p] = t.peek(sh, chain[p], now)
+		}
+		sh.mu.RUnlock()
+	}
+	for i := 1; i < len(chain); i++ {
+		locs := sets[i]
+		if !clean[i] {
+			locs = t.Lookup(chain[i], now)
+		}
+		if !visit(i, locs) {
+			return
+		}
+	}
+}
+
+// walkScratch is walk's recycled room.
+type walkScratch struct {
+	g     shardGroups
+	sets  []Set
+	clean []bool
+}
 
 // prefixSlot is a seqlock: seq is odd while a writer fills the slot, and a
 // reader that saw it change discards what it read. Every field is atomic,
@@ -98,19 +154,19 @@ func (t *Table) Matches(chain []uint64, now int64, dst *[MaxBackends]int32) Set 
 		return held
 	}
 	var held, cur Set
-	for i, h := range chain {
-		locs := t.Lookup(h, now)
+	t.walk(chain, now, func(i int, locs Set) bool {
 		if i == 0 {
 			held, cur = locs, locs
 		} else {
 			cur.And(&locs)
 		}
 		if cur.Empty() {
-			break
+			return false
 		}
 		n := int32(i + 1)
 		cur.Each(func(b int) { dst[b] = n })
-	}
+		return true
+	})
 	sl.write(last, len(chain), now, held, dst)
 	return held
 }

@@ -2,6 +2,7 @@ package chain
 
 import (
 	"math/bits"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -128,6 +129,9 @@ type Table struct {
 	// millisecond (or within slack) the others would only rewrite what is
 	// there.
 	recent [recentSlots]atomic.Uint64
+	// groups and walks recycle touch's and walk's room for long chains.
+	groups sync.Pool
+	walks  sync.Pool
 	// prefixes keeps each millisecond's Prefix walks (prefix.go).
 	prefixes [prefixSlots]prefixSlot
 	matches  [prefixSlots]matchSlot
@@ -171,6 +175,8 @@ func NewTable(cfg Config) *Table {
 		epoch:     now(),
 		now:       now,
 	}
+	t.groups.New = func() any { return new(shardGroups) }
+	t.walks.New = func() any { return new(walkScratch) }
 	t.SetTTL(cfg.TTL)
 	t.predTTL.Store(t.ttl.Load())
 	for i := range t.shards {
@@ -309,29 +315,14 @@ func (t *Table) Lookup(h uint64, now int64) (s Set) {
 	// Shared first: only an entry with something to forget needs the
 	// exclusive lock.
 	sh.mu.RLock()
-	i, ok := sh.find(h)
-	clean := !ok
-	if ok {
-		e := &sh.ents[i]
-		clean = e.loc != 0 && t.live(e.loc, now)
-		if clean {
-			s.Add(locBackend(e.loc))
-			if e.more != nil {
-				for _, l := range e.more.l {
-					clean = clean && t.live(l, now)
-					s.Add(locBackend(l))
-				}
-			}
-		}
-	}
+	s, clean := t.peek(sh, h, now)
 	sh.mu.RUnlock()
 	if clean {
 		return s
 	}
 	s = Set{}
 	sh.mu.Lock()
-	i, ok = sh.find(h)
-	if ok {
+	if i, ok := sh.find(h); ok {
 		e := &sh.ents[i]
 		if dropped := sh.prune(t, i, now); dropped > 0 {
 			t.evictExpired.Add(uint64(dropped))
@@ -349,6 +340,30 @@ func (t *Table) Lookup(h uint64, now int64) (s Set) {
 	}
 	sh.mu.Unlock()
 	return s
+}
+
+// peek reads block h's live locations under sh's shared lock; clean is
+// false (and s not to be used) when it has something to forget, which
+// Lookup does under the exclusive lock.
+func (t *Table) peek(sh *shard, h uint64, now int64) (s Set, clean bool) {
+	i, ok := sh.find(h)
+	if !ok {
+		return s, true
+	}
+	e := &sh.ents[i]
+	if e.loc == 0 || !t.live(e.loc, now) {
+		return s, false
+	}
+	s.Add(locBackend(e.loc))
+	if e.more != nil {
+		for _, l := range e.more.l {
+			if !t.live(l, now) {
+				return s, false
+			}
+			s.Add(locBackend(l))
+		}
+	}
+	return s, true
 }
 
 // Touch records that backend b holds every block of chain as of now: an
@@ -403,21 +418,56 @@ func (t *Table) touch(chain []uint64, b int, now int64, mode touchMode) {
 			defer slot.Store(mark)
 		}
 	}
-	// A prompt that many requests share is touched by all of them within
-	// the same millisecond, and its blocks need nothing: they are checked
-	// under the shared lock. The first block that does need a write ends
-	// the checking: the rest of the chain was learned with it and most
-	// likely needs writing too.
-	checking := !pin
-	for pos, h := range chain {
-		sh := t.shardOf(h)
-		if checking {
-			if t.current(h, b, gen, now, mode) {
-				continue
+	// A chain of at least two blocks per shard is taken a shard at a
+	// time, in chain order within each shard (each shard keeps its own LRU
+	// order): one lock per shard rather than one per block, which was half
+	// of a touch's cost at 1,500 blocks.
+	if len(t.shards) > 1 && len(chain) >= 2*len(t.shards) {
+		g := t.groups.Get().(*shardGroups)
+		g.sort(chain, t.mask)
+		checking := !pin
+		for s := range t.shards {
+			if ps := g.order[g.start[s]:g.start[s+1]]; len(ps) > 0 {
+				checking = t.touchShard(&t.shards[s], chain, ps, b, gen, now, mode, checking)
 			}
-			checking = false
 		}
-		sh.mu.Lock()
+		t.groups.Put(g)
+		return
+	}
+	checking := !pin
+	var one [1]int32
+	for pos, h := range chain {
+		one[0] = int32(pos)
+		checking = t.touchShard(t.shardOf(h), chain, one[:], b, gen, now, mode, checking)
+	}
+}
+
+// touchShard touches the blocks of chain at positions ps, all in shard sh.
+// While checking, it first looks under the shared lock whether they need
+// anything: a prompt that many requests share is touched by all of them
+// within the same millisecond, and a prediction leaves live confirmed
+// locations alone. A confirmation that finds something to write ends the
+// checking: the rest of the chain was learned with it and most likely
+// needs writing too. It returns whether to go on checking.
+func (t *Table) touchShard(sh *shard, chain []uint64, ps []int32, b int, gen uint32, now int64, mode touchMode, checking bool) bool {
+	if checking {
+		settled := true
+		sh.mu.RLock()
+		for _, p := range ps {
+			if !t.settled(sh, chain[p], b, gen, now, mode) {
+				settled = false
+				break
+			}
+		}
+		sh.mu.RUnlock()
+		if settled {
+			return true
+		}
+		checking = mode == touchPredict
+	}
+	sh.mu.Lock()
+	for _, p := range ps {
+		h := chain[p]
 		i, ok := sh.find(h)
 		if !ok {
 			if sh.count >= t.perShard {
@@ -428,13 +478,61 @@ func (t *Table) touch(chain []uint64, b int, now int64, mode touchMode) {
 		e := &sh.ents[i]
 		if mode == touchPredict && e.confirmed(t, b, gen, now) {
 			// A live confirmed location stays as its answer left it.
-			sh.mu.Unlock()
 			continue
 		}
-		sh.set(e, b, gen, now, mode, depthOf(pos))
+		sh.set(e, b, gen, now, mode, depthOf(int(p)))
 		sh.moveToFront(i)
-		sh.mu.Unlock()
 	}
+	sh.mu.Unlock()
+	return checking
+}
+
+// settled reports (under sh's shared lock) whether touching block h would
+// change nothing: it already holds b's location of generation gen as of
+// now or later, or, for a prediction, a live confirmed one.
+func (t *Table) settled(sh *shard, h uint64, b int, gen uint32, now int64, mode touchMode) bool {
+	i, ok := sh.find(h)
+	if !ok {
+		return false
+	}
+	e := &sh.ents[i]
+	return e.current(b, gen, now, mode) || (mode == touchPredict && e.confirmed(t, b, gen, now))
+}
+
+// shardGroups orders a chain's positions by shard, in chain order within
+// each: the positions of shard s are order[start[s]:start[s+1]].
+type shardGroups struct {
+	order []int32
+	start []int32
+}
+
+func (g *shardGroups) sort(chain []uint64, mask uint64) {
+	n := int(mask) + 1
+	if cap(g.start) < n+1 {
+		g.start = make([]int32, n+1)
+	}
+	g.start = g.start[:n+1]
+	clear(g.start)
+	if cap(g.order) < len(chain) {
+		g.order = make([]int32, len(chain), 2*len(chain))
+	}
+	g.order = g.order[:len(chain)]
+	for _, h := range chain {
+		g.start[h&mask+1]++
+	}
+	for s := 1; s <= n; s++ {
+		g.start[s] += g.start[s-1]
+	}
+	// start[s+1] is where shard s ends; filling each shard from its end,
+	// going down the chain, leaves positions in chain order and start[s+1]
+	// where shard s begins, which one shift puts at start[s].
+	for p := len(chain) - 1; p >= 0; p-- {
+		s := chain[p]&mask + 1
+		g.start[s]--
+		g.order[g.start[s]] = int32(p)
+	}
+	copy(g.start, g.start[1:])
+	g.start[n] = int32(len(chain))
 }
 
 const recentSlots = 1024
@@ -451,18 +549,6 @@ func (t *Table) recentSlot(h uint64, b int, gen uint32, now int64, mode touchMod
 	k *= 0xbf58476d1ce4e5b9
 	k ^= k >> 32
 	return &t.recent[k%recentSlots], (k|1<<32)&^0xffffffff | uint64(uint32(now))
-}
-
-// current reports whether block h already holds b's location of
-// generation gen as of now or later, as a touch in mode would leave it
-// (see entry.current).
-func (t *Table) current(h uint64, b int, gen uint32, now int64, mode touchMode) bool {
-	sh := t.shardOf(h)
-	sh.mu.RLock()
-	i, ok := sh.find(h)
-	cur := ok && sh.ents[i].current(b, gen, now, mode)
-	sh.mu.RUnlock()
-	return cur
 }
 
 // Unpin clears the pin of b's locations of chain; it returns how many were

@@ -83,6 +83,10 @@ type evLoop struct {
 // stream's read; bodies above it get a buffer of their own size.
 const loopBufSize = 16 << 10
 
+// jumpFactor: a request buffer grows straight to the whole request once
+// the request is at most this many times the buffer already filled.
+const jumpFactor = 32
+
 // yieldEvery is how often a busy loop looks whether other goroutines wait
 // for a P, and yields its own if so; yieldMax is how long it runs before
 // it yields regardless. Go's monitor thread preempts a goroutine that has

@@ -40,7 +40,7 @@ type Config struct {
 
 	Faults // initial fault injection, changeable with SetFaults
 
-	Fast         bool // no cache, no timing: a fixed small response (proxy throughput)
+	Fast         bool // no cache (no cached-token count), no timing: a fixed small response (proxy throughput)
 	RecordBodies bool // keep a copy of every request body (see Bodies)
 }
 

@@ -374,6 +374,11 @@ func TestFastMode(t *testing.T) {
 	if code != 200 || out["object"] != "chat.completion" {
 		t.Fatalf("%d %v", code, out)
 	}
+	// No cache, so no cached-token count: a 0 would tell a router in
+	// front that every prefix it predicted was evicted.
+	if u, ok := out["usage"].(map[string]any); !ok || u["prompt_tokens"] == nil || u["prompt_tokens_details"] != nil {
+		t.Fatalf("fast usage %v", out["usage"])
+	}
 	resp, err := http.Post(e.URL()+PathChat, "application/json", strings.NewReader(chatBody(true, 100, "x")))
 	if err != nil {
 		t.Fatal(err)

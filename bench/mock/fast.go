@@ -12,7 +12,7 @@ type fastResponses struct {
 
 func buildFastResponses(model string) fastResponses {
 	var r fastResponses
-	j := &job{e: &Engine{idPrefix: "fast-"}, model: model, maxTokens: 4, promptTokens: 8, id: 1}
+	j := &job{e: &Engine{idPrefix: "fast-"}, model: model, maxTokens: 4, promptTokens: 8, id: 1, noCache: true}
 	for _, chat := range []bool{true, false} {
 		j.chat = chat
 		body := j.appendCompletion(nil)

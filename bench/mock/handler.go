@@ -25,6 +25,7 @@ type job struct {
 	maxTokens    int
 	promptTokens int
 	cached       int
+	noCache      bool  // fast mode: no prefix cache, so no cached-token count either
 	kvBlocks     int64 // KV blocks held while running (kv_cache_usage_perc)
 	id           uint64
 	created      int64

@@ -36,6 +36,12 @@ func (j *job) appendUsage(b []byte) []byte {
 	b = strconv.AppendInt(b, int64(j.promptTokens+j.maxTokens), 10)
 	b = append(b, `,"completion_tokens":`...)
 	b = strconv.AppendInt(b, int64(j.maxTokens), 10)
+	if j.noCache {
+		// As an engine without prefix caching, or vLLM without
+		// --enable-prompt-tokens-details: no count rather than a false 0,
+		// which a cache-aware router in front would take for evictions.
+		return append(b, '}')
+	}
 	b = append(b, `,"prompt_tokens_details":{"cached_tokens":`...)
 	b = strconv.AppendInt(b, int64(j.cached), 10)
 	return append(b, "}}"...)

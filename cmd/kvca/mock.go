@@ -44,7 +44,7 @@ func mockCommand() *cli.Command {
 			&cli.Float64Flag{Name: "error-rate", Usage: "fraction of completions answered HTTP 500", EnvVars: mockEnv("error-rate")},
 			&cli.GenericFlag{Name: "slow-start", Value: cliflag.Duration(0), Usage: "delay before response headers", EnvVars: mockEnv("slow-start")},
 			&cli.IntFlag{Name: "kill-after-chunks", Usage: "close the connection after this many SSE events (0: never)", EnvVars: mockEnv("kill-after-chunks")},
-			&cli.BoolFlag{Name: "fast", Usage: "no cache, no timing: fixed small responses, for proxy throughput tests", EnvVars: mockEnv("fast")},
+			&cli.BoolFlag{Name: "fast", Usage: "no cache (and no cached-token count), no timing: fixed small responses, for proxy throughput tests", EnvVars: mockEnv("fast")},
 		},
 		Action: func(c *cli.Context) error {
 			e := mock.New(mock.Config{
