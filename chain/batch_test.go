@@ -8,9 +8,11 @@ import (
 )
 
 // Touching a long chain a shard at a time leaves every block exactly as
-// touching it block by block does, and walking it a shard at a time finds
-// what walking it block by block finds: random long chains sharing prefixes,
-// confirmed, predicted, pinned, learned late from a peer and reset, on
+// touching it block by block does, and walking it a shard at a time, or
+// not at all where a record of the chain confirmed whole stands in for
+// the walk (whole.go), finds what walking it block by block finds: random long chains sharing prefixes and
+// repeated whole, confirmed, predicted, pinned, learned late from a peer,
+// forgotten in part, cut by a backend's capacity and reset, on
 // random backends as the clock moves past TTLs, applied to a table of
 // many shards (grouped) and to one of a single shard (block by block), and
 // every block's locations compared after each step. No capacity pressure:
@@ -23,6 +25,7 @@ func TestGroupedTouchMatchesBlockByBlock(t *testing.T) {
 		grouped := NewTable(Config{TTL: cfg.TTL, MaxBlocks: cfg.MaxBlocks, Now: c.now, Shards: 64})
 		cfg.Shards = 1
 		single := NewTable(cfg)
+		single.noWhole = true // and it walks every time
 		if len(grouped.shards) < 2 || len(single.shards) != 1 {
 			t.Fatalf("shards %d and %d", len(grouped.shards), len(single.shards))
 		}
@@ -30,7 +33,7 @@ func TestGroupedTouchMatchesBlockByBlock(t *testing.T) {
 		grouped.SetPredictTTL(predTTL)
 		single.SetPredictTTL(predTTL)
 		// A few trunks; each chain is a trunk's prefix plus its own tail.
-		var trunks [][]uint64
+		var trunks, used [][]uint64
 		for range 4 {
 			tr := make([]uint64, 600)
 			for i := range tr {
@@ -45,23 +48,27 @@ func TestGroupedTouchMatchesBlockByBlock(t *testing.T) {
 			for range rng.IntN(200) {
 				ch = append(ch, rng.Uint64())
 			}
+			if len(used) > 0 && rng.IntN(2) == 0 {
+				ch = used[rng.IntN(len(used))] // an exact repeat: its record counts
+			}
+			used = append(used, ch)
 			for _, h := range ch {
 				seen[h] = true
 			}
 			b := rng.IntN(4)
 			now := grouped.Now()
 			switch op := rng.IntN(10); {
-			case op < 4:
+			case op < 3:
 				grouped.Touch(ch, b, now)
 				single.Touch(ch, b, now)
-			case op < 7:
+			case op < 6:
 				grouped.Predict(ch, b, now)
 				single.Predict(ch, b, now)
-			case op < 8:
+			case op < 7:
 				at := now - int64(rng.IntN(300))
 				grouped.TouchAt(ch, b, at)
 				single.TouchAt(ch, b, at)
-			case op < 9:
+			case op < 8:
 				grouped.Pin(ch, b, now)
 				single.Pin(ch, b, now)
 				if rng.IntN(2) == 0 {
@@ -69,13 +76,26 @@ func TestGroupedTouchMatchesBlockByBlock(t *testing.T) {
 					single.Unpin(ch, b)
 				}
 			default:
-				if rng.IntN(8) == 0 {
+				switch rng.IntN(6) {
+				case 0:
 					grouped.Reset(b)
 					single.Reset(b)
+				case 1, 2, 3:
+					part := ch[:1+rng.IntN(len(ch))]
+					grouped.Forget(part, b)
+					single.Forget(part, b)
+				case 4, 5:
+					n := 20 + rng.IntN(500)
+					grouped.SetBackendCapacity(b, n)
+					single.SetBackendCapacity(b, n)
+					grouped.EnforceCapacity()
+					single.EnforceCapacity()
+					grouped.SetBackendCapacity(b, 0)
+					single.SetBackendCapacity(b, 0)
 				}
 			}
 			c.add(time.Duration(rng.IntN(40)) * time.Millisecond)
-			if step%20 == 0 || step == 399 {
+			if step%10 == 0 || step == 399 {
 				now := grouped.Now()
 				// The walks, which also forget what expired on their way.
 				for range 8 {
@@ -83,6 +103,9 @@ func TestGroupedTouchMatchesBlockByBlock(t *testing.T) {
 					ch := slices.Clone(tr[:1+rng.IntN(len(tr)-1)])
 					if rng.IntN(3) == 0 {
 						ch = append(ch, rng.Uint64())
+					}
+					if rng.IntN(2) == 0 {
+						ch = used[rng.IntN(len(used))]
 					}
 					gn, gs := grouped.Prefix(ch, now)
 					sn, ss := single.Prefix(ch, now)
@@ -94,8 +117,11 @@ func TestGroupedTouchMatchesBlockByBlock(t *testing.T) {
 					}
 				}
 				for h := range seen {
-					a := grouped.Locations(h, now, nil)
-					s := single.Locations(h, now, nil)
+					// In any order: a walk forgets dead locations on its way,
+					// which reorders those left, and a record spares the walk.
+					byBackend := func(a, b Location) int { return a.Backend - b.Backend }
+					a := slices.SortedFunc(slices.Values(grouped.Locations(h, now, nil)), byBackend)
+					s := slices.SortedFunc(slices.Values(single.Locations(h, now, nil)), byBackend)
 					if !slices.Equal(a, s) {
 						t.Fatalf("seed %d step %d: block %x: grouped %v, block by block %v", seed, step, h, a, s)
 					}
@@ -131,4 +157,78 @@ func TestShardGroups(t *testing.T) {
 			t.Fatalf("n=%d: %d positions grouped", n, got)
 		}
 	}
+}
+
+// A record of a chain confirmed whole stands while every block holds the
+// backend's live confirmed location, and goes with the first thing that
+// removes one, or with the clock.
+func TestWholeRecord(t *testing.T) {
+	long := func(seed uint64, n int) []uint64 {
+		rng := rand.New(rand.NewPCG(seed, 1))
+		ch := make([]uint64, n)
+		for i := range ch {
+			ch[i] = rng.Uint64()
+		}
+		return ch
+	}
+	fresh := func() (*Table, *clock, []uint64) {
+		tb, c := newTestTable(time.Second, 1<<20)
+		ch := long(1, 700)
+		tb.Touch(ch, 2, tb.Now())
+		if b, ok := tb.wholeHolder(ch, tb.Now()); !ok || b != 2 {
+			t.Fatalf("no record after a confirmation: %d %v", b, ok)
+		}
+		return tb, c, ch
+	}
+	gone := func(name string, tb *Table, ch []uint64) {
+		t.Helper()
+		if _, ok := tb.wholeHolder(ch, tb.Now()); ok {
+			t.Errorf("%s: the record still stands", name)
+		}
+	}
+
+	tb, _, ch := fresh()
+	tb.Predict(long(2, 700), 3, tb.Now())
+	gone("a prediction of another chain", tb, long(2, 700))
+	if _, ok := tb.wholeHolder(ch[:600], tb.Now()); ok {
+		t.Error("a record stands for a chain's prefix")
+	}
+
+	tb, _, ch = fresh()
+	tb.Forget(ch[:10], 2)
+	gone("forgotten in part", tb, ch)
+
+	tb, _, ch = fresh()
+	tb.Reset(2)
+	gone("reset", tb, ch)
+
+	tb, _, ch = fresh()
+	tb.ResetBefore(2, tb.Now()+1)
+	gone("a peer's reset", tb, ch)
+
+	tb, _, ch = fresh()
+	tb.SetBackendCapacity(2, 100)
+	if tb.EnforceCapacity() == 0 {
+		t.Fatal("the capacity bound dropped nothing")
+	}
+	gone("cut by the backend's capacity", tb, ch)
+
+	tb, c, ch := fresh()
+	c.add(time.Second)
+	gone("past the TTL", tb, ch)
+
+	tb, c, ch = fresh()
+	c.add(300 * time.Millisecond)
+	tb.SetRetention(2, 200*time.Millisecond)
+	gone("past the backend's retention", tb, ch)
+
+	// A full table evicts the least recently used block: a removal.
+	small, _ := newTestTable(time.Minute, 1024)
+	ch = long(1, 500)
+	small.Touch(ch, 2, small.Now())
+	if _, ok := small.wholeHolder(ch, small.Now()); !ok {
+		t.Fatal("no record")
+	}
+	small.Touch(long(3, 700), 1, small.Now())
+	gone("evicted by the table's capacity", small, ch)
 }

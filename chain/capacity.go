@@ -132,6 +132,9 @@ func (t *Table) EnforceCapacity() int {
 		return false
 	}
 	dropped := 0
+	if slices.ContainsFunc(cutoff[:], func(c int64) bool { return c >= 0 }) {
+		t.removing()
+	}
 	for si := range t.shards {
 		sh := &t.shards[si]
 		sh.mu.Lock()

@@ -22,6 +22,12 @@ func (t *Table) Prefix(chain []uint64, now int64) (int, Set) {
 	if n, s, ok := sl.read(last, len(chain), now); ok {
 		return n, s
 	}
+	if _, ok := t.wholeHolder(chain, now); ok {
+		// Every block is held: the walk would end at the last one.
+		s := t.Lookup(last, now)
+		sl.write(last, len(chain), now, len(chain), s)
+		return len(chain), s
+	}
 	var prev Set
 	n := 0
 	t.walk(chain, now, func(_ int, locs Set) bool {
@@ -152,6 +158,15 @@ func (t *Table) Matches(chain []uint64, now int64, dst *[MaxBackends]int32) Set 
 	sl := &t.matches[(last>>20)%prefixSlots]
 	if held, ok := sl.read(last, len(chain), now, dst); ok {
 		return held
+	}
+	if b, ok := t.wholeHolder(chain, now); ok {
+		// b holds every block; if no other backend holds the first, the
+		// walk would find b alone all the way.
+		if held := t.Lookup(chain[0], now); held == (Set{}).with(b) {
+			dst[b] = int32(len(chain))
+			sl.write(last, len(chain), now, held, dst)
+			return held
+		}
 	}
 	var held, cur Set
 	t.walk(chain, now, func(i int, locs Set) bool {

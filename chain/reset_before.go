@@ -10,6 +10,7 @@ func (t *Table) ResetBefore(b int, at int64) int {
 	stale := func(l uint64) bool { return locBackend(l) == b && locTime(l) < at }
 	keep := func(l uint64) bool { return !stale(l) }
 	dropped := 0
+	t.removing()
 	for si := range t.shards {
 		sh := &t.shards[si]
 		sh.mu.Lock()

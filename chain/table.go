@@ -15,6 +15,7 @@ const MaxBackends = 256
 type Set [MaxBackends / 64]uint64
 
 func (s *Set) Add(b int)     { s[b>>6] |= 1 << (b & 63) }
+func (s Set) with(b int) Set { s.Add(b); return s }
 func (s Set) Has(b int) bool { return s[b>>6]&(1<<(b&63)) != 0 }
 func (s Set) Empty() bool    { return s[0]|s[1]|s[2]|s[3] == 0 }
 func (s *Set) Or(o *Set)     { s[0] |= o[0]; s[1] |= o[1]; s[2] |= o[2]; s[3] |= o[3] }
@@ -129,6 +130,11 @@ type Table struct {
 	// millisecond (or within slack) the others would only rewrite what is
 	// there.
 	recent [recentSlots]atomic.Uint64
+	// wholes records chains confirmed whole (whole.go); removals counts
+	// removals of live locations, which void those records.
+	wholes   [wholeSlots]wholeSlot
+	removals atomic.Uint64
+	noWhole  bool // tests: never trust a record, always walk
 	// groups and walks recycle touch's and walk's room for long chains.
 	groups sync.Pool
 	walks  sync.Pool
@@ -385,6 +391,9 @@ func (t *Table) TouchAt(chain []uint64, b int, at int64) {
 // replaces a live confirmed location, so a prediction cannot keep an
 // association alive past the TTL of its last confirmed access.
 func (t *Table) Predict(chain []uint64, b int, now int64) {
+	if h, ok := t.wholeHolder(chain, now); ok && h == b {
+		return // every block holds b's live confirmed location
+	}
 	t.touch(chain, b, now, touchPredict)
 }
 
@@ -418,27 +427,30 @@ func (t *Table) touch(chain []uint64, b int, now int64, mode touchMode) {
 			defer slot.Store(mark)
 		}
 	}
+	epoch := t.removals.Load()
 	// A chain of at least two blocks per shard is taken a shard at a
 	// time, in chain order within each shard (each shard keeps its own LRU
 	// order): one lock per shard rather than one per block, which was half
 	// of a touch's cost at 1,500 blocks.
+	checking := !pin
 	if len(t.shards) > 1 && len(chain) >= 2*len(t.shards) {
 		g := t.groups.Get().(*shardGroups)
 		g.sort(chain, t.mask)
-		checking := !pin
 		for s := range t.shards {
 			if ps := g.order[g.start[s]:g.start[s+1]]; len(ps) > 0 {
 				checking = t.touchShard(&t.shards[s], chain, ps, b, gen, now, mode, checking)
 			}
 		}
 		t.groups.Put(g)
-		return
+	} else {
+		var one [1]int32
+		for pos, h := range chain {
+			one[0] = int32(pos)
+			checking = t.touchShard(t.shardOf(h), chain, one[:], b, gen, now, mode, checking)
+		}
 	}
-	checking := !pin
-	var one [1]int32
-	for pos, h := range chain {
-		one[0] = int32(pos)
-		checking = t.touchShard(t.shardOf(h), chain, one[:], b, gen, now, mode, checking)
+	if mode == touchConfirm && len(chain) > 0 {
+		t.recordWhole(chain, b, gen, now, epoch)
 	}
 }
 
@@ -626,6 +638,7 @@ func (t *Table) evictTail(sh *shard, now int64) {
 		if sh.prune(t, i, now); e.loc == 0 {
 			t.evictExpired.Add(1)
 		} else {
+			t.removing()
 			t.evictCapacity.Add(1)
 		}
 		sh.remove(i)
@@ -639,6 +652,7 @@ func (t *Table) evictTail(sh *shard, now int64) {
 // cleared that prefix there), counted as reset evictions; blocks left with
 // no location go. It returns how many locations it dropped.
 func (t *Table) Forget(chain []uint64, b int) int {
+	t.removing()
 	if len(chain) > 0 {
 		for _, m := range [...]touchMode{touchConfirm, touchPredict} {
 			slot, _ := t.recentSlot(chain[len(chain)-1], b, t.gens[b].Load(), 0, m)
@@ -664,6 +678,7 @@ func (t *Table) Forget(chain []uint64, b int) int {
 // Reset drops every location of backend b and bumps its generation: its
 // cache is presumed gone. It returns the new generation.
 func (t *Table) Reset(b int) uint32 {
+	t.removing()
 	g := t.gens[b].Add(1)
 	if g&0xff == 0 {
 		// Generation 0 mod 256 is kept distinct from never-touched memory.
