@@ -19,7 +19,9 @@ import "sync/atomic"
 // forgotten was, being dated at least the record's time, dead for the
 // record too.
 
-const wholeSlots = 256
+// wholeSlots: the agents of a busy fleet each have a chain in flight; a
+// slot is 64 bytes.
+const wholeSlots = 1024
 
 // wholeSlot is a seqlock like prefixSlot: readers never write nor wait.
 type wholeSlot struct {
