@@ -41,8 +41,8 @@ type Resumer struct {
 	bytes     int // held: the trees and the free lists
 	nodes     int
 	snaps     int
-	leaves    []*rzNode // eviction scratch
-	free      rzFree    // what dropped leaves left, for new records (resumebuf.go)
+	leaves    []rzLeaf // eviction scratch
+	free      rzFree   // what dropped leaves left, for new records (resumebuf.go)
 	hits      atomic.Uint64
 	misses    atomic.Uint64
 	skipped   atomic.Uint64 // raw body bytes not parsed thanks to a hit

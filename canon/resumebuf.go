@@ -12,12 +12,21 @@ import "math/bits"
 // the budget is reached recording takes everything from what eviction
 // freed and allocates nothing.
 
-// Buffers of 2^rzMinShift (512 B) to 2^(rzMinShift+rzClasses-1) (16 MB)
-// bytes are recycled.
+// Buffers of 2^rzMinShift (512 B) to 16 MB are recycled, in classes a
+// quarter of a power of two apart (512, 640, 768, 896, 1024, 1280, ...
+// bytes): a new buffer is at most a quarter larger than asked for.
 const (
 	rzMinShift = 9
-	rzClasses  = 16
+	rzClasses  = 4*(24-rzMinShift) + 1
 )
+
+// rzFit is how many classes larger than asked (at most twice the size) a
+// free buffer may be and still serve: the classes of what new records ask
+// for and of what eviction frees differ a little from batch to batch.
+const rzFit = 4
+
+// classSize is the capacity of the buffers of class c.
+func classSize(c int) int { return (4 + c%4) << (c/4 + rzMinShift - 2) }
 
 // rzFree is what dropped leaves left behind (under the write lock). All
 // of it counts in Resumer.bytes; bytes is its part.
@@ -35,10 +44,11 @@ func bufClass(n int) int {
 	if n <= 0 {
 		return -1
 	}
-	c := bits.Len(uint(n-1)) - rzMinShift
-	if c < 0 {
-		c = 0
+	if n <= 1<<rzMinShift {
+		return 0
 	}
+	e := bits.Len(uint(n-1)) - 1 // 2^e < n <= 2^(e+1)
+	c := 4*(e-rzMinShift) + (n-1)>>(e-2) - 4 + 1
 	if c >= rzClasses {
 		return -1
 	}
@@ -46,29 +56,31 @@ func bufClass(n int) int {
 }
 
 // newBuf returns an empty buffer of capacity at least n, recycled if one
-// is free (under the write lock). Its capacity is a power of two, so it
-// goes back to a class whole.
+// is free (under the write lock). Its capacity is its class's, so it goes
+// back to the class whole.
 func (r *Resumer) newBuf(n int) []byte {
 	c := bufClass(n)
 	if c < 0 {
 		r.bytes += n
 		return make([]byte, 0, n)
 	}
-	if l := r.free.bufs[c]; len(l) > 0 {
-		b := l[len(l)-1]
-		l[len(l)-1] = nil
-		r.free.bufs[c] = l[:len(l)-1]
-		r.free.bytes -= cap(b)
-		return b
+	for k := c; k <= min(c+rzFit, rzClasses-1); k++ {
+		if l := r.free.bufs[k]; len(l) > 0 {
+			b := l[len(l)-1]
+			l[len(l)-1] = nil
+			r.free.bufs[k] = l[:len(l)-1]
+			r.free.bytes -= cap(b)
+			return b
+		}
 	}
-	r.bytes += 1 << (c + rzMinShift)
-	return make([]byte, 0, 1<<(c+rzMinShift))
+	r.bytes += classSize(c)
+	return make([]byte, 0, classSize(c))
 }
 
 // putBuf keeps b, a buffer from newBuf, for newBuf (under the write lock).
 func (r *Resumer) putBuf(b []byte) {
 	c := bufClass(cap(b))
-	if c < 0 || cap(b) != 1<<(c+rzMinShift) {
+	if c < 0 || cap(b) != classSize(c) {
 		r.bytes -= cap(b)
 		return
 	}
@@ -183,17 +195,28 @@ func (d *rzDemand) buf(n int) {
 	}
 }
 
+// plan matches d's buffers with the free ones as newBuf would, smallest
+// first: the bytes d needs from the heap beyond the free lists, and how
+// many free buffers of each class it takes.
+func (r *Resumer) plan(d *rzDemand) (short int, take [rzClasses]int) {
+	short = d.big
+	for c, k := range d.bufs {
+		for f := c; k > 0 && f <= min(c+rzFit, rzClasses-1); f++ {
+			n := min(k, len(r.free.bufs[f])-take[f])
+			take[f] += n
+			k -= n
+		}
+		short += k * classSize(c)
+	}
+	short += max(d.nodes-len(r.free.nodes), 0) * rzNodeOverhead
+	short += max(d.snaps-len(r.free.snaps), 0) * rzSnapOverhead
+	short += max(d.variants-len(r.free.variants), 0) * rzVariantOverhead
+	return short, take
+}
+
 // short is how many bytes d needs from the heap beyond the free lists.
 func (r *Resumer) short(d *rzDemand) int {
-	s := d.big
-	for c, k := range d.bufs {
-		if k > len(r.free.bufs[c]) {
-			s += (k - len(r.free.bufs[c])) << (c + rzMinShift)
-		}
-	}
-	s += max(d.nodes-len(r.free.nodes), 0) * rzNodeOverhead
-	s += max(d.snaps-len(r.free.snaps), 0) * rzSnapOverhead
-	s += max(d.variants-len(r.free.variants), 0) * rzVariantOverhead
+	s, _ := r.plan(d)
 	return s
 }
 
@@ -202,8 +225,9 @@ func (r *Resumer) short(d *rzDemand) int {
 // limit bytes. It reports whether it released anything.
 func (r *Resumer) release(limit int, d *rzDemand) bool {
 	any := false
+	_, take := r.plan(d)
 	for c := rzClasses - 1; c >= 0 && r.bytes > limit; c-- {
-		for l := r.free.bufs[c]; len(l) > d.bufs[c] && r.bytes > limit; l = r.free.bufs[c] {
+		for l := r.free.bufs[c]; len(l) > take[c] && r.bytes > limit; l = r.free.bufs[c] {
 			b := l[len(l)-1]
 			l[len(l)-1] = nil
 			r.free.bufs[c] = l[:len(l)-1]

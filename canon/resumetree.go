@@ -171,6 +171,8 @@ func (r *Resumer) record(api API, tag uint64, body []byte, p *rzPath, caps []rzC
 	if len(p.nodes) == 0 || p.nodes[0] != root || !p.valid() {
 		walk(root, body, p)
 	}
+	// The most recently used: making room evicts the path's end last.
+	p.nodes[len(p.nodes)-1].used.Store(r.clock.Add(1))
 	var d rzDemand
 	for {
 		if from != nil && from.gen != gen {
@@ -261,7 +263,7 @@ func (r *Resumer) demand(p *rzPath, root *rzNode, end int, caps []rzCapture, fro
 			d.buf(end - p.matched)
 		} else if len(last.kids) == 0 && last != root {
 			if len(last.seg)+end-p.matched > cap(last.seg) {
-				d.buf(len(last.seg) + end - p.matched)
+				d.buf(grownSize(len(last.seg), end-p.matched))
 			}
 		} else {
 			d.nodes++
@@ -285,15 +287,22 @@ func (r *Resumer) demand(p *rzPath, root *rzNode, end int, caps []rzCapture, fro
 }
 
 // room makes d fit in the budget with what the Resumer holds (under the
-// write lock): free buffers and structures d does not need go first, then
-// the least recently used leaves, whose parts d may reuse. Unless d fits,
-// it reports whether it evicted anything: then d must be planned again
-// (the path may have changed).
+// write lock). Unless the free lists hold a batch's worth already, the
+// least recently used leaves go first: what they free is what new records
+// take. Then free buffers and structures d does not need, then more
+// leaves. Unless d fits, it reports whether it evicted anything: then d
+// must be planned again (the path may have changed).
 func (r *Resumer) room(d *rzDemand) (fits, evicted bool) {
-	if r.bytes+r.short(d) <= r.max {
+	short := r.short(d)
+	if r.bytes+short <= r.max {
 		return true, false
 	}
-	if r.release(r.max-r.short(d), d) && r.bytes+r.short(d) <= r.max {
+	if r.free.bytes < r.max/16 {
+		if r.evict(r.bytes - r.free.bytes - r.max/16) {
+			return false, true
+		}
+	}
+	if r.release(r.max-short, d) && r.bytes+r.short(d) <= r.max {
 		return true, false
 	}
 	// What is free now is d's: the tree must shrink by the rest.
@@ -324,9 +333,9 @@ func (r *Resumer) grow(p *rzPath, root *rzNode, body []byte, end int) {
 	}
 	if len(last.kids) == 0 && last != root {
 		// The common case, a conversation's next turn: grow its leaf, in
-		// place while its buffer has room (a power of two: amortised).
+		// place while its buffer has room.
 		if len(last.seg)+end-p.matched > cap(last.seg) {
-			b := append(r.newBuf(len(last.seg)+end-p.matched), last.seg...)
+			b := append(r.newBuf(grownSize(len(last.seg), end-p.matched)), last.seg...)
 			r.putBuf(last.buf)
 			last.buf, last.seg = b, b
 		}
@@ -344,6 +353,11 @@ func (r *Resumer) grow(p *rzPath, root *rzNode, body []byte, end int) {
 	}
 	p.matched = end
 }
+
+// grownSize is the buffer a leaf of n bytes growing by add moves to: half
+// as large again at least, so that a conversation's turns, each adding
+// little, copy its history a few times in all.
+func grownSize(n, add int) int { return n + max(add, n/2) }
 
 // split cuts n after m bytes: n keeps the first m and its snapshots up to
 // there, a new child the rest (under the write lock). The smaller part
@@ -395,12 +409,14 @@ func (r *Resumer) evict(target int) bool {
 		if len(r.leaves) == 0 {
 			break
 		}
-		slices.SortFunc(r.leaves, func(a, b *rzNode) int { return cmp.Compare(a.used.Load(), b.used.Load()) })
+		// By the stamps read once: comparing through the nodes would
+		// miss the cache at every step.
+		slices.SortFunc(r.leaves, func(a, b rzLeaf) int { return cmp.Compare(a.used, b.used) })
 		for _, l := range r.leaves {
 			if r.bytes-r.free.bytes <= target {
 				break
 			}
-			r.drop(l)
+			r.drop(l.n)
 			dropped = true
 		}
 	}
@@ -409,10 +425,16 @@ func (r *Resumer) evict(target int) bool {
 	return dropped
 }
 
-func appendLeaves(dst []*rzNode, n *rzNode) []*rzNode {
+// rzLeaf is a leaf and its recency stamp, for eviction's sort.
+type rzLeaf struct {
+	used uint64
+	n    *rzNode
+}
+
+func appendLeaves(dst []rzLeaf, n *rzNode) []rzLeaf {
 	for _, k := range n.kids {
 		if len(k.kids) == 0 {
-			dst = append(dst, k)
+			dst = append(dst, rzLeaf{k.used.Load(), k})
 		} else {
 			dst = appendLeaves(dst, k)
 		}

@@ -43,11 +43,11 @@ type Settings struct {
 // DefaultSettings are the command line's defaults but --predict-ttl's.
 func DefaultSettings() Settings {
 	return Settings{BlockSize: 256, TTL: 10 * time.Minute, MaxBlocks: 4 << 20, CBRMemoBytes: 64 << 20,
-		// The resumer's raw bytes (in power-of-two buffers), snapshots
-		// and free buffers: the histories of some 30 conversations of 1
-		// to 2 MB, or 250 of 128 to 256 KB, as much as the CBR memo
-		// (a body over a quarter of it, 16 MiB, is not remembered).
-		// Recording allocates nothing once it is full.
+		// The resumer's raw bytes, snapshots and free buffers, as much
+		// as the CBR memo: the histories of some 30 to 50 conversations
+		// of 1 MB, or 250 to 400 of 128 KB (a body over a quarter of it,
+		// 16 MiB, is not remembered). Recording allocates nothing once
+		// it is full.
 		ResumeMemoBytes: 64 << 20}
 }
 
