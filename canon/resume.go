@@ -1,6 +1,7 @@
 package canon
 
 import (
+	"encoding/binary"
 	"sync"
 	"sync/atomic"
 )
@@ -20,9 +21,16 @@ import (
 // from the prompt array's closing bracket to the end (everything the
 // header and Info come from besides what precedes the array) compared
 // equal too, so a resumed request has exactly the CBR, chain and Info of
-// a cold one. Memory is bounded by evicting the least recently used
-// leaves. Safe for concurrent use: lookups share a read lock, recording
-// takes the write lock.
+// a cold one.
+//
+// Memory is bounded by evicting the least recently used leaves. What a
+// dropped leaf held (its nodes, snapshots and buffers) goes to free lists
+// that new records take from, so that recording allocates nothing once
+// the budget is reached; the free lists count against the budget. Safe
+// for concurrent use: lookups share a read lock, recording takes the
+// write lock, and whatever a request needs from a snapshot is copied out
+// under the read lock, since once it is released the snapshot may be
+// dropped and its memory reused.
 type Resumer struct {
 	max   int
 	every int           // snapEvery; tests snapshot more often
@@ -30,12 +38,11 @@ type Resumer struct {
 
 	mu        sync.RWMutex
 	roots     []*rzRoot
-	bytes     int
+	bytes     int // held: the trees and the free lists
 	nodes     int
 	snaps     int
-	leaves    []*rzNode           // eviction scratch
-	free      [rzClasses][][]byte // recycled buffers by class (resumebuf.go)
-	freeBytes int
+	leaves    []rzLeaf // eviction scratch
+	free      rzFree   // what dropped leaves left, for new records (resumebuf.go)
 	hits      atomic.Uint64
 	misses    atomic.Uint64
 	skipped   atomic.Uint64 // raw body bytes not parsed thanks to a hit
@@ -44,7 +51,7 @@ type Resumer struct {
 
 // ResumeStats is a snapshot for metrics.
 type ResumeStats struct {
-	Bytes     int    // approximate memory held
+	Bytes     int    // approximate memory held, free lists included
 	Nodes     int    // radix tree nodes (runs of raw body bytes)
 	Snapshots int    // message boundaries remembered
 	Hits      uint64 // requests resumed from a snapshot
@@ -53,8 +60,9 @@ type ResumeStats struct {
 	Evictions uint64 // leaves dropped to stay within the budget
 }
 
-// NewResumer returns a Resumer holding at most about maxBytes; nil (no
-// resuming) if maxBytes is not positive.
+// NewResumer returns a Resumer holding at most maxBytes (its structures
+// counted at approximate sizes, buffers and free lists exactly) after
+// every request; nil (no resuming) if maxBytes is not positive.
 func NewResumer(maxBytes int) *Resumer {
 	if maxBytes <= 0 {
 		return nil
@@ -114,20 +122,22 @@ type rzRoot struct {
 	n   *rzNode
 }
 
-// rzNode is a run of raw body bytes, seg, at body offset start. Its
-// children start where it ends, each with a different first byte. Its
-// snapshots are at offsets in (start, start+len(seg)], ascending.
-// Everything but used is only changed under the write lock; seg's bytes
-// below len never change once published.
+// rzNode is a run of raw body bytes, seg, at body offset start, in a
+// buffer of its own, buf (nil for a root). Its children start where it
+// ends, each with a different first byte. Its snapshots are at offsets in
+// (start, start+len(seg)], ascending. Nodes are recycled: epoch changes
+// whenever a node is split or dropped and is never reset, so a path
+// walked earlier tells whether its nodes are still what it saw. Everything
+// but used is only changed under the write lock.
 type rzNode struct {
 	seg    []byte
-	own    bool // seg is a whole buffer of its own (never split)
+	buf    []byte
 	start  int
 	parent *rzNode
 	kids   []*rzNode
 	snaps  []*rzSnap
 	used   atomic.Uint64
-	epoch  uint32 // changes when the node is split or dropped
+	epoch  uint64
 	dead   bool
 }
 
@@ -142,28 +152,52 @@ func (n *rzNode) kid(b byte) *rzNode {
 	return nil
 }
 
-// rzSnap is the state just after the line of a message (or input item)
-// whose value ends at raw offset off. Immutable once published.
+// slices is what a node's kids and snaps hold, counted in the budget.
+func (n *rzNode) slices() int { return 8 * (cap(n.kids) + cap(n.snaps)) }
+
+// rzLine is the state just after the line of a message (or input item)
+// whose value ends at raw offset off: the chain's length and the
+// canonicaliser's line state.
+type rzLine struct {
+	off, blocks int
+	followup    bool
+	sessionSet  bool
+	messages    int
+	session     uint64
+	firstHash   uint64
+	total       int
+}
+
+// rzSnap is a remembered rzLine with the sink's Partial and the hashes
+// completed since the snapshot before it on its path, prev, in data:
+// data[:plen] is the Partial, the rest chain[prev.blocks:blocks] in
+// little-endian words. Immutable while published; gen changes when it is
+// dropped, so a request that found it can tell whether it still is.
 type rzSnap struct {
-	off     int
-	prev    *rzSnap  // the snapshot before it on its path; nil: none
-	blocks  int      // chain length
-	delta   []uint64 // chain[prev.blocks:blocks]
-	partial []byte   // the sink's Partial
-	v       *rzVariant
-	// Canonicaliser state after the line.
-	followup   bool
-	sessionSet bool
-	messages   int
-	session    uint64
-	firstHash  uint64
-	total      int
+	rzLine
+	prev *rzSnap // nil: none
+	data []byte
+	plen int
+	v    *rzVariant
+	gen  uint64
+}
+
+func (s *rzSnap) partial() []byte { return s.data[:s.plen] }
+
+// deltaInto writes the snapshot's hashes into dst, chain[prev.blocks:blocks].
+func (s *rzSnap) deltaInto(dst []uint64) {
+	d := s.data[s.plen:]
+	for i := range dst {
+		dst[i] = binary.LittleEndian.Uint64(d[8*i:])
+	}
 }
 
 // rzVariant is what a body's header and top-level Info come from besides
 // the bytes before its prompt array: the bytes from the array's closing
-// bracket to the end, and the Info they and those bytes gave. Immutable.
+// bracket to the end, and the Info they and those bytes gave, all in
+// data. Immutable while published.
 type rzVariant struct {
+	data     []byte
 	post     []byte
 	model    []byte
 	prevID   []byte
@@ -173,14 +207,9 @@ type rzVariant struct {
 	refs     int // snapshots using it (under the write lock)
 }
 
+// Approximate sizes of the structures, counted in the budget.
 const (
-	rzNodeOverhead    = 128
+	rzNodeOverhead    = 160
 	rzSnapOverhead    = 160
-	rzVariantOverhead = 96
+	rzVariantOverhead = 160
 )
-
-func (s *rzSnap) size() int { return rzSnapOverhead + len(s.partial) + 8*len(s.delta) }
-
-func (v *rzVariant) size() int {
-	return rzVariantOverhead + len(v.post) + len(v.model) + len(v.prevID) + len(v.priority)
-}

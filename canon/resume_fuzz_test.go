@@ -205,6 +205,9 @@ func runDifferential(t *testing.T, seed uint64, rounds int, budget int) (hits, m
 					body = body[:len(body)-1-r.IntN(min(len(body)-1, 30))]
 				}
 				p.check(t, api, body)
+				if err := canon.CheckResumer(p.r); err != nil {
+					t.Fatal(err)
+				}
 			}
 			st := p.r.Stats()
 			if st.Bytes > budget {

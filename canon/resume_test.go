@@ -190,14 +190,19 @@ func TestResumeRace(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if st := r.Stats(); st.Hits == 0 || st.Bytes > 256<<10+64<<10 {
+	if st := r.Stats(); st.Hits == 0 || st.Bytes > 256<<10 {
 		t.Fatalf("stats %+v", st)
+	}
+	if err := canon.CheckResumer(r); err != nil {
+		t.Fatal(err)
 	}
 }
 
 // TestResumeNoAllocs: a request resumed from a known body (here the same
 // body again, and a follow-up to a known one whose record fits in place)
-// allocates nothing.
+// allocates nothing; nor, once the Resumer has filled its budget, does
+// recording a follow-up seen for the first time or a body that nothing
+// resumes: they reuse what eviction freed.
 func TestResumeNoAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("sync.Pool drops items under the race detector")
@@ -224,5 +229,56 @@ func TestResumeNoAllocs(t *testing.T) {
 	}
 	if c.ResumeStats().Hits < hits+100 {
 		t.Fatal("not resumed")
+	}
+
+	// Each body new from its stamp on: a follow-up recorded (the history
+	// resumed) and a first sight (the stamp in the first message).
+	hist := bodies.Chat(64 << 10)
+	end := strings.LastIndex(string(hist), "}]")
+	follow := []byte(string(hist[:end+1]) + `,{"role":"user","content":"@@@@@@@@ and then?"}` + string(hist[end+1:]))
+	first := []byte(strings.Replace(string(hist), `"content":"`, `"content":"@@@@@@@@`, 1))
+	for _, tc := range []struct {
+		name    string
+		body    []byte
+		resumed bool
+	}{{"follow-up", follow, true}, {"first sight", first, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := canon.NewWithOptions(nil, canon.Options{NoSession: true})
+			r := canon.NewResumer(2 << 20)
+			c.UseResumer(r)
+			at := strings.Index(string(tc.body), "@@@@@@@@")
+			var i uint64
+			next := func() {
+				i++
+				for k := range 8 {
+					tc.body[at+k] = 'a' + byte(i>>(4*k)&15)
+				}
+				h.Reset()
+				if err := c.Canonicalize(canon.Chat, tc.body, h, &info); err != nil {
+					t.Fatal(err)
+				}
+			}
+			h.Reset()
+			if err := c.Canonicalize(canon.Chat, hist, h, &info); err != nil {
+				t.Fatal(err)
+			}
+			for r.Stats().Evictions < 100 {
+				next()
+			}
+			before := r.Stats()
+			if n := testing.AllocsPerRun(200, next); n != 0 {
+				t.Fatalf("%v allocations per request recorded", n)
+			}
+			st := r.Stats()
+			if tc.resumed && st.Hits < before.Hits+200 || !tc.resumed && st.Misses < before.Misses+200 {
+				t.Fatalf("stats %+v before %+v", st, before)
+			}
+			if st.Snapshots <= before.Snapshots/2 || st.Evictions == before.Evictions {
+				t.Fatalf("not recorded: stats %+v before %+v", st, before)
+			}
+			if err := canon.CheckResumer(r); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }

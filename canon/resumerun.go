@@ -16,6 +16,7 @@ type rzScratch struct {
 	caps    []rzCapture
 	parts   []byte
 	path    rzPath
+	at      rzLine // the line state a resumed run starts from
 	scratch []byte
 }
 
@@ -45,16 +46,15 @@ func (c *Canonicalizer) canonicalizeResuming(st *state, api API, body []byte, rs
 			z.scratch = nil
 		}
 	}()
-	s, e := r.lookup(api, tag, body, &z.path)
-	var v *rzVariant
+	c.begin(st, api, rs, info)
+	s, gen, e := r.lookup(api, tag, body, &z.path, rs, info, &z.at)
 	if s != nil {
-		if c.resumeRun(st, api, body, rs, info, s, e) {
+		if c.resumeRun(st, api, body, info, e) {
 			r.hits.Add(1)
-			r.skipped.Add(uint64(s.off))
-			r.record(api, tag, body, &z.path, z.caps, z.parts, rs.Blocks(), s, s.v, nil, info)
+			r.skipped.Add(uint64(z.at.off))
+			r.record(api, tag, body, &z.path, z.caps, z.parts, rs.Blocks(), s, gen, true, body[e:], info)
 			return nil
 		}
-		v = s.v
 		rs.Reset()
 		z.caps, z.parts = z.caps[:0], z.parts[:0]
 	}
@@ -64,26 +64,22 @@ func (c *Canonicalizer) canonicalizeResuming(st *state, api API, body []byte, rs
 	if err != nil || !z.on {
 		return err
 	}
-	if v != nil && !bytesEqual(body[z.end:], v.post) {
-		v = nil
-	}
-	r.record(api, tag, body, &z.path, z.caps, z.parts, rs.Blocks(), nil, v, body[z.end:], info)
+	r.record(api, tag, body, &z.path, z.caps, z.parts, rs.Blocks(), s, gen, false, body[z.end:], info)
 	return nil
 }
 
-func bytesEqual(a, b []byte) bool { return string(a) == string(b) }
-
-// resumeRun canonicalises body from snapshot s, whose raw prefix body
-// shares, given that body's bytes from e on equal s's variant's. false:
-// the tail is not what a cold run would accept as it stands (run cold).
-func (c *Canonicalizer) resumeRun(st *state, api API, body []byte, rs ResumableSink, info *Info, s *rzSnap, e int) bool {
-	c.begin(st, api, rs, info)
+// resumeRun canonicalises body from the line state z.at, which lookup
+// restored with the sink and the top-level Info, given that body's bytes
+// from e on equal its snapshot's variant's. false: the tail is not what a
+// cold run would accept as it stands (run cold).
+func (c *Canonicalizer) resumeRun(st *state, api API, body []byte, info *Info, e int) bool {
 	z := &st.rz
+	at := &z.at
 	// The tail as an array whose first element is a known object: parsing
 	// it checks that the body's new elements close the array at e, and the
 	// known key's address gives the offsets of the others.
 	const head = `[{"k":0}`
-	z.scratch = append(append(z.scratch[:0], head...), body[s.off:e+1]...)
+	z.scratch = append(append(z.scratch[:0], head...), body[at.off:e+1]...)
 	val, err := st.p.ParseBytes(z.scratch)
 	if err != nil {
 		return false
@@ -92,7 +88,7 @@ func (c *Canonicalizer) resumeRun(st *state, api API, body []byte, rs ResumableS
 	if len(arr) == 0 || arr[0].GetObject() == nil {
 		return false
 	}
-	z.base = addr(firstKey(arr[0].GetObject())) - (s.off - len(head) + 3)
+	z.base = addr(firstKey(arr[0].GetObject())) - (at.off - len(head) + 3)
 	elems := arr[1:]
 	st.roles = st.roles[:0]
 	if api == Chat || api == Messages {
@@ -107,30 +103,11 @@ func (c *Canonicalizer) resumeRun(st *state, api API, body []byte, rs ResumableS
 			st.roles = append(st.roles, role)
 		}
 	}
-
-	chain := rs.Restore(s.blocks, s.partial)
-	for x := s; x != nil; x = x.prev {
-		lo := 0
-		if x.prev != nil {
-			lo = x.prev.blocks
-		}
-		copy(chain[lo:x.blocks], x.delta)
-	}
-	st.total = s.total
-	z.last = s.total
-	v := s.v
-	info.Followup = s.followup
-	info.Model = append(info.Model, v.model...)
-	info.PreviousResponseID = append(info.PreviousResponseID, v.prevID...)
-	info.Priority = append(info.Priority, v.priority...)
-	info.CacheKey, info.UserKey = v.cacheKey, v.userKey
-	info.Messages = s.messages
-	if s.sessionSet {
-		info.Session = s.session
-	}
-	st.sessionSet, st.firstHash = s.sessionSet, s.firstHash
+	st.total = at.total
+	z.last = at.total
+	st.sessionSet, st.firstHash = at.sessionSet, at.firstHash
 	z.end, z.on = e, true
-	if err := st.lines(elems, s.messages, info, api); err != nil {
+	if err := st.lines(elems, at.messages, info, api); err != nil {
 		return false
 	}
 	st.flush()
@@ -199,9 +176,9 @@ func (st *state) capture(off int, info *Info) {
 	z := &st.rz
 	st.flush()
 	p := z.rs.Partial()
-	z.caps = append(z.caps, rzCapture{off: off, blocks: len(z.rs.Blocks()), pOff: len(z.parts), pLen: len(p),
+	z.caps = append(z.caps, rzCapture{rzLine: rzLine{off: off, blocks: len(z.rs.Blocks()),
 		followup: info.Followup, sessionSet: st.sessionSet, messages: info.Messages, session: info.Session,
-		firstHash: st.firstHash, total: st.total})
+		firstHash: st.firstHash, total: st.total}, pOff: len(z.parts), pLen: len(p)})
 	z.parts = append(z.parts, p...)
 	z.last = st.total
 }

@@ -33,7 +33,7 @@ func commonPrefix(a, b []byte) int {
 // their epochs when walked, and how many bytes of the body matched.
 type rzPath struct {
 	nodes   []*rzNode
-	epochs  []uint32
+	epochs  []uint64
 	matched int
 }
 
@@ -79,15 +79,18 @@ func (r *Resumer) root(api API, tag uint64) *rzNode {
 }
 
 // lookup finds the deepest snapshot whose raw prefix and variant body
-// matches: the snapshot and the offset of the body's prompt array's
-// closing bracket. It also leaves the body's path in p for record.
-func (r *Resumer) lookup(api API, tag uint64, body []byte, p *rzPath) (*rzSnap, int) {
+// matches, and restores it while the read lock keeps it: the sink's
+// state into rs, the top-level Info into info (begun), its line state
+// into at. It returns the snapshot, its gen (for record) and the offset
+// of the body's prompt array's closing bracket, and leaves the body's
+// path in p for record.
+func (r *Resumer) lookup(api API, tag uint64, body []byte, p *rzPath, rs ResumableSink, info *Info, at *rzLine) (*rzSnap, uint64, int) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	p.nodes, p.epochs, p.matched = p.nodes[:0], p.epochs[:0], 0
 	root := r.root(api, tag)
 	if root == nil {
-		return nil, 0
+		return nil, 0, 0
 	}
 	walk(root, body, p)
 	if len(p.nodes) > 1 {
@@ -104,32 +107,53 @@ func (r *Resumer) lookup(api API, tag uint64, body []byte, p *rzPath) (*rzSnap, 
 			}
 			e := len(body) - len(s.v.post)
 			if e >= s.off && bytes.Equal(body[e:], s.v.post) {
-				return s, e
+				restore(s, rs, info, at)
+				return s, s.gen, e
 			}
 			tried = s.v
 		}
 	}
-	return nil, 0
+	return nil, 0, 0
 }
 
-// rzCapture is a boundary met while canonicalising, to be recorded.
+// restore copies snapshot s out (read lock held).
+func restore(s *rzSnap, rs ResumableSink, info *Info, at *rzLine) {
+	chain := rs.Restore(s.blocks, s.partial())
+	for x := s; x != nil; x = x.prev {
+		lo := 0
+		if x.prev != nil {
+			lo = x.prev.blocks
+		}
+		x.deltaInto(chain[lo:x.blocks])
+	}
+	*at = s.rzLine
+	v := s.v
+	info.Followup = s.followup
+	info.Model = append(info.Model, v.model...)
+	info.PreviousResponseID = append(info.PreviousResponseID, v.prevID...)
+	info.Priority = append(info.Priority, v.priority...)
+	info.CacheKey, info.UserKey = v.cacheKey, v.userKey
+	info.Messages = s.messages
+	if s.sessionSet {
+		info.Session = s.session
+	}
+}
+
+// rzCapture is a boundary met while canonicalising, to be recorded, with
+// its partial block at parts[pOff:pOff+pLen] in rzScratch.
 type rzCapture struct {
-	off, blocks int
-	pOff, pLen  int // its partial block in rzScratch.parts
-	followup    bool
-	sessionSet  bool
-	messages    int
-	session     uint64
-	firstHash   uint64
-	total       int
+	rzLine
+	pOff, pLen int
 }
 
 // record remembers body's bytes up to its last captured boundary and the
-// captured snapshots, after prev (the snapshot the run resumed from, nil
-// if it ran cold). v is the body's variant (nil: make it from post and
-// info). chain is the sink's final chain.
+// captured snapshots. from is the snapshot lookup found (nil: none) and
+// gen its gen then; resumed says whether the run resumed from it (the
+// captures follow it) or ran cold (from's variant may still serve).
+// post is the body's bytes from its prompt array's closing bracket, info
+// what the run found, chain the sink's final chain.
 func (r *Resumer) record(api API, tag uint64, body []byte, p *rzPath, caps []rzCapture, parts []byte,
-	chain []uint64, prev *rzSnap, v *rzVariant, post []byte, info *Info) {
+	chain []uint64, from *rzSnap, gen uint64, resumed bool, post []byte, info *Info) {
 	if len(caps) == 0 {
 		return
 	}
@@ -141,63 +165,45 @@ func (r *Resumer) record(api API, tag uint64, body []byte, p *rzPath, caps []rzC
 	defer r.mu.Unlock()
 	root := r.root(api, tag)
 	if root == nil {
-		root = &rzNode{}
+		root = r.newNode()
 		r.roots = append(r.roots, &rzRoot{api: api, tag: tag, n: root})
-		r.nodes++
-		r.bytes += rzNodeOverhead
 	}
 	if len(p.nodes) == 0 || p.nodes[0] != root || !p.valid() {
 		walk(root, body, p)
 	}
-	last := p.nodes[len(p.nodes)-1]
-	if p.matched < end {
-		if p.matched < last.end() {
-			r.split(last, p.matched-last.start)
-		}
-		if len(last.kids) == 0 && last != root {
-			// The common case, a conversation's next turn: grow its leaf.
-			old := cap(last.seg)
-			if add := end - p.matched; len(last.seg)+add > cap(last.seg) {
-				// Grow by doubling (amortised: a conversation's turns add
-				// little each), into a recycled buffer.
-				b := append(r.newBuf(max(2*len(last.seg), len(last.seg)+add)), last.seg...)
-				if last.own {
-					r.putBuf(last.seg)
-				}
-				last.seg, last.own = b, true
+	// The most recently used: making room evicts the path's end last.
+	p.nodes[len(p.nodes)-1].used.Store(r.clock.Add(1))
+	var d rzDemand
+	for {
+		if from != nil && from.gen != gen {
+			if resumed {
+				return // dropped since lookup: the captures cannot follow it
 			}
-			last.seg = append(last.seg, body[p.matched:end]...)
-			r.bytes += cap(last.seg) - old
-		} else {
-			leaf := &rzNode{seg: append(r.newBuf(end-p.matched), body[p.matched:end]...), own: true, start: p.matched, parent: last}
-			last.kids = append(last.kids, leaf)
-			p.nodes = append(p.nodes, leaf)
-			p.epochs = append(p.epochs, 0)
-			r.nodes++
-			r.bytes += rzNodeOverhead + cap(leaf.seg)
+			from = nil
 		}
-		p.matched = end
+		d = r.demand(p, root, end, caps, from, resumed, post, info)
+		fits, evicted := r.room(&d)
+		if fits {
+			break
+		}
+		if !evicted {
+			return // nothing left to make room with
+		}
+		if !p.valid() {
+			walk(root, body, p) // eviction reached the path: plan again
+		}
 	}
-	if v == nil {
-		v = &rzVariant{post: bytes.Clone(post), model: bytes.Clone(info.Model), prevID: bytes.Clone(info.PreviousResponseID),
-			priority: bytes.Clone(info.Priority), cacheKey: info.CacheKey, userKey: info.UserKey}
-		r.bytes += v.size()
+	var prev *rzSnap
+	var v *rzVariant
+	switch {
+	case from != nil && resumed:
+		prev, v = from, from.v
+	case from != nil && bytes.Equal(post, from.v.post):
+		v = from.v
+	default:
+		v = r.newVariant(post, info)
 	}
-	// One allocation each for the snapshots, their hashes and their
-	// partial blocks, however many boundaries the body had.
-	nd, np := 0, 0
-	lo := 0
-	if prev != nil {
-		lo = prev.blocks
-	}
-	for i := range caps {
-		nd += caps[i].blocks - lo
-		lo = caps[i].blocks
-		np += caps[i].pLen
-	}
-	batch := make([]rzSnap, len(caps))
-	deltas := make([]uint64, 0, max(nd, 0))
-	partials := make([]byte, 0, np)
+	r.grow(p, root, body, end)
 	ni := 0
 	for i := range caps {
 		c := &caps[i]
@@ -223,57 +229,179 @@ func (r *Resumer) record(api API, tag uint64, body []byte, p *rzPath, caps []rzC
 		if prev != nil {
 			lo = prev.blocks
 		}
-		d0, p0 := len(deltas), len(partials)
-		deltas = append(deltas, chain[lo:c.blocks]...)
-		partials = append(partials, parts[c.pOff:c.pOff+c.pLen]...)
-		s := &batch[i]
-		*s = rzSnap{off: c.off, prev: prev, blocks: c.blocks, delta: deltas[d0:len(deltas):len(deltas)],
-			partial: partials[p0:len(partials):len(partials)], v: v,
-			followup: c.followup, sessionSet: c.sessionSet, messages: c.messages, session: c.session,
-			firstHash: c.firstHash, total: c.total}
+		s := r.newSnap(c.pLen + 8*(c.blocks-lo))
+		s.rzLine, s.prev, s.v, s.plen = c.rzLine, prev, v, c.pLen
+		s.data = append(s.data, parts[c.pOff:c.pOff+c.pLen]...)
+		for _, h := range chain[lo:c.blocks] {
+			s.data = binary.LittleEndian.AppendUint64(s.data, h)
+		}
+		before := n.slices()
 		n.snaps = slices.Insert(n.snaps, j, s)
+		r.bytes += n.slices() - before
 		v.refs++
-		r.snaps++
-		r.bytes += s.size()
 		prev = s
 	}
 	if v.refs == 0 {
-		r.bytes -= v.size() // every capture was remembered already
+		r.putVariant(v) // every capture was remembered already
 	}
 	p.nodes[len(p.nodes)-1].used.Store(r.clock.Add(1))
-	if r.bytes > r.max {
-		r.evict()
+	r.trim()
+}
+
+// demand is what recording body up to end along p takes: the buffers of
+// grow, a variant unless from's serves, and at most a snapshot a
+// capture.
+func (r *Resumer) demand(p *rzPath, root *rzNode, end int, caps []rzCapture, from *rzSnap, resumed bool,
+	post []byte, info *Info) rzDemand {
+	var d rzDemand
+	last := p.nodes[len(p.nodes)-1]
+	if p.matched < end {
+		if m := p.matched - last.start; p.matched < last.end() {
+			d.nodes++
+			d.buf(min(m, len(last.seg)-m))
+			d.nodes++
+			d.buf(end - p.matched)
+		} else if len(last.kids) == 0 && last != root {
+			if len(last.seg)+end-p.matched > cap(last.seg) {
+				d.buf(grownSize(len(last.seg), end-p.matched))
+			}
+		} else {
+			d.nodes++
+			d.buf(end - p.matched)
+		}
+	}
+	if from == nil || (!resumed && !bytes.Equal(post, from.v.post)) {
+		d.variants++
+		d.buf(len(post) + len(info.Model) + len(info.PreviousResponseID) + len(info.Priority))
+	}
+	lo := 0
+	if from != nil && resumed {
+		lo = from.blocks
+	}
+	for i := range caps {
+		d.snaps++
+		d.buf(caps[i].pLen + 8*(caps[i].blocks-lo))
+		lo = caps[i].blocks
+	}
+	return d
+}
+
+// room makes d fit in the budget with what the Resumer holds (under the
+// write lock). Unless the free lists hold a batch's worth already, the
+// least recently used leaves go first: what they free is what new records
+// take. Then free buffers and structures d does not need, then more
+// leaves. Unless d fits, it reports whether it evicted anything: then d
+// must be planned again (the path may have changed).
+func (r *Resumer) room(d *rzDemand) (fits, evicted bool) {
+	short := r.short(d)
+	if r.bytes+short <= r.max {
+		return true, false
+	}
+	if r.free.bytes < r.max/16 {
+		if r.evict(r.bytes - r.free.bytes - r.max/16) {
+			return false, true
+		}
+	}
+	if r.release(r.max-short, d) && r.bytes+r.short(d) <= r.max {
+		return true, false
+	}
+	// What is free now is d's: the tree must shrink by the rest.
+	return false, r.evict(r.max - r.max/16 - r.free.bytes - r.short(d))
+}
+
+// trim releases free parts, then evicts, until the Resumer holds at most
+// its budget (under the write lock): record's demand bounds what it
+// takes, but not the growth of the slices of snapshots.
+func (r *Resumer) trim() {
+	var none rzDemand
+	for r.bytes > r.max {
+		if !r.release(r.max, &none) && !r.evict(r.max-r.max/16) {
+			return
+		}
 	}
 }
 
+// grow makes the tree hold body up to end along p, which it extends
+// (under the write lock).
+func (r *Resumer) grow(p *rzPath, root *rzNode, body []byte, end int) {
+	if p.matched >= end {
+		return
+	}
+	last := p.nodes[len(p.nodes)-1]
+	if p.matched < last.end() {
+		r.split(last, p.matched-last.start)
+	}
+	if len(last.kids) == 0 && last != root {
+		// The common case, a conversation's next turn: grow its leaf, in
+		// place while its buffer has room.
+		if len(last.seg)+end-p.matched > cap(last.seg) {
+			b := append(r.newBuf(grownSize(len(last.seg), end-p.matched)), last.seg...)
+			r.putBuf(last.buf)
+			last.buf, last.seg = b, b
+		}
+		last.seg = append(last.seg, body[p.matched:end]...)
+	} else {
+		leaf := r.newNode()
+		leaf.buf = r.newBuf(end - p.matched)
+		leaf.seg = append(leaf.buf, body[p.matched:end]...)
+		leaf.start, leaf.parent = p.matched, last
+		before := last.slices()
+		last.kids = append(last.kids, leaf)
+		r.bytes += last.slices() - before
+		p.nodes = append(p.nodes, leaf)
+		p.epochs = append(p.epochs, leaf.epoch)
+	}
+	p.matched = end
+}
+
+// grownSize is the buffer a leaf of n bytes growing by add moves to: half
+// as large again at least, so that a conversation's turns, each adding
+// little, copy its history a few times in all.
+func grownSize(n, add int) int { return n + max(add, n/2) }
+
 // split cuts n after m bytes: n keeps the first m and its snapshots up to
-// there, a new child the rest (under the write lock).
+// there, a new child the rest (under the write lock). The smaller part
+// is copied into a buffer of its own, so that each node owns its buffer
+// whole and dropping it frees it; the copy costs at most what recording
+// the body that caused the split did.
 func (r *Resumer) split(n *rzNode, m int) {
-	lower := &rzNode{seg: n.seg[m:], start: n.start + m, parent: n, kids: n.kids}
+	lower := r.newNode()
+	lower.start, lower.parent = n.start+m, n
 	lower.used.Store(n.used.Load())
+	if m <= len(n.seg)-m {
+		b := append(r.newBuf(m), n.seg[:m]...)
+		lower.buf, lower.seg = n.buf, n.seg[m:]
+		n.buf, n.seg = b, b
+	} else {
+		lower.buf = r.newBuf(len(n.seg) - m)
+		lower.seg = append(lower.buf, n.seg[m:]...)
+		n.seg = n.seg[:m] // its buffer's rest may be grown into later
+	}
+	before := n.slices() + lower.slices()
+	lower.kids, n.kids = n.kids, lower.kids
 	for _, k := range lower.kids {
 		k.parent = lower
 	}
+	n.kids = append(n.kids[:0], lower)
 	cut := len(n.snaps)
 	for cut > 0 && n.snaps[cut-1].off > lower.start {
 		cut--
 	}
-	lower.snaps = slices.Clone(n.snaps[cut:])
-	n.snaps = n.snaps[:cut:cut]
-	n.seg = n.seg[:m:m] // never appended to in place: lower owns the rest
-	n.own = false       // nor recycled: the buffer is shared
-	n.kids = []*rzNode{lower}
+	lower.snaps = append(lower.snaps[:0], n.snaps[cut:]...)
+	clear(n.snaps[cut:])
+	n.snaps = n.snaps[:cut]
+	r.bytes += n.slices() + lower.slices() - before
 	n.epoch++
-	r.nodes++
-	r.bytes += rzNodeOverhead
 }
 
-// evict drops the least recently used leaves until a sixteenth of the
-// budget is free (under the write lock): few enough that their buffers
-// fit the free lists, which new bodies then reuse.
-func (r *Resumer) evict() {
-	target := r.max - r.max/16
-	for r.bytes > target {
+// evict drops the least recently used leaves until the tree holds at
+// most target bytes (under the write lock), a sixteenth of the budget
+// below it when called for room, so that eviction's sorting is paid once
+// for many records, which reuse what it freed. It reports whether it
+// dropped any.
+func (r *Resumer) evict(target int) bool {
+	dropped := false
+	for r.bytes-r.free.bytes > target {
 		r.leaves = r.leaves[:0]
 		for _, t := range r.roots {
 			r.leaves = appendLeaves(r.leaves, t.n)
@@ -281,22 +409,32 @@ func (r *Resumer) evict() {
 		if len(r.leaves) == 0 {
 			break
 		}
-		slices.SortFunc(r.leaves, func(a, b *rzNode) int { return cmp.Compare(a.used.Load(), b.used.Load()) })
+		// By the stamps read once: comparing through the nodes would
+		// miss the cache at every step.
+		slices.SortFunc(r.leaves, func(a, b rzLeaf) int { return cmp.Compare(a.used, b.used) })
 		for _, l := range r.leaves {
-			if r.bytes <= target {
+			if r.bytes-r.free.bytes <= target {
 				break
 			}
-			r.drop(l)
+			r.drop(l.n)
+			dropped = true
 		}
 	}
 	clear(r.leaves)
 	r.leaves = r.leaves[:0]
+	return dropped
 }
 
-func appendLeaves(dst []*rzNode, n *rzNode) []*rzNode {
+// rzLeaf is a leaf and its recency stamp, for eviction's sort.
+type rzLeaf struct {
+	used uint64
+	n    *rzNode
+}
+
+func appendLeaves(dst []rzLeaf, n *rzNode) []rzLeaf {
 	for _, k := range n.kids {
 		if len(k.kids) == 0 {
-			dst = append(dst, k)
+			dst = append(dst, rzLeaf{k.used.Load(), k})
 		} else {
 			dst = appendLeaves(dst, k)
 		}
@@ -304,28 +442,22 @@ func appendLeaves(dst []*rzNode, n *rzNode) []*rzNode {
 	return dst
 }
 
-// drop removes leaf l and its snapshots (under the write lock). Nothing
-// outside l points at its snapshots: a snapshot's prev is always on the
-// path to it.
+// drop removes leaf l and its snapshots (under the write lock), to the
+// free lists. Nothing outside l points at its snapshots: a snapshot's
+// prev is always on the path to it.
 func (r *Resumer) drop(l *rzNode) {
 	p := l.parent
 	if i := slices.Index(p.kids, l); i >= 0 {
 		p.kids = slices.Delete(p.kids, i, i+1)
 	}
 	for _, s := range l.snaps {
-		r.bytes -= s.size()
-		r.snaps--
-		if s.v.refs--; s.v.refs == 0 {
-			r.bytes -= s.v.size()
-		}
+		r.putSnap(s)
 	}
-	r.bytes -= rzNodeOverhead + cap(l.seg)
-	if l.own {
-		r.putBuf(l.seg)
-	}
-	l.seg = nil
-	r.nodes--
+	clear(l.snaps)
+	r.putBuf(l.buf)
+	l.buf, l.seg, l.parent = nil, nil, nil
 	l.dead = true
 	l.epoch++
+	r.putNode(l)
 	r.evictions.Add(1)
 }

@@ -42,7 +42,13 @@ type Settings struct {
 
 // DefaultSettings are the command line's defaults but --predict-ttl's.
 func DefaultSettings() Settings {
-	return Settings{BlockSize: 256, TTL: 10 * time.Minute, MaxBlocks: 4 << 20, CBRMemoBytes: 64 << 20}
+	return Settings{BlockSize: 256, TTL: 10 * time.Minute, MaxBlocks: 4 << 20, CBRMemoBytes: 64 << 20,
+		// The resumer's raw bytes, snapshots and free buffers, as much
+		// as the CBR memo: the histories of some 30 to 50 conversations
+		// of 1 MB, or 250 to 400 of 128 KB (a body over a quarter of it,
+		// 16 MiB, is not remembered). Recording allocates nothing once
+		// it is full.
+		ResumeMemoBytes: 64 << 20}
 }
 
 // Validate fills the block size's default and reports the first mistake
@@ -101,7 +107,7 @@ func Flags(env func(flag string) []string) []cli.Flag {
 		&cli.GenericFlag{Name: "ttl", Value: cliflag.Duration(d.TTL), Usage: "forget a cache location idle longer than this", EnvVars: env("ttl")},
 		&cli.IntFlag{Name: "max-blocks", Value: d.MaxBlocks, Usage: "hard bound on tracked blocks (about 40 bytes each)", EnvVars: env("max-blocks")},
 		&cli.IntFlag{Name: "cbr-memo-bytes", Value: d.CBRMemoBytes, Usage: "memory for strings of 256 bytes or more already canonicalised and hashed, compared instead of hashed again when a request repeats them (0 disables)", EnvVars: env("cbr-memo-bytes")},
-		&cli.IntFlag{Name: "resume-memo-bytes", Usage: "memory for request bodies already canonicalised and where their messages began, so that a request resending an earlier one's bytes (an agent's next turn) is canonicalised and hashed only from what it adds (0: off)", EnvVars: env("resume-memo-bytes")},
+		&cli.IntFlag{Name: "resume-memo-bytes", Value: d.ResumeMemoBytes, Usage: "memory for request bodies already canonicalised and where their messages began, so that a request resending an earlier one's bytes (an agent's next turn) is canonicalised and hashed only from what it adds; bounds the bodies' raw bytes, a snapshot every 8 KB of CBR and the buffers kept for reuse, and a body over a quarter of it is not remembered (0: off)", EnvVars: env("resume-memo-bytes")},
 		&cli.StringFlag{Name: "hash-key", Usage: "SipHash key, 32 hex digits (replicas must share one); without the flag a random key is drawn at start-up", EnvVars: env("hash-key")},
 	}
 }

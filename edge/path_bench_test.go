@@ -94,9 +94,16 @@ func TestRoutePathNoAllocs(t *testing.T) {
 // memo, and the chain routed on is the one computed without the memo.
 func TestMemoInThePath(t *testing.T) {
 	t.Parallel()
-	s := newOfflineServer(t, "kvca")
-	off := DefaultConfig()
-	off.Backends = s.cfg.Backends
+	// The resumer off in both: it would serve the repeated bodies whole,
+	// before any string of theirs reached the memo.
+	on := DefaultConfig()
+	on.Backends = []string{"http://127.0.0.1:1", "http://127.0.0.1:2", "http://127.0.0.1:3", "http://127.0.0.1:4"}
+	on.Table.ResumeMemoBytes = 0
+	s, err := New(on)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := on
 	off.Table.CBRMemoBytes = 0
 	plain, err := New(off)
 	if err != nil {

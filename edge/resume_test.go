@@ -9,13 +9,13 @@ import (
 )
 
 // TestResumePlansExactly: with --resume-memo-bytes, each turn of growing
-// conversations is planned to the same chain as without it, the later
+// conversations is planned to the same chain as with 0 (off), the later
 // turns resume from the earlier ones, and the resumer shows in metrics.
 func TestResumePlansExactly(t *testing.T) {
 	t.Parallel()
 	key := func(c *Config) { c.Table.HashKey = "000102030405060708090a0b0c0d0e0f"; c.Table.BlockSize = 64 }
 	on := offlineCore(t, 2, func(c *Config) { key(c); c.Table.ResumeMemoBytes = 8 << 20 })
-	off := offlineCore(t, 2, key)
+	off := offlineCore(t, 2, func(c *Config) { key(c); c.Table.ResumeMemoBytes = 0 })
 	for turn := 0; turn < 8; turn++ {
 		for conv := 0; conv < 3; conv++ {
 			body := []byte(conversation(conv, turn, turn%2 == 0))
