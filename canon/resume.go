@@ -122,6 +122,12 @@ func (c *Canonicalizer) UseResumer(r *Resumer) { c.resume = r }
 // ResumeStats reads the Canonicalizer's Resumer's counters (zero if none).
 func (c *Canonicalizer) ResumeStats() ResumeStats { return c.resume.Stats() }
 
+// LikelyResumed estimates how many of body's leading bytes the resumer
+// remembers for rs's hasher (Resumer.Likely); 0 without a resumer.
+func (c *Canonicalizer) LikelyResumed(api API, body []byte, rs ResumableSink) int {
+	return c.resume.Likely(api, rs.ResumeTag(), body)
+}
+
 // Resuming reports whether the Canonicalizer has a Resumer.
 func (c *Canonicalizer) Resuming() bool { return c.resume != nil }
 

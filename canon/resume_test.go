@@ -1,6 +1,7 @@
 package canon_test
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -287,5 +288,46 @@ func TestResumeNoAllocs(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// Likely estimates how much of a body the resumer remembers from each
+// remembered run's ends: a follow-up's whole history, a body seen before
+// up to its prompt's end, nothing of an unrelated one or of another hasher's, and (the
+// estimate's known blind spot) all of a body changed only inside a run.
+func TestLikely(t *testing.T) {
+	p := newPair(canon.Options{}, 64<<20, 64)
+	conv := bodies.Conversation(6, 3000)
+	for _, b := range conv[:5] {
+		p.check(t, canon.Chat, b)
+	}
+	tag := p.hw.ResumeTag()
+	// The tree keeps a body's bytes up to its prompt array's end (what
+	// follows is kept with the snapshots).
+	if got := p.r.Likely(canon.Chat, tag, conv[4]); got < len(conv[4])-64 {
+		t.Errorf("a body seen before: %d of %d", got, len(conv[4]))
+	}
+	next := conv[5]
+	if got, hist := p.r.Likely(canon.Chat, tag, next), len(conv[4])-64; got < hist || got > len(next)-3000 {
+		t.Errorf("a follow-up: %d of %d, its history %d", got, len(next), hist)
+	}
+	if got := p.r.Likely(canon.Chat, tag, bodies.Conversation(2, 500)[1]); got > 200 {
+		t.Errorf("an unrelated body: %d", got)
+	}
+	if got := p.r.Likely(canon.Chat, chain.NewHasher(testKey, 128).ResumeTag(), conv[4]); got != 0 {
+		t.Errorf("another hasher's body: %d", got)
+	}
+	if got := p.r.Likely(canon.Completions, tag, conv[4]); got != 0 {
+		t.Errorf("completions: %d", got)
+	}
+	changed := bytes.Clone(conv[4])
+	mid := len(changed) / 2
+	changed[mid] ^= 1
+	if got := p.r.Likely(canon.Chat, tag, changed); got < mid {
+		t.Errorf("a byte changed inside a run: %d", got)
+	}
+	var none *canon.Resumer
+	if none.Likely(canon.Chat, tag, conv[4]) != 0 {
+		t.Error("a nil resumer remembers something")
 	}
 }

@@ -461,3 +461,44 @@ func (r *Resumer) drop(l *rzNode) {
 	r.putNode(l)
 	r.evictions.Add(1)
 }
+
+// likelySample is how many bytes at each end of a remembered run Likely
+// compares.
+const likelySample = 64
+
+// Likely estimates, without comparing every byte, how much of body a
+// lookup would find remembered: it follows the tree comparing each run's
+// first and last bytes only. It decides where to plan a large body (a body
+// resumed from most of its length is planned in microseconds), never what
+// the plan is: a body that differs inside a run it took as equal is only
+// planned where a cold one would have been better.
+func (r *Resumer) Likely(api API, tag uint64, body []byte) int {
+	if r == nil || !resumable(api) || len(body) < r.minBody {
+		return 0
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	n := r.root(api, tag)
+	if n == nil {
+		return 0
+	}
+	pos := 0
+	for pos < len(body) {
+		k := n.kid(body[pos])
+		if k == nil {
+			break
+		}
+		rest := body[pos:]
+		seg := k.seg[:min(len(k.seg), len(rest))] // the body may end inside the run
+		s := min(likelySample, len(seg))
+		if !bytes.Equal(seg[:s], rest[:s]) || !bytes.Equal(seg[len(seg)-s:], rest[len(seg)-s:len(seg)]) {
+			return pos + commonPrefix(seg[:s], rest[:s])
+		}
+		if len(seg) < len(k.seg) {
+			return len(body)
+		}
+		pos += len(k.seg)
+		n = k
+	}
+	return pos
+}

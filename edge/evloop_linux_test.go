@@ -215,7 +215,8 @@ func TestLoopPanicGuard(t *testing.T) {
 // A large body is canonicalised off its loop: while one is being planned
 // the loop serves its other connections, a client that leaves meanwhile
 // is counted as gone, its request never reaching a backend, and a panic
-// there closes only its connection.
+// there closes only its connection. One that mostly resends a remembered
+// body stays on the loop.
 func TestLoopPlansLargeBodiesOffLoop(t *testing.T) {
 	t.Parallel()
 	b := newTestBackend(t, "a")
@@ -295,6 +296,23 @@ func TestLoopPlansLargeBodiesOffLoop(t *testing.T) {
 	}
 	if resp, out := post(t, s, "/v1/chat/completions", conversation(9, 0, false)); resp.StatusCode != 200 {
 		t.Fatalf("after a panic while planning: %d %s", resp.StatusCode, out)
+	}
+	waitIdle(t, s)
+
+	// A large body that mostly resends one the resumer remembers (the
+	// first, answered) is planned on the loop: the goroutine's hook never
+	// runs, and the answer comes.
+	next := strings.TrimSuffix(big("alpha"), "]}") + `,{"role":"assistant","content":"ok"},{"role":"user","content":"and then?"}]}`
+	if resp, out := post(t, s, "/v1/chat/completions", next); resp.StatusCode != 200 {
+		t.Fatalf("a large follow-up: %d %s", resp.StatusCode, out)
+	}
+	select {
+	case <-entered:
+		t.Fatal("a large follow-up of a remembered body was planned off the loop")
+	default:
+	}
+	if st := s.canon.ResumeStats(); st.Hits == 0 {
+		t.Fatalf("the follow-up was not resumed: %+v", st)
 	}
 	waitIdle(t, s)
 }

@@ -272,6 +272,14 @@ func (c *call) modelCreds() (creds [][2]string) {
 // plan is body → canon → chain for a routed request (c.s.plan).
 func (c *call) plan(body []byte) error { return c.s.plan(c, c.api, body) }
 
+// planBytes estimates how many of body's bytes planning it will parse:
+// those the resumer does not remember (an estimate; see
+// canon.Resumer.Likely). A transport that plans large bodies off its loop
+// keeps a body with little new on it.
+func (c *call) planBytes(body []byte) int {
+	return len(body) - c.s.canon.LikelyResumed(c.api, body, c.h)
+}
+
 // planned continues a routed request once planned: a body that cannot be
 // routed is answered; the tenant's quota, the conversation it names and
 // its admission ticket come next.
