@@ -32,12 +32,12 @@ import (
 // under the read lock, since once it is released the snapshot may be
 // dropped and its memory reused.
 type Resumer struct {
-	max int
+	max   int
 	// minBody: smaller bodies are canonicalised as if there were no
 	// resumer (NewWithOptions sets resumeMinBody; 0: every body).
 	minBody int
-	every   int           // snapEvery; tests snapshot more often
-	clock   atomic.Uint64 // recency stamps for eviction
+	every int           // snapEvery; tests snapshot more often
+	clock atomic.Uint64 // recency stamps for eviction
 
 	mu        sync.RWMutex
 	roots     []*rzRoot
