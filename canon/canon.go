@@ -244,9 +244,6 @@ func New(extraExclude []string) *Canonicalizer {
 func NewWithOptions(extraExclude []string, opt Options) *Canonicalizer {
 	c := &Canonicalizer{exclude: make(map[string]struct{}, len(generationOnly)+len(extraExclude)), noSession: opt.NoSession,
 		k0: opt.HashKey[0], k1: opt.HashKey[1], resume: NewResumer(opt.ResumeMemoBytes)}
-	if c.resume != nil {
-		c.resume.minBody = resumeMinBody
-	}
 	for _, k := range generationOnly {
 		c.exclude[k] = struct{}{}
 	}
@@ -321,7 +318,7 @@ func (c *Canonicalizer) Canonicalize(api API, body []byte, sink Sink, info *Info
 		st = &state{}
 	}
 	var err error
-	if rs, ok := sink.(ResumableSink); ok && c.resume != nil && resumable(api) && len(body) >= c.resume.minBody {
+	if rs, ok := sink.(ResumableSink); ok && c.resume != nil && resumable(api) {
 		err = c.canonicalizeResuming(st, api, body, rs, info)
 	} else {
 		err = c.run(st, api, body, sink, info)

@@ -33,9 +33,6 @@ import (
 // dropped and its memory reused.
 type Resumer struct {
 	max   int
-	// minBody: smaller bodies are canonicalised as if there were no
-	// resumer (NewWithOptions sets resumeMinBody; 0: every body).
-	minBody int
 	every int           // snapEvery; tests snapshot more often
 	clock atomic.Uint64 // recency stamps for eviction
 
@@ -63,16 +60,9 @@ type ResumeStats struct {
 	Evictions uint64 // leaves dropped to stay within the budget
 }
 
-// resumeMinBody is the smallest body a served Canonicalizer resumes or
-// remembers: a chat turn of a few KB is canonicalised in microseconds, and
-// remembering every such first sight cost it about two fifths more
-// (BenchmarkResumeCold/4KB), to spare at most as much on its next turn.
-const resumeMinBody = 8 << 10
-
 // NewResumer returns a Resumer holding at most maxBytes (its structures
 // counted at approximate sizes, buffers and free lists exactly) after
-// every request; nil (no resuming) if maxBytes is not positive. It
-// resumes bodies of any size.
+// every request; nil (no resuming) if maxBytes is not positive.
 func NewResumer(maxBytes int) *Resumer {
 	if maxBytes <= 0 {
 		return nil

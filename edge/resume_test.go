@@ -18,9 +18,7 @@ func TestResumePlansExactly(t *testing.T) {
 	off := offlineCore(t, 2, func(c *Config) { key(c); c.Table.ResumeMemoBytes = 0 })
 	for turn := 0; turn < 8; turn++ {
 		for conv := 0; conv < 3; conv++ {
-			// A long system prompt: kvca serve resumes bodies of 8 KB
-			// and more.
-			body := []byte(strings.Replace(conversation(conv, turn, turn%2 == 0), `"You are`, `"`+strings.Repeat("Be brief. ", 900)+`You are`, 1))
+			body := []byte(conversation(conv, turn, turn%2 == 0))
 			var chains [2][]uint64
 			for i, s := range []*Server{on, off} {
 				c := testBegin(s, routeChat)
