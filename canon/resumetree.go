@@ -473,7 +473,7 @@ const likelySample = 64
 // the plan is: a body that differs inside a run it took as equal is only
 // planned where a cold one would have been better.
 func (r *Resumer) Likely(api API, tag uint64, body []byte) int {
-	if r == nil || !resumable(api) || len(body) < r.minBody {
+	if r == nil || !resumable(api) {
 		return 0
 	}
 	r.mu.RLock()
