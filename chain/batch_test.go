@@ -3,6 +3,7 @@ package chain
 import (
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 )
@@ -231,4 +232,57 @@ func TestWholeRecord(t *testing.T) {
 	}
 	small.Touch(long(3, 700), 1, small.Now())
 	gone("evicted by the table's capacity", small, ch)
+}
+
+// Touches racing forgets, resets and capacity cuts never leave a record
+// standing for a chain a block of which lost its location: once they are
+// done, every chain a record vouches for is held whole.
+func TestWholeRecordRaces(t *testing.T) {
+	for round := range 20 {
+		tb, _ := newTestTable(time.Hour, 1<<20)
+		chains := make([][]uint64, 4)
+		for i := range chains {
+			rng := rand.New(rand.NewPCG(uint64(round), uint64(i)))
+			chains[i] = make([]uint64, 600)
+			for j := range chains[i] {
+				chains[i][j] = rng.Uint64()
+			}
+		}
+		var wg sync.WaitGroup
+		for g := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rng := rand.New(rand.NewPCG(uint64(round), uint64(g+10)))
+				for range 60 {
+					ch := chains[rng.IntN(len(chains))]
+					switch rng.IntN(6) {
+					case 0:
+						tb.Forget(ch[rng.IntN(len(ch)):], 0)
+					case 1:
+						tb.ResetBefore(0, tb.Now()+1)
+					case 2:
+						tb.SetBackendCapacity(0, 300)
+						tb.EnforceCapacity()
+						tb.SetBackendCapacity(0, 0)
+					default:
+						tb.Touch(ch, 0, tb.Now()+int64(rng.IntN(3)))
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		now := tb.Now()
+		for i, ch := range chains {
+			b, ok := tb.wholeHolder(ch, now)
+			if !ok {
+				continue
+			}
+			for j, h := range ch {
+				if s := tb.Lookup(h, now); !s.Has(b) {
+					t.Fatalf("round %d: a record vouches for chain %d on %d, whose block %d it lost", round, i, b, j)
+				}
+			}
+		}
+	}
 }

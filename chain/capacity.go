@@ -134,6 +134,7 @@ func (t *Table) EnforceCapacity() int {
 	dropped := 0
 	if slices.ContainsFunc(cutoff[:], func(c int64) bool { return c >= 0 }) {
 		t.removing()
+		defer t.removing()
 	}
 	for si := range t.shards {
 		sh := &t.shards[si]

@@ -11,6 +11,7 @@ func (t *Table) ResetBefore(b int, at int64) int {
 	keep := func(l uint64) bool { return !stale(l) }
 	dropped := 0
 	t.removing()
+	defer t.removing()
 	for si := range t.shards {
 		sh := &t.shards[si]
 		sh.mu.Lock()

@@ -653,6 +653,7 @@ func (t *Table) evictTail(sh *shard, now int64) {
 // no location go. It returns how many locations it dropped.
 func (t *Table) Forget(chain []uint64, b int) int {
 	t.removing()
+	defer t.removing()
 	if len(chain) > 0 {
 		for _, m := range [...]touchMode{touchConfirm, touchPredict} {
 			slot, _ := t.recentSlot(chain[len(chain)-1], b, t.gens[b].Load(), 0, m)
@@ -679,6 +680,7 @@ func (t *Table) Forget(chain []uint64, b int) int {
 // cache is presumed gone. It returns the new generation.
 func (t *Table) Reset(b int) uint32 {
 	t.removing()
+	defer t.removing()
 	g := t.gens[b].Add(1)
 	if g&0xff == 0 {
 		// Generation 0 mod 256 is kept distinct from never-touched memory.

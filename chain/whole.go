@@ -35,8 +35,13 @@ type wholeSlot struct {
 	_     [8]byte
 }
 
-// removing counts a removal of live locations; it is called before they
-// go, so that a record read after they went is already stale.
+// removing counts a removal of live locations. It is called before they
+// go, so that a record read after they went is already stale, and again
+// after, where other locks are taken meanwhile (Forget, the resets, the
+// capacity bound): a touch that began between the two, and wrote a block
+// before the removal reached it, would otherwise record a removal count
+// that still stands. (The table's own eviction removes under the lock of
+// the shard it counts in, so a touch cannot slip between.)
 func (t *Table) removing() { t.removals.Add(1) }
 
 // recordWhole notes that b's answer confirmed every block of chain at at,
