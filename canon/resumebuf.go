@@ -55,6 +55,20 @@ func bufClass(n int) int {
 	return c
 }
 
+// pop takes the last of a free list, clearing its slot so that the list
+// keeps nothing alive.
+func pop[T any](l *[]T) (T, bool) {
+	var zero T
+	n := len(*l)
+	if n == 0 {
+		return zero, false
+	}
+	x := (*l)[n-1]
+	(*l)[n-1] = zero
+	*l = (*l)[:n-1]
+	return x, true
+}
+
 // newBuf returns an empty buffer of capacity at least n, recycled if one
 // is free (under the write lock). Its capacity is its class's, so it goes
 // back to the class whole.
@@ -65,10 +79,7 @@ func (r *Resumer) newBuf(n int) []byte {
 		return make([]byte, 0, n)
 	}
 	for k := c; k <= min(c+rzFit, rzClasses-1); k++ {
-		if l := r.free.bufs[k]; len(l) > 0 {
-			b := l[len(l)-1]
-			l[len(l)-1] = nil
-			r.free.bufs[k] = l[:len(l)-1]
+		if b, ok := pop(&r.free.bufs[k]); ok {
 			r.free.bytes -= cap(b)
 			return b
 		}
@@ -91,10 +102,7 @@ func (r *Resumer) putBuf(b []byte) {
 // newNode returns a blank node, recycled if one is free.
 func (r *Resumer) newNode() *rzNode {
 	r.nodes++
-	if l := r.free.nodes; len(l) > 0 {
-		n := l[len(l)-1]
-		l[len(l)-1] = nil
-		r.free.nodes = l[:len(l)-1]
+	if n, ok := pop(&r.free.nodes); ok {
 		r.free.bytes -= rzNodeOverhead + n.slices()
 		n.dead = false
 		return n
@@ -116,11 +124,8 @@ func (r *Resumer) putNode(n *rzNode) {
 // newSnap returns a blank snapshot whose data has room for n bytes.
 func (r *Resumer) newSnap(n int) *rzSnap {
 	r.snaps++
-	var s *rzSnap
-	if l := r.free.snaps; len(l) > 0 {
-		s = l[len(l)-1]
-		l[len(l)-1] = nil
-		r.free.snaps = l[:len(l)-1]
+	s, ok := pop(&r.free.snaps)
+	if ok {
 		r.free.bytes -= rzSnapOverhead
 	} else {
 		r.bytes += rzSnapOverhead
@@ -146,11 +151,8 @@ func (r *Resumer) putSnap(s *rzSnap) {
 
 // newVariant returns a variant of post and info's top-level fields.
 func (r *Resumer) newVariant(post []byte, info *Info) *rzVariant {
-	var v *rzVariant
-	if l := r.free.variants; len(l) > 0 {
-		v = l[len(l)-1]
-		l[len(l)-1] = nil
-		r.free.variants = l[:len(l)-1]
+	v, ok := pop(&r.free.variants)
+	if ok {
 		r.free.bytes -= rzVariantOverhead
 	} else {
 		r.bytes += rzVariantOverhead
