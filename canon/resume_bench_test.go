@@ -77,6 +77,21 @@ func stampBody(body []byte, at int, i uint64) {
 // new messages after a history the Resumer has seen, as kvca serve runs
 // (no session hash, the CBR memo on). Each iteration's new part differs,
 // so each is a first sight of the follow-up.
+// stamping returns a step that stamps body at at with the next number
+// (stampBody) and canonicalises it.
+func stamping(b *testing.B, c *canon.Canonicalizer, h *chain.Hasher, body []byte, at int) func() {
+	var info canon.Info
+	var i uint64
+	return func() {
+		i++
+		stampBody(body, at, i)
+		h.Reset()
+		if err := c.Canonicalize(canon.Chat, body, h, &info); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 func BenchmarkResumeFollowup(b *testing.B) {
 	for _, n := range historySizes {
 		b.Run(fmt.Sprintf("history%dKB", n>>10), func(b *testing.B) {
@@ -88,15 +103,7 @@ func BenchmarkResumeFollowup(b *testing.B) {
 				b.Fatal(err)
 			}
 			body, at := followup(hist, 4<<10)
-			var i uint64
-			next := func() {
-				i++
-				stampBody(body, at, i)
-				h.Reset()
-				if err := c.Canonicalize(canon.Chat, body, h, &info); err != nil {
-					b.Fatal(err)
-				}
-			}
+			next := stamping(b, c, h, body, at)
 			warm(c, next)
 			hits := c.ResumeStats().Hits
 			b.SetBytes(int64(len(body)))
@@ -132,16 +139,7 @@ func BenchmarkResumeCold(b *testing.B) {
 				hist[0]["content"] = "@@@@@@@@" + hist[0]["content"].(string)
 				body := agentBody(hist)
 				at := strings.Index(string(body), "@@@@@@@@")
-				var info canon.Info
-				var i uint64
-				next := func() {
-					i++
-					stampBody(body, at, i)
-					h.Reset()
-					if err := c.Canonicalize(canon.Chat, body, h, &info); err != nil {
-						b.Fatal(err)
-					}
-				}
+				next := stamping(b, c, h, body, at)
 				warm(c, next)
 				b.SetBytes(int64(len(body)))
 				b.ReportAllocs()
