@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -41,15 +40,9 @@ Prints PASS or FAIL per check; exits 1 if any failed.`,
 		Action: func(c *cli.Context) error {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			var eps []string
-			for e := range strings.SplitSeq(c.String("endpoints"), ",") {
-				if e = strings.TrimSpace(e); e != "" {
-					eps = append(eps, e)
-				}
-			}
 			res, err := eppcheck.Run(ctx, eppcheck.Config{
 				Target:    c.String("target"),
-				Endpoints: eps,
+				Endpoints: cliflag.SplitList([]string{c.String("endpoints")}),
 				Wait:      c.Duration("wait"),
 				Timeout:   c.Duration("timeout"),
 				MustOnly:  c.Bool("must-only"),
