@@ -228,36 +228,24 @@ func (r *Resumer) short(d *rzDemand) int {
 func (r *Resumer) release(limit int, d *rzDemand) bool {
 	any := false
 	_, take := r.plan(d)
-	for c := rzClasses - 1; c >= 0 && r.bytes > limit; c-- {
-		for l := r.free.bufs[c]; len(l) > take[c] && r.bytes > limit; l = r.free.bufs[c] {
-			b := l[len(l)-1]
-			l[len(l)-1] = nil
-			r.free.bufs[c] = l[:len(l)-1]
-			r.free.bytes -= cap(b)
-			r.bytes -= cap(b)
-			any = true
-		}
+	for c := rzClasses - 1; c >= 0; c-- {
+		any = shed(r, &r.free.bufs[c], take[c], limit, func(b []byte) int { return cap(b) }) || any
 	}
-	for l := r.free.nodes; len(l) > d.nodes && r.bytes > limit; l = r.free.nodes {
-		n := l[len(l)-1]
-		l[len(l)-1] = nil
-		r.free.nodes = l[:len(l)-1]
-		r.free.bytes -= rzNodeOverhead + n.slices()
-		r.bytes -= rzNodeOverhead + n.slices()
-		any = true
-	}
-	for l := r.free.snaps; len(l) > d.snaps && r.bytes > limit; l = r.free.snaps {
-		l[len(l)-1] = nil
-		r.free.snaps = l[:len(l)-1]
-		r.free.bytes -= rzSnapOverhead
-		r.bytes -= rzSnapOverhead
-		any = true
-	}
-	for l := r.free.variants; len(l) > d.variants && r.bytes > limit; l = r.free.variants {
-		l[len(l)-1] = nil
-		r.free.variants = l[:len(l)-1]
-		r.free.bytes -= rzVariantOverhead
-		r.bytes -= rzVariantOverhead
+	any = shed(r, &r.free.nodes, d.nodes, limit, func(n *rzNode) int { return rzNodeOverhead + n.slices() }) || any
+	any = shed(r, &r.free.snaps, d.snaps, limit, func(*rzSnap) int { return rzSnapOverhead }) || any
+	any = shed(r, &r.free.variants, d.variants, limit, func(*rzVariant) int { return rzVariantOverhead }) || any
+	return any
+}
+
+// shed lets the collector have the last of free list l, each size bytes,
+// while l holds more than keep and r more than limit. It reports whether
+// it let any go.
+func shed[T any](r *Resumer, l *[]T, keep, limit int, size func(T) int) bool {
+	any := false
+	for len(*l) > keep && r.bytes > limit {
+		x, _ := pop(l)
+		r.free.bytes -= size(x)
+		r.bytes -= size(x)
 		any = true
 	}
 	return any
