@@ -69,6 +69,16 @@ func pop[T any](l *[]T) (T, bool) {
 	return x, true
 }
 
+// reuse takes a blank struct of size bytes from free list l, or a new one.
+func reuse[T any](r *Resumer, l *[]*T, size int) *T {
+	if x, ok := pop(l); ok {
+		r.free.bytes -= size
+		return x
+	}
+	r.bytes += size
+	return new(T)
+}
+
 // newBuf returns an empty buffer of capacity at least n, recycled if one
 // is free (under the write lock). Its capacity is its class's, so it goes
 // back to the class whole.
@@ -124,13 +134,7 @@ func (r *Resumer) putNode(n *rzNode) {
 // newSnap returns a blank snapshot whose data has room for n bytes.
 func (r *Resumer) newSnap(n int) *rzSnap {
 	r.snaps++
-	s, ok := pop(&r.free.snaps)
-	if ok {
-		r.free.bytes -= rzSnapOverhead
-	} else {
-		r.bytes += rzSnapOverhead
-		s = &rzSnap{}
-	}
+	s := reuse(r, &r.free.snaps, rzSnapOverhead)
 	s.data = r.newBuf(n)
 	return s
 }
@@ -151,13 +155,7 @@ func (r *Resumer) putSnap(s *rzSnap) {
 
 // newVariant returns a variant of post and info's top-level fields.
 func (r *Resumer) newVariant(post []byte, info *Info) *rzVariant {
-	v, ok := pop(&r.free.variants)
-	if ok {
-		r.free.bytes -= rzVariantOverhead
-	} else {
-		r.bytes += rzVariantOverhead
-		v = &rzVariant{}
-	}
+	v := reuse(r, &r.free.variants, rzVariantOverhead)
 	b := r.newBuf(len(post) + len(info.Model) + len(info.PreviousResponseID) + len(info.Priority))
 	b = append(b, post...)
 	v.post = b[:len(post):len(post)]
