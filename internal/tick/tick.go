@@ -16,6 +16,13 @@ func Every(done <-chan struct{}, d time.Duration, f func()) {
 		case <-done:
 			return
 		case <-t.C:
+			// A tick and done ready at once: select picks either, and f
+			// must not run once done is closed.
+			select {
+			case <-done:
+				return
+			default:
+			}
 			f()
 		}
 	}
