@@ -21,9 +21,13 @@ type BackendState struct {
 	// Index is the backend's slot: its index in the block table, in
 	// metrics of the scheduler and in the KDN API. Removed backends are
 	// not listed, so after a reload it may differ from the position.
-	Index         int    `json:"index"`
-	URL           string `json:"url"`
-	EndpointID    string `json:"endpoint_id"`
+	Index      int    `json:"index"`
+	URL        string `json:"url"`
+	EndpointID string `json:"endpoint_id"`
+	// Role is the backend's part in a disaggregated fleet (prefill,
+	// decode, both); BootstrapPort its SGLang bootstrap port.
+	Role          string `json:"role"`
+	BootstrapPort int    `json:"bootstrap_port,omitempty"`
 	Generation    uint32 `json:"generation"`
 	Healthy       bool   `json:"healthy"`
 	Active        int64  `json:"active"`
@@ -51,6 +55,9 @@ type State struct {
 	TTFT sched.TTFTState `json:"ttft"`
 	// Admission is the admission queue and the backends' slots.
 	Admission *admit.State `json:"admission,omitempty"`
+	// Pools is the backends by role (prefill, decode, both), each pool's
+	// health and load apart.
+	Pools map[string]PoolState `json:"pools"`
 }
 
 // State snapshots the backends and the table.
@@ -65,6 +72,8 @@ func (s *Server) State() State {
 			Index:         b.Index,
 			URL:           b.URL,
 			EndpointID:    u.endpoint,
+			Role:          u.addr.role.String(),
+			BootstrapPort: u.bootstrapPort(s.cfg.PD.Protocol),
 			Generation:    s.table.Generation(b.Index),
 			Healthy:       b.Healthy(),
 			Active:        a,
@@ -77,6 +86,7 @@ func (s *Server) State() State {
 	ts := s.table.Stats()
 	st.Table = TableState{Blocks: ts.Blocks, Locations: ts.Locations, Capacity: ts.Capacity}
 	st.TTFT = fl.sched.TTFTSnapshot()
+	st.Pools = fl.poolStates()
 	if s.adm.Limited() {
 		a := s.adm.Snapshot()
 		st.Admission = &a

@@ -130,6 +130,10 @@ type Config struct {
 
 	// Telemetry: engine metrics and cache sizes (telemetry.Settings).
 	Telemetry telemetry.Settings
+
+	// PD: prefill/decode disaggregation, for fleets whose backends have
+	// roles (roles.go, docs/disaggregation.md).
+	PD PDSettings
 }
 
 // DefaultConfig returns the defaults documented in the README.
@@ -155,6 +159,7 @@ func DefaultConfig() Config {
 		ClientIdleTimeout:     2 * time.Minute,
 		MaxConnsPerBackend:    1024,
 		Telemetry:             telemetry.DefaultSettings(),
+		PD:                    DefaultPDSettings(),
 	}
 }
 
@@ -168,8 +173,12 @@ type backendAddr struct {
 	// models, from a "#model-a,model-b" suffix, fixes the backend's models
 	// instead of discovering them from /v1/models.
 	models []string
-	sni    string // the host name TLS verifies
-	origin string // the --backend entry it comes from
+	// role and bootstrapPort, from "role=" and "bootstrap-port=" items of
+	// the suffix, place the backend in a disaggregated fleet (roles.go).
+	role          Role
+	bootstrapPort int
+	sni           string // the host name TLS verifies
+	origin        string // the --backend entry it comes from
 }
 
 func parseBackend(raw string) (backendAddr, error) {
@@ -180,14 +189,9 @@ func parseBackend(raw string) (backendAddr, error) {
 	if u.RawQuery != "" || u.User != nil {
 		return backendAddr{}, fmt.Errorf("backend %q must not carry a query or credentials", raw)
 	}
-	var models []string
-	if u.Fragment != "" {
-		for _, m := range strings.Split(u.Fragment, ",") {
-			if m = strings.TrimSpace(m); m == "" {
-				return backendAddr{}, fmt.Errorf("backend %q: empty model name after #", raw)
-			}
-			models = append(models, m)
-		}
+	var opts backendAddr
+	if err := backendOptions(raw, u.Fragment, &opts); err != nil {
+		return backendAddr{}, err
 	}
 	host := u.Host
 	if u.Port() == "" {
@@ -200,14 +204,16 @@ func parseBackend(raw string) (backendAddr, error) {
 	prefix := strings.TrimSuffix(u.Path, "/")
 	prefix = strings.TrimSuffix(prefix, "/v1")
 	return backendAddr{
-		url:       u.Scheme + "://" + u.Host + prefix,
-		host:      host,
-		authority: u.Host,
-		tls:       u.Scheme == "https",
-		prefix:    prefix,
-		models:    models,
-		sni:       u.Hostname(),
-		origin:    raw,
+		url:           u.Scheme + "://" + u.Host + prefix,
+		host:          host,
+		authority:     u.Host,
+		tls:           u.Scheme == "https",
+		prefix:        prefix,
+		models:        opts.models,
+		role:          opts.role,
+		bootstrapPort: opts.bootstrapPort,
+		sni:           u.Hostname(),
+		origin:        raw,
 	}, nil
 }
 
@@ -320,6 +326,9 @@ func (c *Config) Validate() error {
 		c.MaxConnsPerBackend = d.MaxConnsPerBackend
 	}
 	if err := c.Telemetry.Validate(len(c.Backends)); err != nil {
+		return err
+	}
+	if err := c.PD.Validate(); err != nil {
 		return err
 	}
 	if !epollSupported {

@@ -43,7 +43,7 @@ func ListenerFlags(env func(flag string) []string) []cli.Flag {
 func UpstreamFlags(env func(flag string) []string) []cli.Flag {
 	d := DefaultConfig()
 	return []cli.Flag{
-		&cli.StringSliceFlag{Name: "backend", Usage: "backend base `URL` (repeatable), e.g. http://10.0.0.5:8000", EnvVars: env("backend")},
+		&cli.StringSliceFlag{Name: "backend", Usage: "backend base `URL` (repeatable), e.g. http://10.0.0.5:8000; a #suffix of comma-separated items fixes its models and options: role=prefill|decode|both (disaggregation; default both), bootstrap-port=N (an SGLang prefill worker's; default 8998)", EnvVars: env("backend")},
 		&cli.IntFlag{Name: "retries", Value: d.Retries, Usage: "retries on another backend after a connection failure (or 429/503) before any byte reached the client", EnvVars: env("retries")},
 		&cli.StringFlag{Name: "health-path", Value: d.HealthPath, Usage: "backend path for active health checks", EnvVars: env("health-path")},
 		&cli.GenericFlag{Name: "health-interval", Value: cliflag.Duration(d.HealthInterval), Usage: "active health check interval (0 disables)", EnvVars: env("health-interval")},
@@ -58,6 +58,8 @@ func UpstreamFlags(env func(flag string) []string) []cli.Flag {
 		&cli.StringFlag{Name: "upstream-cert", Usage: "client certificate `FILE` for mutual TLS to backends", EnvVars: env("upstream-cert")},
 		&cli.StringFlag{Name: "upstream-key", Usage: "client key `FILE` for --upstream-cert", EnvVars: env("upstream-key")},
 		&cli.BoolFlag{Name: "upstream-insecure", Usage: "do NOT verify backends' certificates (logged loudly; for tests only)", EnvVars: env("upstream-insecure")},
+		&cli.StringFlag{Name: "pd-protocol", Value: d.PD.Protocol, Usage: "how kvca drives a disaggregated fleet's prefill and decode workers (backends with a role=): vllm (kv_transfer_params, prefill then decode) or sglang (bootstrap fields, both at once)", EnvVars: env("pd-protocol")},
+		&cli.IntFlag{Name: "pd-threshold", Value: d.PD.Threshold, Usage: "in a disaggregated fleet, run a request aggregated on a decode worker, without a prefill leg, when fewer than this many of its prompt `TOKENS` are uncached on its prefill worker (0: always disaggregate)", EnvVars: env("pd-threshold")},
 	}
 }
 
@@ -100,6 +102,7 @@ func FromFlags(c *cli.Context) Config {
 		UpstreamCert:          c.String("upstream-cert"),
 		UpstreamKey:           c.String("upstream-key"),
 		UpstreamInsecure:      c.Bool("upstream-insecure"),
+		PD:                    PDSettings{Protocol: c.String("pd-protocol"), Threshold: c.Int("pd-threshold")},
 	}
 }
 

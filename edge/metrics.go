@@ -127,7 +127,7 @@ func newServerMetrics(table *chain.Table, memo *chain.Memo, cn *canon.Canonicali
 	return m
 }
 
-func (m *serverMetrics) newBackend(set *metrics.Set, b *sched.Backend) *backendMetrics {
+func (m *serverMetrics) newBackend(set *metrics.Set, b *sched.Backend, role Role) *backendMetrics {
 	bm := &backendMetrics{}
 	name := func(format string, args ...any) string {
 		n := fmt.Sprintf(format, args...)
@@ -140,6 +140,7 @@ func (m *serverMetrics) newBackend(set *metrics.Set, b *sched.Backend) *backendM
 	}
 	set.GetOrCreateGauge(name(`kvca_backend_active_requests{backend=%q}`, b.Name), func() float64 { return float64(b.Active()) })
 	set.GetOrCreateGauge(name(`kvca_backend_prefill_blocks{backend=%q}`, b.Name), func() float64 { return float64(b.Prefill()) })
+	set.GetOrCreateGauge(name(`kvca_backend_role{backend=%q,role=%q}`, b.Name, role.String()), func() float64 { return 1 })
 	set.GetOrCreateGauge(name(`kvca_backend_healthy{backend=%q}`, b.Name), func() float64 {
 		if b.Healthy() {
 			return 1

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/kvca/kvca/chain"
@@ -21,6 +22,7 @@ import (
 type fleet struct {
 	sched *sched.Scheduler
 	ups   []*upstream
+	pools pools // the backends by role (roles.go)
 }
 
 // live returns the upstreams of the backends configured now, in slot order.
@@ -38,7 +40,7 @@ func (s *Server) fleet() *fleet { return s.fl.Load() }
 
 // newUpstream builds the upstream of a backend and its series.
 func (s *Server) newUpstream(b *sched.Backend, a backendAddr) *upstream {
-	u := newUpstream(b, a, s.m.newBackend(s.m.set, b), s.upTLS)
+	u := newUpstream(b, a, s.m.newBackend(s.m.set, b, a.role), s.upTLS)
 	if s.nloops > 0 {
 		u.idle = make([][]*upConn, s.nloops)
 	}
@@ -202,7 +204,7 @@ func (s *Server) apply(addrs []backendAddr, policy string, activeWeight int) (Ba
 		s.table.SetBackendCapacity(u.b.Index, 0)
 	}
 	s.adm.SetBackends(bs)
-	s.fl.Store(&fleet{sched: next, ups: ups})
+	s.fl.Store(&fleet{sched: next, ups: ups, pools: poolsOf(ups)})
 	for _, u := range added {
 		s.startUpstream(u)
 	}
@@ -296,6 +298,8 @@ func restartOnly(cur, next Config) []string {
 	diff("upstream-ca", cur.UpstreamCA != next.UpstreamCA || cur.UpstreamCert != next.UpstreamCert || cur.UpstreamKey != next.UpstreamKey)
 	out = append(out, cur.Telemetry.Restart(&next.Telemetry)...)
 	diff("discovery-interval", cur.DiscoveryInterval != next.DiscoveryInterval)
+	diff("pd-protocol", cur.PD.Protocol != next.PD.Protocol)
+	diff("pd-threshold", cur.PD.Threshold != next.PD.Threshold)
 	out = append(out, cur.Routing.Restart(&next.Routing)...)
 	return out
 }
@@ -332,9 +336,11 @@ func (s *Server) tokensFor(u *upstream) int64 {
 }
 
 // key identifies a configured backend across reloads: the same URL with
-// the same fixed models and Host is the same backend.
+// the same fixed models, Host and role is the same backend. A backend
+// whose role or bootstrap port changes is replaced by a new one (its
+// engine restarts for the new role anyway, and with it its cache).
 func (a backendAddr) key() string {
-	return a.url + "|" + a.authority + "#" + strings.Join(a.models, ",")
+	return a.url + "|" + a.authority + "#" + strings.Join(a.models, ",") + "|" + a.role.String() + ":" + strconv.Itoa(a.bootstrapPort)
 }
 
 // name is the backend's metrics label: host:port, and the path prefix

@@ -180,6 +180,7 @@ func New(cfg Config) (*Server, error) {
 	s.m = newServerMetrics(table, s.memo, s.canon, &s.clientConns)
 	s.m.set.RegisterMetricsWriter(sc.WriteTTFTMetrics)
 	s.m.set.RegisterMetricsWriter(s.writeRoutingMetrics)
+	s.m.set.RegisterMetricsWriter(s.writePoolMetrics)
 	s.cal = chain.NewCalibrator(0)
 	s.threads = affinity.New(affinity.Responses, affinity.Config{TTL: max(cfg.Table.TTL, time.Hour)})
 	s.sessions = affinity.New(affinity.Sessions, affinity.Config{TTL: cfg.Table.TTL})
@@ -200,6 +201,7 @@ func New(cfg Config) (*Server, error) {
 	for i, b := range backends {
 		fl.ups = append(fl.ups, s.newUpstream(b, addrs[i]))
 	}
+	fl.pools = poolsOf(fl.ups)
 	s.fl.Store(fl)
 	s.spec, s.cacheTokens = cfg.Backends, cfg.Telemetry.BackendCacheTokens
 	if cfg.APIKeys != "" {
@@ -411,16 +413,20 @@ func (s *Server) shutdown(ctx context.Context) error {
 	return err
 }
 
-// readiness is GET /ready: 200 while some backend is healthy and kvca is
-// not draining.
+// readiness is GET /ready: 200 while some backend that can answer a
+// request (not a prefill worker, which only takes prefill legs) is healthy
+// and kvca is not draining.
 func (s *Server) readiness() (int, []byte) {
-	n := 0
+	n, answering := 0, 0
 	for _, u := range s.fl.Load().ups {
 		if u.b.Healthy() {
 			n++
+			if u.addr.role.Decodes() {
+				answering++
+			}
 		}
 	}
-	if n == 0 || s.notReady.Load() {
+	if answering == 0 || s.notReady.Load() {
 		return 503, fmt.Appendf(nil, `{"status":"not_ready","healthy_backends":%d,"draining":%v}`+"\n", n, s.notReady.Load())
 	}
 	return 200, fmt.Appendf(nil, `{"status":"ready","healthy_backends":%d}`+"\n", n)

@@ -258,3 +258,12 @@ func (s *Server) setHealth(u *upstream, healthy bool, why string) bool {
 	u.hc.CloseIdleConnections()
 	return true
 }
+
+// bootstrapPort is the port of u's SGLang bootstrap server under protocol
+// (0: none, for the admin state: not an SGLang prefill worker).
+func (u *upstream) bootstrapPort(protocol string) int {
+	if protocol != ProtocolSGLang || !u.addr.role.Prefills() {
+		return 0
+	}
+	return u.addr.bootstrapPort
+}
