@@ -1,0 +1,171 @@
+// Package pd writes the bodies of a disaggregated request's legs, as the
+// engines' own protocols want them (docs/disaggregation.md):
+//
+//   - vLLM's NixlConnector: the prefill leg is the client's body with
+//     kv_transfer_params asking for a remote decode, no stream, and its
+//     output capped at one token; the prefill worker's answer carries
+//     kv_transfer_params, which the decode leg adds to the client's own
+//     body;
+//   - SGLang's disaggregation: both legs carry the client's body with
+//     bootstrap_host, bootstrap_port and bootstrap_room, the prefill
+//     worker's bootstrap server and a room pairing the two legs.
+//
+// The client's body is never changed in place: every function appends a
+// new body to dst. Bodies are rewritten as JSON (keys and values kept as
+// the client wrote them, whitespace dropped), and a member the client
+// repeated is replaced wherever it appears, so no engine reading the last
+// duplicate sees the client's value.
+package pd
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/valyala/fastjson"
+)
+
+// API is the kind of request a body is, as its output caps differ.
+type API uint8
+
+const (
+	Chat        API = iota // /v1/chat/completions
+	Completions            // /v1/completions
+	Responses              // /v1/responses
+)
+
+// Fields only kvca may set in a disaggregated fleet: a client naming a
+// transfer or a bootstrap server could make a decode worker read another
+// request's KV cache, or connect where the client says.
+var reserved = [...]string{"kv_transfer_params", "bootstrap_host", "bootstrap_port", "bootstrap_room"}
+
+// Reserved returns the first top-level member of body that only kvca may
+// set ("" for none). body must be a JSON object (routing checked it).
+func Reserved(body []byte) string {
+	var p fastjson.Parser
+	v, err := p.ParseBytes(body)
+	if err != nil {
+		return ""
+	}
+	o, err := v.Object()
+	if err != nil {
+		return ""
+	}
+	for _, k := range reserved {
+		if o.Get(k) != nil {
+			return k
+		}
+	}
+	return ""
+}
+
+// ErrNoTransfer: a prefill worker's answer names no KV transfer.
+var ErrNoTransfer = errors.New("the prefill answer has no kv_transfer_params object")
+
+// prefillParams asks a vLLM prefill worker to keep the prompt's KV cache
+// for a decode worker to read (vLLM's NixlConnector, as its disaggregated
+// serving examples and llm-d's routing sidecar send it).
+const prefillParams = `{"do_remote_decode":true,"do_remote_prefill":false,"remote_engine_id":null,"remote_block_ids":null,"remote_host":null,"remote_port":null}`
+
+// PrefillBody appends the vLLM prefill leg's body for the client's body
+// of kind api: kv_transfer_params asking for a remote decode, stream
+// false, no stream_options, the output capped at one token (max_tokens
+// and max_completion_tokens, or max_output_tokens for Responses) and no
+// min_tokens.
+func PrefillBody(dst, body []byte, api API) ([]byte, error) {
+	var p, q fastjson.Parser
+	o, err := object(&p, body)
+	if err != nil {
+		return dst, err
+	}
+	params, _ := q.Parse(prefillParams)
+	var a fastjson.Arena
+	set(o, "kv_transfer_params", params)
+	set(o, "stream", a.NewFalse())
+	del(o, "stream_options")
+	del(o, "min_tokens")
+	one := a.NewNumberInt(1)
+	if api == Responses {
+		set(o, "max_output_tokens", one)
+	} else {
+		set(o, "max_tokens", one)
+		set(o, "max_completion_tokens", one)
+	}
+	return o.MarshalTo(dst), nil
+}
+
+// TransferParams returns the kv_transfer_params object of a vLLM prefill
+// worker's answer, as JSON, appended to dst.
+func TransferParams(dst, answer []byte) ([]byte, error) {
+	var p fastjson.Parser
+	v, err := p.ParseBytes(answer)
+	if err != nil {
+		return dst, fmt.Errorf("the prefill answer is not JSON: %w", err)
+	}
+	t := v.Get("kv_transfer_params")
+	if t == nil || t.Type() != fastjson.TypeObject {
+		return dst, ErrNoTransfer
+	}
+	return t.MarshalTo(dst), nil
+}
+
+// DecodeBody appends the vLLM decode leg's body: the client's body with
+// the prefill answer's kv_transfer_params (params, from TransferParams).
+func DecodeBody(dst, body, params []byte) ([]byte, error) {
+	var p, q fastjson.Parser
+	o, err := object(&p, body)
+	if err != nil {
+		return dst, err
+	}
+	t, err := q.ParseBytes(params)
+	if err != nil || t.Type() != fastjson.TypeObject {
+		return dst, ErrNoTransfer
+	}
+	set(o, "kv_transfer_params", t)
+	return o.MarshalTo(dst), nil
+}
+
+// BootstrapBody appends the body both SGLang legs carry: the client's
+// body with the prefill worker's bootstrap server (host, port) and the
+// room that pairs the two legs.
+func BootstrapBody(dst, body []byte, host string, port int, room uint64) ([]byte, error) {
+	var p fastjson.Parser
+	o, err := object(&p, body)
+	if err != nil {
+		return dst, err
+	}
+	var a fastjson.Arena
+	set(o, "bootstrap_host", a.NewString(host))
+	set(o, "bootstrap_port", a.NewNumberInt(port))
+	set(o, "bootstrap_room", a.NewNumberString(strconv.FormatUint(room, 10)))
+	return o.MarshalTo(dst), nil
+}
+
+// Room is a bootstrap room from 64 random bits: SGLang takes a
+// non-negative 63-bit integer.
+func Room(random uint64) uint64 { return random >> 1 }
+
+func object(p *fastjson.Parser, body []byte) (*fastjson.Object, error) {
+	v, err := p.ParseBytes(body)
+	if err != nil {
+		return nil, fmt.Errorf("the request body is not JSON: %w", err)
+	}
+	o, err := v.Object()
+	if err != nil {
+		return nil, errors.New("the request body is not a JSON object")
+	}
+	return o, nil
+}
+
+// del removes every member named k (a client may repeat one).
+func del(o *fastjson.Object, k string) {
+	for o.Get(k) != nil {
+		o.Del(k)
+	}
+}
+
+// set makes v the one member named k.
+func set(o *fastjson.Object, k string, v *fastjson.Value) {
+	del(o, k)
+	o.Set(k, v)
+}
