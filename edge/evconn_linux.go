@@ -309,6 +309,7 @@ var errChunkedUpload = &h1.Error{Status: 400, Code: "bad_http", Msg: "malformed 
 func (c *cliConn) dispatch() {
 	c.state, c.dl = cliWait, 0
 	c.c.tk.Owner, c.c.tk.Wake = c, admitWake // before the ticket can be queued
+	c.c.lo = c                               // told when a prefill leg ends
 	c.do(c.c.received(c.buf[c.h.Size:c.bodyEnd], c.reqEnd))
 }
 
@@ -339,6 +340,9 @@ func (c *cliConn) do(a act) {
 			return
 		case actSend, actReplay:
 			a = c.sendTo(a == actReplay)
+		case actPrefill:
+			c.state = cliWait // the prefill leg's end comes as legEnded
+			return
 		default: // actNone, actRelay: the events go on
 			return
 		}
@@ -446,8 +450,12 @@ func (c *cliConn) sendTo(fresh bool) act {
 	call.tr.AttemptBegin(u.b.Name)
 	f := fwd{tls: c.sock.tls != nil, preserveHost: s.cfg.PreserveHost, dropCreds: s.keys != nil || s.cfg.BackendAPIKey != "",
 		backendKey: s.cfg.BackendAPIKey, tr: &call.tr}
-	c.uhead = appendUpstreamHead(c.uhead[:0], c.buf, &c.h, u, c.bodyEnd-c.h.Size, c.ip, call.rid, &f)
-	up.begin(c, reused)
+	body := c.buf[c.h.Size:c.bodyEnd]
+	if b := call.sendBody(); b != nil {
+		body = b // a decode leg's (pd.go)
+	}
+	c.uhead = appendUpstreamHead(c.uhead[:0], c.buf, &c.h, u, len(body), c.ip, call.rid, &f)
+	up.begin(c, reused, body)
 	e := up.writeReq()
 	if e == 0 {
 		return actNone // sent: its answer comes as events
@@ -458,6 +466,41 @@ func (c *cliConn) sendTo(fresh bool) act {
 		return call.retry(connFailed, true)
 	}
 	return call.retry(s.connFailure(u, e), false)
+}
+
+// legEnded brings a prefill leg's end to the loop that owns the
+// connection (legOwner).
+func (c *cliConn) legEnded(leg *pdLeg) {
+	c.l.post(func() { c.legDone(leg) })
+}
+
+// legDone hands an ended prefill leg to the request's lifecycle. A pair
+// whose prefill leg failed (cut) abandons its decode leg: before its
+// answer, the connection is closed and the lifecycle's next act follows;
+// during the answer, the answer is cut.
+func (c *cliConn) legDone(leg *pdLeg) {
+	if c.state == cliClosed || c.c == nil {
+		return // the request ended; its lifecycle has let the leg go
+	}
+	cut, a := c.c.legDone(leg)
+	if cut {
+		switch c.state {
+		case cliWait:
+			if c.up != nil {
+				c.up.close()
+				c.up = nil
+			}
+		case cliRelay:
+			if up := c.up; up != nil && !up.bodyDone {
+				up.err, up.bodyDone = errPairBroken, true
+				c.maybeFinish()
+			}
+			return
+		}
+	}
+	if a != actNone {
+		c.do(a)
+	}
 }
 
 // upFailed: the attempt on u failed after it was sent (res), or, stale, on
@@ -920,13 +963,13 @@ func (l *evLoop) upstreamConn(u *upstream, fresh bool) (up *upConn, reused bool,
 
 var errNoAddress = errors.New("backend address not resolved")
 
-// begin takes the connection for c's request.
-func (up *upConn) begin(c *cliConn, reused bool) {
+// begin takes the connection for c's request, whose body is body.
+func (up *upConn) begin(c *cliConn, reused bool, body []byte) {
 	up.cli, up.reused, up.gotAny, up.err = c, reused, false, nil
 	up.sock.rd = up.sock.rd && !reused
 	up.off, up.n, up.hoff = 0, 0, 0
 	up.bodyDone, up.reusable, up.dechunk = false, false, false
-	up.wa, up.wb = c.uhead, c.buf[c.h.Size:c.bodyEnd]
+	up.wa, up.wb = c.uhead, body
 	c.up = up
 	if up.state != upConnecting && up.state != upDialing {
 		up.state = upSending

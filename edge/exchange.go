@@ -89,6 +89,10 @@ type call struct {
 	own      ownAnswer
 	calTick  uint32 // answers this pooled call has seen, for calibration's sample
 	picker   bool   // an endpoint picker drives it: answers cannot be refused
+	// pd is the prefill side of a request of a disaggregated fleet (nil:
+	// none, pd.go); lo its transport, told when a prefill leg ends.
+	pd *pdCall
+	lo legOwner
 }
 
 // Outcomes of an exchange, as the access log names them.
@@ -152,6 +156,11 @@ func (s *Server) putCall(c *call) {
 	c.res = sched.Reservation{}
 	c.fl, c.clock = nil, nil
 	c.life, c.kind, c.hdr, c.u, c.lastBusy, c.rep, c.own, c.picker = lifeDone, kindReply, nil, nil, false, reply{}, ownAnswer{}, false
+	if c.pd != nil {
+		s.putPD(c.pd)
+		c.pd = nil
+	}
+	c.lo = nil
 	s.calls.Put(c)
 }
 
@@ -454,13 +463,17 @@ func (s *Server) streamFailed(u *upstream, err error) {
 // done ends an exchange: metrics, the access log line, the call back to
 // its pool. Its reservation must have been released.
 func (s *Server) done(c *call) {
+	if c.pd != nil {
+		c.pdEnd()
+	}
 	c.tr.End(c.status)
 	if c.sniffing && c.routed && c.status >= 200 && c.status < 300 {
 		p, _, ok := c.sn.Usage()
 		if ok && s.calibrate {
 			s.cal.ObserveBytes(c.info.Model, c.info.CBRLen, int(p))
 		}
-		if s.cfg.Routing.CacheCheck && c.dec.Backend != nil {
+		if s.cfg.Routing.CacheCheck && c.dec.Backend != nil && (c.pd == nil || !c.pd.split) {
+			// A decode leg's cached tokens are not its own prefill's.
 			s.checkCached(c, p)
 		}
 	}
@@ -508,6 +521,9 @@ func (c *call) appendRouteHeader(dst []byte) []byte {
 	dst = strconv.AppendInt(dst, int64(c.dec.Cached), 10)
 	dst = append(dst, "; backend="...)
 	dst = append(dst, c.dec.Backend.Name...)
+	if c.pd != nil {
+		dst = c.appendPDRoute(dst)
+	}
 	return append(dst, "\r\n"...)
 }
 
@@ -583,7 +599,7 @@ func (s *Server) accessLog(c *call) {
 		backend = c.dec.Backend.Name
 		phase = c.dec.Phase.String()
 	}
-	s.access.LogAttrs(context.Background(), slog.LevelInfo, "request",
+	attrs := [...]slog.Attr{
 		slog.String("request_id", string(c.rid)),
 		slog.String("route", routeNames[c.route]),
 		slog.String("path", string(c.path)),
@@ -608,7 +624,12 @@ func (s *Server) accessLog(c *call) {
 		slog.Float64("upstream_headers_ms", ms(c.ttfb)),
 		slog.Float64("ttft_ms", ms(c.ttft)),
 		slog.Float64("duration_ms", ms(c.now().Sub(c.start))),
-	)
+	}
+	all := attrs[:]
+	if c.pd != nil {
+		all = c.appendPDAttrs(all)
+	}
+	s.access.LogAttrs(context.Background(), slog.LevelInfo, "request", all...)
 }
 
 // admissionRule names the admission rule that decided the request ("":

@@ -40,16 +40,17 @@ const (
 type act uint8
 
 const (
-	actNone   act = iota // nothing now: a stale event
-	actReply             // answer with kvca's error c.rep, then end
-	actAnswer            // answer with kvca's own c.own, then end
-	actModels            // answer the model list (s.modelsAnswer; it may ask the backends)
-	actPlan              // plan the body (c.plan), then planned
-	actTry               // route it: try
-	actQueued            // wait for the admission queue's wake, then admitted
-	actSend              // send it to c.u on a pooled or new connection
-	actReplay            // send it to c.u again on a new connection: not a new attempt
-	actRelay             // relay the answer
+	actNone    act = iota // nothing now: a stale event
+	actReply              // answer with kvca's error c.rep, then end
+	actAnswer             // answer with kvca's own c.own, then end
+	actModels             // answer the model list (s.modelsAnswer; it may ask the backends)
+	actPlan               // plan the body (c.plan), then planned
+	actTry                // route it: try
+	actQueued             // wait for the admission queue's wake, then admitted
+	actSend               // send it to c.u on a pooled or new connection
+	actReplay             // send it to c.u again on a new connection: not a new attempt
+	actRelay              // relay the answer
+	actPrefill            // wait: a prefill leg runs (pd.go), its end comes to legDone
 )
 
 // Request kinds, from the method and path.
@@ -269,8 +270,14 @@ func (c *call) modelCreds() (creds [][2]string) {
 	return creds
 }
 
-// plan is body → canon → chain for a routed request (c.s.plan).
-func (c *call) plan(body []byte) error { return c.s.plan(c, c.api, body) }
+// plan is body → canon → chain for a routed request (c.s.plan); in a
+// disaggregated fleet, its legs' pools too (pdPlan).
+func (c *call) plan(body []byte) error {
+	if err := c.s.plan(c, c.api, body); err != nil {
+		return err
+	}
+	return c.pdPlan(body)
+}
 
 // planBytes estimates how many of body's bytes planning it will parse:
 // those the resumer does not remember (an estimate; see
@@ -290,8 +297,12 @@ func (c *call) planned(err error) act {
 		if err == errUnknownModel {
 			c.rep = unknownModel(c.info.Model)
 		} else {
-			s.m.badRequest(canon.Reason(err))
-			c.rep = badBody(canon.Reason(err), err.Error())
+			reason := canon.Reason(err)
+			if _, ok := err.(errReserved); ok {
+				reason = "reserved_field"
+			}
+			s.m.badRequest(reason)
+			c.rep = badBody(reason, err.Error())
 		}
 		return actReply
 	}
@@ -362,6 +373,9 @@ func (c *call) try() act {
 		}
 		c.u = u
 		c.life = lifeAttempting
+		if c.pd != nil {
+			return c.pdPair() // the prefill leg, if any
+		}
 		return actSend
 	}
 }
@@ -398,6 +412,9 @@ func (c *call) admitted(seq uint64) act {
 func (c *call) retry(res int, stale bool) act {
 	if stale {
 		return actReplay
+	}
+	if c.pd != nil {
+		c.pdDecodeFailed()
 	}
 	again, r := c.s.failed(c, c.u, res)
 	c.u = nil
@@ -471,6 +488,9 @@ func (c *call) head(status int, chunked, sse bool, extra []byte) (act, []byte) {
 	if s.answered(c, u, status) && !c.picker {
 		return c.retry(retryStatus, false), extra
 	}
+	if c.pd != nil {
+		c.pdHead(status)
+	}
 	ok := status < 300
 	calibrate := false
 	if s.calibrate && c.routed && ok {
@@ -533,7 +553,9 @@ func (c *call) finish(upErr error, clientGone bool) {
 	}
 	c.tr.AttemptEnd(c.status, upErr)
 	if upErr != nil {
-		s.streamFailed(c.u, upErr)
+		if upErr != errPairBroken { // the prefill worker's failure, not the decode worker's
+			s.streamFailed(c.u, upErr)
+		}
 		c.outcome = outUpstream
 	} else if clientGone && c.outcome == outCompleted {
 		c.outcome = outClientGone

@@ -62,6 +62,7 @@ type serverMetrics struct {
 	connsRefused       *metrics.Counter // beyond --max-client-conns
 	acceptErrors       *metrics.Counter // accept failed (out of descriptors)
 	tlsHandshakeErrors *metrics.Counter
+	pd                 *pdMetrics // disaggregation (pd.go)
 }
 
 // backendMetrics are one backend's series.
@@ -72,7 +73,7 @@ type backendMetrics struct {
 }
 
 var badReasons = []string{"malformed_json", "not_object", "bad_messages", "bad_prompt", "too_large",
-	"bad_http", "request_header_fields_too_large", "http_version_not_supported", "not_implemented", "expectation_failed", "other"}
+	"reserved_field", "bad_http", "request_header_fields_too_large", "http_version_not_supported", "not_implemented", "expectation_failed", "other"}
 
 func newServerMetrics(table *chain.Table, memo *chain.Memo, cn *canon.Canonicalizer, conns *atomic.Int32) *serverMetrics {
 	set := metrics.NewSet()
@@ -94,6 +95,7 @@ func newServerMetrics(table *chain.Table, memo *chain.Memo, cn *canon.Canonicali
 	m.connsRefused = set.NewCounter(`kvca_client_connections_refused_total`)
 	m.acceptErrors = set.NewCounter(`kvca_accept_errors_total`)
 	m.tlsHandshakeErrors = set.NewCounter(`kvca_tls_handshake_errors_total`)
+	m.pd = newPDMetrics(set)
 	for _, r := range badReasons {
 		m.bad[r] = set.NewCounter(fmt.Sprintf(`kvca_bad_requests_total{reason=%q}`, r))
 	}

@@ -41,6 +41,7 @@ type Server struct {
 	m     *serverMetrics
 	log   *slog.Logger
 	calls sync.Pool
+	pds   sync.Pool // the prefill sides of disaggregated requests (pd.go)
 
 	admin *fasthttp.Server
 	ln    net.Listener
