@@ -3,8 +3,11 @@ package edge
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
+
+	"github.com/kvca/kvca/internal/testkit"
 )
 
 // longChat is turn n of conversation id with a system prompt long enough
@@ -134,4 +137,337 @@ func TestReservedFieldsRefused(t *testing.T) {
 	if n := len(f.rec.all()); n != 0 {
 		t.Errorf("%d requests reached the workers", n)
 	}
+}
+
+// decodesOf are the events of decode workers.
+func (f *pdFleet) decodeEvents() []pdEvent {
+	var out []pdEvent
+	for _, e := range f.rec.all() {
+		if strings.HasPrefix(e.worker, "d") {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func (f *pdFleet) prefillEvents() []pdEvent {
+	var out []pdEvent
+	for _, e := range f.rec.all() {
+		if strings.HasPrefix(e.worker, "p") {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// TestVLLMPrefillFailsOver: a prefill leg that fails (an error status, a
+// broken connection) goes to another prefill worker; when every one
+// failed, the request runs aggregated on its decode worker, with the
+// client's body.
+func TestVLLMPrefillFailsOver(t *testing.T) {
+	t.Parallel()
+	f := startPD(t, false, 2, 1, nil)
+	f.prefills[0].status.Store(500)
+	f.prefills[1].drop.Store(true)
+	body := longChat(3, 0, true)
+	resp, out := f.chat(t, body)
+	if resp.StatusCode != 200 || !strings.Contains(out, "[DONE]") {
+		t.Fatalf("%d %s", resp.StatusCode, out)
+	}
+	pre, dec := f.prefillEvents(), f.decodeEvents()
+	if len(pre) != 2 || pre[0].worker == pre[1].worker {
+		t.Fatalf("prefill legs %+v, want one on each worker", pre)
+	}
+	if len(dec) != 1 || string(dec[0].raw) != body {
+		t.Fatalf("decode legs %+v, want the client's body once", dec)
+	}
+	if r := routeOf(resp.Header.Get("X-Kvca-Route")); r["pd"] != "aggregated:prefill_failed" {
+		t.Errorf("route %q", resp.Header.Get("X-Kvca-Route"))
+	}
+	waitPDIdle(t, f.s)
+
+	// One worker fails: every request is answered through the other.
+	f.prefills[1].drop.Store(false)
+	for id := range 6 {
+		resp, _ := f.chat(t, longChat(10+id, 0, false))
+		if resp.StatusCode != 200 {
+			t.Fatalf("conversation %d: %d", id, resp.StatusCode)
+		}
+		if r := routeOf(resp.Header.Get("X-Kvca-Route")); r["pd"] != "disaggregated" || r["prefill"] != strings.TrimPrefix(f.prefills[1].url(), "http://") {
+			t.Errorf("conversation %d: route %q", id, resp.Header.Get("X-Kvca-Route"))
+		}
+	}
+	for _, e := range f.decodeEvents()[1:] {
+		if kv, _ := e.body["kv_transfer_params"].(map[string]any); kv["remote_engine_id"] != "p1" {
+			t.Errorf("a decode leg with transfer %v", kv)
+		}
+	}
+	waitPDIdle(t, f.s)
+}
+
+// TestVLLMPrefillRefused: a prefill worker that refuses the request
+// itself (4xx) is not one another worker would differ from: the request
+// runs aggregated at once, and the decode worker answers it.
+func TestVLLMPrefillRefused(t *testing.T) {
+	t.Parallel()
+	f := startPD(t, false, 2, 1, nil)
+	f.prefills[0].status.Store(400)
+	f.prefills[1].status.Store(400)
+	resp, _ := f.chat(t, longChat(4, 0, false))
+	if resp.StatusCode != 200 || len(f.prefillEvents()) != 1 || len(f.decodeEvents()) != 1 {
+		t.Fatalf("%d, %d prefill legs, %d decode legs", resp.StatusCode, len(f.prefillEvents()), len(f.decodeEvents()))
+	}
+	waitPDIdle(t, f.s)
+}
+
+// TestVLLMDecodeFailsOver: a decode worker that fails before its first
+// byte is replaced by another decode worker with the same transfer: the
+// prompt is not prefilled again.
+func TestVLLMDecodeFailsOver(t *testing.T) {
+	t.Parallel()
+	f := startPD(t, false, 1, 2, nil)
+	f.decodes[0].status.Store(503)
+	f.decodes[1].drop.Store(true)
+	// Both decode workers fail: one prefill, two decode attempts, 503.
+	resp, _ := f.chat(t, longChat(5, 0, false))
+	if resp.StatusCode != 503 && resp.StatusCode != 502 {
+		t.Fatalf("answer %d with every decode worker failing", resp.StatusCode)
+	}
+	if n := len(f.prefillEvents()); n != 1 {
+		t.Fatalf("%d prefill legs, want 1", n)
+	}
+	waitPDIdle(t, f.s)
+	f.decodes[1].drop.Store(false)
+	for id := range 4 {
+		resp, _ := f.chat(t, longChat(20+id, 0, true))
+		if resp.StatusCode != 200 {
+			t.Fatalf("conversation %d: %d", id, resp.StatusCode)
+		}
+	}
+	// Each request: one prefill leg; each of its decode legs carries that
+	// leg's transfer.
+	byRID := map[string][]pdEvent{}
+	for _, e := range f.rec.all()[3:] {
+		byRID[e.rid] = append(byRID[e.rid], e)
+	}
+	for rid, evs := range byRID {
+		if !strings.HasPrefix(evs[0].worker, "p") {
+			t.Fatalf("%s: first leg at %s", rid, evs[0].worker)
+		}
+		for _, e := range evs[1:] {
+			if strings.HasPrefix(e.worker, "p") {
+				t.Errorf("%s: prefilled twice", rid)
+			}
+			if _, ok := e.body["kv_transfer_params"]; !ok {
+				t.Errorf("%s: a decode leg without the transfer", rid)
+			}
+		}
+	}
+	waitPDIdle(t, f.s)
+}
+
+// TestVLLMClientLeavesDuringPrefill: the prefill leg ends with its client,
+// no decode leg is sent, and nothing stays reserved.
+func TestVLLMClientLeavesDuringPrefill(t *testing.T) {
+	t.Parallel()
+	f := startPD(t, false, 1, 1, nil)
+	f.prefills[0].hold = make(chan struct{})
+	defer close(f.prefills[0].hold)
+	conn := dialRaw(t, f.s)
+	sendChat(t, conn, longChat(6, 0, true))
+	testkit.WaitUntil(t, "the prefill leg at its worker", func() bool { return len(f.prefillEvents()) == 1 })
+	conn.Close()
+	testkit.WaitUntil(t, "the prefill leg cancelled", func() bool {
+		e := f.prefillEvents()
+		return len(e) == 1 && e[0].cancelled
+	})
+	waitPDIdle(t, f.s)
+	if n := len(f.decodeEvents()); n != 0 {
+		t.Fatalf("%d decode legs sent for a client gone", n)
+	}
+}
+
+// TestVLLMClientLeavesDuringDecode: the decode leg ends with its client.
+func TestVLLMClientLeavesDuringDecode(t *testing.T) {
+	t.Parallel()
+	f := startPD(t, false, 1, 1, nil)
+	f.decodes[0].holdFirst = make(chan struct{})
+	defer close(f.decodes[0].holdFirst)
+	conn := dialRaw(t, f.s)
+	sendChat(t, conn, longChat(7, 0, true))
+	testkit.WaitUntil(t, "the decode leg at its worker", func() bool { return len(f.decodeEvents()) == 1 })
+	conn.Close()
+	testkit.WaitUntil(t, "the decode leg cancelled", func() bool {
+		e := f.decodeEvents()
+		return len(e) == 1 && e[0].cancelled
+	})
+	waitPDIdle(t, f.s)
+}
+
+func dialRaw(t *testing.T, s *Server) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func sendChat(t *testing.T, c net.Conn, body string) {
+	t.Helper()
+	if _, err := fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSGLangLegs: both legs carry the client's body with the prefill
+// worker's bootstrap host and port and one room, at once (the mock's
+// workers wait for each other at the room), with the request's id; the
+// decode worker's stream is the answer, the prefill worker's is drained.
+func TestSGLangLegs(t *testing.T) {
+	t.Parallel()
+	f := startPD(t, true, 1, 1, func(c *Config) { c.Backends[0] += ",bootstrap-port=9123" })
+	body := longChat(8, 0, true)
+	resp, out := f.chat(t, body)
+	if resp.StatusCode != 200 || !strings.Contains(out, "tok2") || strings.Contains(out, "remote_decode") {
+		t.Fatalf("%d %s", resp.StatusCode, out)
+	}
+	pre, dec := f.prefillEvents(), f.decodeEvents()
+	if len(pre) != 1 || len(dec) != 1 {
+		t.Fatalf("legs: %d prefill, %d decode", len(pre), len(dec))
+	}
+	p, d := pre[0], dec[0]
+	if string(p.raw) != string(d.raw) || p.rid != d.rid || p.rid == "" {
+		t.Errorf("the legs differ: %s\n%s", p.raw, d.raw)
+	}
+	room, ok := d.body["bootstrap_room"].(float64)
+	if d.body["bootstrap_host"] != f.prefills[0].host() || d.body["bootstrap_port"] != 9123.0 || !ok || room < 0 {
+		t.Errorf("bootstrap fields %v %v %v", d.body["bootstrap_host"], d.body["bootstrap_port"], d.body["bootstrap_room"])
+	}
+	var client map[string]any
+	_ = json.Unmarshal([]byte(body), &client)
+	for _, k := range []string{"bootstrap_host", "bootstrap_port", "bootstrap_room"} {
+		delete(d.body, k)
+	}
+	if fmt.Sprint(d.body) != fmt.Sprint(client) {
+		t.Errorf("not the client's body: %v", d.body)
+	}
+	testkit.WaitUntil(t, "the prefill answer drained", func() bool { return f.prefillEvents()[0].answered == 200 })
+	waitPDIdle(t, f.s)
+	if st := f.s.State(); st.Backends[0].BootstrapPort != 9123 || st.Backends[1].BootstrapPort != 0 {
+		t.Errorf("state's bootstrap ports %d %d", st.Backends[0].BootstrapPort, st.Backends[1].BootstrapPort)
+	}
+}
+
+// TestSGLangPrefillFailureCancelsDecode: a pair whose prefill leg breaks
+// ends its decode leg too (it would wait for a transfer that never comes),
+// and a fresh pair, with another room, serves the request.
+func TestSGLangPrefillFailureCancelsDecode(t *testing.T) {
+	t.Parallel()
+	f := startPD(t, true, 2, 1, nil)
+	f.prefills[0].drop.Store(true)
+	for id := range 4 {
+		resp, out := f.chat(t, longChat(30+id, 0, id%2 == 0))
+		if resp.StatusCode != 200 {
+			t.Fatalf("conversation %d: %d %s", id, resp.StatusCode, out)
+		}
+	}
+	broken := 0
+	for _, p := range f.prefillEvents() {
+		if p.worker != "p0" {
+			continue
+		}
+		broken++
+		room := p.body["bootstrap_room"]
+		testkit.WaitUntil(t, "the broken pair's decode leg cancelled", func() bool {
+			for _, d := range f.decodeEvents() {
+				if d.body["bootstrap_room"] == room {
+					return d.cancelled
+				}
+			}
+			return false
+		})
+	}
+	if broken == 0 {
+		t.Fatal("no request went to the failing prefill worker")
+	}
+	for _, d := range f.decodeEvents() {
+		if !d.cancelled && d.answered != 200 {
+			t.Errorf("a decode leg neither cancelled nor answered: %+v", d)
+		}
+	}
+	waitPDIdle(t, f.s)
+}
+
+// TestSGLangDecodeFailureCancelsPrefill: a decode leg that fails before
+// its answer ends its pair's prefill leg, and a fresh pair goes to another
+// decode worker (a 503, refused by the retry rule); a decode worker's
+// error answered to the client (a 500) ends the prefill leg too.
+func TestSGLangDecodeFailureCancelsPrefill(t *testing.T) {
+	t.Parallel()
+	f := startPD(t, true, 1, 2, nil)
+	f.decodes[0].status.Store(503)
+	for id := range 4 {
+		resp, out := f.chat(t, longChat(40+id, 0, true))
+		if resp.StatusCode != 200 {
+			t.Fatalf("conversation %d: %d %s", id, resp.StatusCode, out)
+		}
+	}
+	failed := 0
+	for _, d := range f.decodeEvents() {
+		if d.worker != "d0" {
+			continue
+		}
+		failed++
+		room := d.body["bootstrap_room"]
+		testkit.WaitUntil(t, "the failed pair's prefill leg cancelled", func() bool {
+			for _, p := range f.prefillEvents() {
+				if p.body["bootstrap_room"] == room {
+					return p.cancelled
+				}
+			}
+			return false
+		})
+	}
+	if failed == 0 {
+		t.Fatal("no request went to the failing decode worker")
+	}
+	waitPDIdle(t, f.s)
+
+	f.decodes[0].status.Store(500)
+	f.decodes[1].status.Store(500)
+	resp, _ := f.chat(t, longChat(49, 0, false))
+	if resp.StatusCode != 500 {
+		t.Fatalf("answer %d, want the decode worker's 500", resp.StatusCode)
+	}
+	p := f.prefillEvents()
+	testkit.WaitUntil(t, "the prefill leg of the 500 cancelled", func() bool {
+		for _, e := range f.prefillEvents() {
+			if e.seq == p[len(p)-1].seq {
+				return e.cancelled
+			}
+		}
+		return false
+	})
+	waitPDIdle(t, f.s)
+}
+
+// TestSGLangClientLeaves: both legs end with the client.
+func TestSGLangClientLeaves(t *testing.T) {
+	t.Parallel()
+	f := startPD(t, true, 1, 1, nil)
+	f.prefills[0].hold = make(chan struct{})
+	defer close(f.prefills[0].hold)
+	conn := dialRaw(t, f.s)
+	sendChat(t, conn, longChat(9, 0, true))
+	testkit.WaitUntil(t, "both legs at their workers", func() bool {
+		return len(f.prefillEvents()) == 1 && len(f.decodeEvents()) == 1
+	})
+	conn.Close()
+	testkit.WaitUntil(t, "both legs cancelled", func() bool {
+		p, d := f.prefillEvents(), f.decodeEvents()
+		return p[0].cancelled && d[0].cancelled
+	})
+	waitPDIdle(t, f.s)
 }
