@@ -54,3 +54,26 @@ func (a *Admitter) DoneLeg(l *Leg) {
 		a.release(int(old - 1))
 	}
 }
+
+// Follow moves the slot t holds to b, where its request really went (a
+// gateway retried it on another endpoint than the one picked), so that
+// b's count says what b serves. The slot is taken on b over its limit if
+// b has none free: the request is there whatever the limit says. A ticket
+// that holds no slot takes none.
+func (a *Admitter) Follow(t *Ticket, b int) {
+	if !a.limited || b < 0 || b >= len(a.slots) {
+		return
+	}
+	h := t.Backend()
+	if h < 0 || h == b {
+		return
+	}
+	a.slots[b].inflight.Add(1)
+	if a.highPreempts(t) {
+		a.slots[b].high.Add(1)
+		a.slots[h].high.Add(-1)
+	}
+	if old := t.slot.Swap(int32(b + 1)); old != 0 {
+		a.release(int(old - 1)) // the tenant's charge stays: the same request
+	}
+}

@@ -59,3 +59,37 @@ func TestLeg(t *testing.T) {
 		t.Fatal("an unlimited admitter's leg")
 	}
 }
+
+// TestFollow: a ticket's slot moves to where the request went, over that
+// backend's limit if need be, and Done releases it there.
+func TestFollow(t *testing.T) {
+	bs := []*sched.Backend{sched.NewBackend(0, "http://a", "a"), sched.NewBackend(1, "http://b", "b")}
+	a, err := New(Config{Backends: bs, MaxInflight: 1, QueueSize: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	var other Leg
+	if !a.TakeLeg(&other, 1) {
+		t.Fatal("leg")
+	}
+	tk := &Ticket{}
+	tk.Eligible.Add(0)
+	tk.Eligible.Add(1)
+	if a.Admit(tk) != Go || !a.Take(tk, 0) {
+		t.Fatal("admit")
+	}
+	a.Follow(tk, 1)
+	if tk.Backend() != 1 || a.Inflight(0) != 0 || a.Inflight(1) != 2 {
+		t.Fatalf("after Follow: backend %d inflight %d %d", tk.Backend(), a.Inflight(0), a.Inflight(1))
+	}
+	a.Done(tk)
+	a.DoneLeg(&other)
+	if a.Inflight(0)+a.Inflight(1) != 0 {
+		t.Fatalf("slots held at the end: %d %d", a.Inflight(0), a.Inflight(1))
+	}
+	a.Follow(&Ticket{}, 1) // holds none: takes none
+	if a.Inflight(1) != 0 {
+		t.Fatal("a ticket without a slot took one")
+	}
+}

@@ -438,12 +438,18 @@ func (c *call) within(set chain.Set) {
 
 // servedBy moves the attempt to backend i, which served it instead of
 // the one picked (an endpoint picker's gateway retried on a fallback):
-// the pick is booked as a failed attempt and its load released, and i's
-// load reserved (where routing may not place it, i is credited without a
-// reservation). An admission slot stays with the pick until the end.
+// the pick is booked as a failed attempt, its load released and the
+// location predicted for it withdrawn (it never saw the prompt; left, it
+// would draw the conversation's next turn back there), and i's load
+// reserved (where routing may not place it, i is credited without a
+// reservation). The admission slot moves to i with the request.
 func (c *call) servedBy(i int) {
 	s := c.s
 	c.res.ReleaseActive()
+	if c.routed && len(c.req.Chain) > 0 && s.cfg.Table.PredictTTL > 0 && c.u != nil {
+		s.table.Withdraw(c.req.Chain, c.u.b.Index)
+	}
+	s.adm.Follow(&c.tk, i)
 	c.tr.AttemptEnd(0, errAttempt[connFailed])
 	var one chain.Set
 	one.Add(i)

@@ -63,6 +63,9 @@ type serverMetrics struct {
 	acceptErrors       *metrics.Counter // accept failed (out of descriptors)
 	tlsHandshakeErrors *metrics.Counter
 	pd                 *pdMetrics // disaggregation (pd.go)
+	// picks counts the endpoint picker's picks by the rule that chose
+	// the endpoint.
+	picks [sched.NumRules]*metrics.Counter
 }
 
 // backendMetrics are one backend's series.
@@ -96,6 +99,9 @@ func newServerMetrics(table *chain.Table, memo *chain.Memo, cn *canon.Canonicali
 	m.acceptErrors = set.NewCounter(`kvca_accept_errors_total`)
 	m.tlsHandshakeErrors = set.NewCounter(`kvca_tls_handshake_errors_total`)
 	m.pd = newPDMetrics(set)
+	for r := sched.Rule(0); r < sched.NumRules; r++ {
+		m.picks[r] = set.NewCounter(fmt.Sprintf(`kvca_picker_picks_total{rule=%q}`, r.String()))
+	}
 	for _, r := range badReasons {
 		m.bad[r] = set.NewCounter(fmt.Sprintf(`kvca_bad_requests_total{reason=%q}`, r))
 	}

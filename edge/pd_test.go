@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -470,4 +471,65 @@ func TestSGLangClientLeaves(t *testing.T) {
 		return p[0].cancelled && d[0].cancelled
 	})
 	waitPDIdle(t, f.s)
+}
+
+// TestPickerNamesThePrefillWorker: as endpoint picker in a disaggregated
+// fleet, the pick is decode endpoints only and the prefill worker goes in
+// x-prefiller-host-port; its load ends with the decode answer's head, and
+// a 2xx answer teaches both workers the prefix, so the next turn names
+// the same pair. A short request names no prefill worker.
+func TestPickerNamesThePrefillWorker(t *testing.T) {
+	t.Parallel()
+	s := offlineCore(t, 4, func(c *Config) {
+		c.Backends[0] += "#role=prefill"
+		c.Backends[1] += "#role=prefill"
+		c.Backends[2] += "#role=decode"
+		c.Backends[3] += "#role=decode"
+		c.PD.Threshold = 50
+	})
+	p := s.Picker()
+	isPrefill := func(ep string) bool { return ep == "127.0.0.1:1" || ep == "127.0.0.1:2" }
+	var first [2]string
+	for turn := range 2 {
+		x := p.Begin(chatHeaders())
+		x.Body([]byte(longChat(60, turn, true)), true)
+		eps, ans := x.Pick(context.Background(), nil)
+		if ans != nil {
+			t.Fatalf("turn %d: %+v", turn, ans)
+		}
+		for _, e := range eps {
+			if isPrefill(e) {
+				t.Fatalf("turn %d: a prefill worker among the pick %v", turn, eps)
+			}
+		}
+		h := x.RequestHeaders()
+		if len(h) != 1 || h[0][0] != "x-prefiller-host-port" || !isPrefill(h[0][1]) {
+			t.Fatalf("turn %d: request headers %v", turn, h)
+		}
+		pre := s.fleet().sched.Backends[s.endpointIndex(h[0][1])]
+		if pre.Active() != 1 {
+			t.Fatalf("turn %d: the prefill worker's load %d before the answer", turn, pre.Active())
+		}
+		x.Response(200, "", fields{{":status", "200"}, {"content-type", "text/event-stream"}})
+		if pre.Active() != 0 || pre.Prefill() != 0 {
+			t.Fatalf("turn %d: the prefill worker's load %d/%d after the answer's head", turn, pre.Active(), pre.Prefill())
+		}
+		x.ResponseBody([]byte("data: {}\n\ndata: [DONE]\n\n"), true)
+		x.End(false)
+		idle(t, s)
+		if turn == 0 {
+			first = [2]string{eps[0], h[0][1]}
+		} else if eps[0] != first[0] || h[0][1] != first[1] {
+			t.Fatalf("second turn picked %s with %s, first %s with %s", eps[0], h[0][1], first[0], first[1])
+		}
+	}
+	// A request too short to split: aggregated, no header.
+	x := p.Begin(chatHeaders())
+	x.Body([]byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`), true)
+	eps, _ := x.Pick(context.Background(), nil)
+	if isPrefill(eps[0]) || x.RequestHeaders() != nil {
+		t.Fatalf("short request: %v %v", eps, x.RequestHeaders())
+	}
+	x.End(true)
+	idle(t, s)
 }

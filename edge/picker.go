@@ -46,8 +46,20 @@ func (p *Picker) Endpoints() []string {
 	return eps
 }
 
+// Backends are the backends in force as SetEndpoints was given them
+// (http://host:port and any options, such as a role), for a reload to
+// keep them as they are.
+func (p *Picker) Backends() []string {
+	var out []string
+	for _, u := range p.s.fleet().live() {
+		out = append(out, u.addr.origin)
+	}
+	return out
+}
+
 // SetEndpoints makes the model servers at eps (host:port, plain HTTP)
-// the backends, as a reload would.
+// the backends, as a reload would. An endpoint may carry the options of
+// a --backend suffix (host:port#role=prefill).
 func (p *Picker) SetEndpoints(eps []string) error {
 	urls := make([]string, len(eps))
 	for i, e := range eps {
@@ -75,6 +87,9 @@ type PickExchange struct {
 	ended bool
 	own   bool // kvca answered it itself
 	sse   bool
+	// prefiller is the prefill worker of a disaggregated request (""
+	// none), for the gateway's side to run the prefill leg on.
+	prefiller string
 }
 
 // Begin starts the lifecycle of one request from its header fields.
@@ -147,6 +162,10 @@ func (x *PickExchange) Pick(ctx context.Context, subset []string) ([]string, *Pi
 			}
 			a = c.try()
 		case actSend, actReplay:
+			if c.pd != nil && c.pd.header {
+				x.prefiller = c.pd.pu.b.Name
+			}
+			x.s.m.picks[c.dec.Rule].Inc()
 			return x.s.fallbacks(c), nil
 		default: // actQueued, or actNone after a stale wake: wait on
 			select {
@@ -157,6 +176,17 @@ func (x *PickExchange) Pick(ctx context.Context, subset []string) ([]string, *Pi
 			}
 		}
 	}
+}
+
+// RequestHeaders are the request headers the pick sets: the prefill
+// worker of a disaggregated request, in x-prefiller-host-port (the
+// convention of llm-d's routing sidecar, which runs the prefill leg from
+// the decode worker's side).
+func (x *PickExchange) RequestHeaders() [][2]string {
+	if x.prefiller == "" {
+		return nil
+	}
+	return [][2]string{{"x-prefiller-host-port", x.prefiller}}
 }
 
 // Response takes the answer's head from served (the endpoint that

@@ -2,6 +2,7 @@ package edge
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -212,5 +213,60 @@ func TestPickerWakeKeepsTheNewest(t *testing.T) {
 	case got := <-x.wake:
 		t.Fatalf("another wake %d pending", got)
 	default:
+	}
+}
+
+// TestPickerCreditsTheServedEndpoint: an answer Envoy served at a
+// fallback endpoint is credited there, streamed or not: the next turn is
+// picked there, with predicted locations on (the default), and the
+// admission slot follows it.
+func TestPickerCreditsTheServedEndpoint(t *testing.T) {
+	t.Parallel()
+	for _, stream := range []bool{false, true} {
+		for _, admission := range []bool{false, true} {
+			t.Run(fmt.Sprintf("stream=%v,admission=%v", stream, admission), func(t *testing.T) {
+				t.Parallel()
+				s := offlineCore(t, 2, func(c *Config) {
+					c.Table.PredictTTL = DefaultConfig().Table.PredictTTL
+					if admission {
+						c.Admission.MaxInflightPerBackend = 4
+					}
+				})
+				p := s.Picker()
+				for id := range 8 {
+					x := p.Begin(chatHeaders())
+					x.Body([]byte(longChat(100+id, 0, stream)), true)
+					eps, ans := x.Pick(context.Background(), nil)
+					if ans != nil || len(eps) != 2 {
+						t.Fatalf("pick %v %+v", eps, ans)
+					}
+					served := eps[1]
+					h := fields{{":status", "200"}, {"content-type", "application/json"}, {"content-length", "120"}}
+					if stream {
+						h = fields{{":status", "200"}, {"content-type", "text/event-stream"}}
+					}
+					x.Response(200, served, h)
+					i := s.endpointIndex(served)
+					if admission && (s.adm.Inflight(i) != 1 || s.adm.Inflight(s.endpointIndex(eps[0])) != 0) {
+						t.Fatalf("admission slots: served %d, picked %d", s.adm.Inflight(i), s.adm.Inflight(s.endpointIndex(eps[0])))
+					}
+					if stream {
+						x.ResponseBody([]byte("data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n"), true)
+					} else {
+						x.ResponseBody([]byte(`{"id":"c1","choices":[{"message":{"content":"hi"}}],"usage":{"prompt_tokens":40,"completion_tokens":1}}`), true)
+					}
+					x.End(false)
+					idle(t, s)
+					if admission && s.adm.Inflight(0)+s.adm.Inflight(1) != 0 {
+						t.Fatal("admission slots held after the end")
+					}
+					next, _ := pickOnce(t, p, chatHeaders(), longChat(100+id, 1, stream), nil, "", false)
+					if next[0] != served {
+						t.Errorf("conversation %d: next turn picked %s, the answer was served by %s", id, next[0], served)
+					}
+					idle(t, s)
+				}
+			})
+		}
 	}
 }

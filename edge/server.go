@@ -112,8 +112,8 @@ type Peer interface {
 // (for example to cancel KDN operations); call before Start.
 func (s *Server) OnShutdown(f func()) { s.onShutdown = append(s.onShutdown, f) }
 
-// AddMetrics appends another component's series (clustering) to /metrics.
-// Call before Start.
+// AddMetrics appends another component's series (clustering, the
+// endpoint picker) to /metrics, at any time.
 func (s *Server) AddMetrics(write func(io.Writer)) { s.m.set.RegisterMetricsWriter(write) }
 
 // SetPeer installs clustering; call before Start.

@@ -16,6 +16,12 @@ const (
 	// request's filter metadata: the endpoints the pick must come from.
 	SubsetNamespace = "envoy.lb.subset_hint"
 	SubsetKey       = "x-gateway-destination-endpoint-subset"
+	// PrefillerHeader names, in a disaggregated fleet, the prefill worker
+	// (host:port) of a request picked to a decode endpoint: llm-d's
+	// convention, read by the routing sidecar beside the decode worker,
+	// which runs the prefill leg there first. A client's own value never
+	// reaches the sidecar.
+	PrefillerHeader = "x-prefiller-host-port"
 
 	// ExtProcService is the gRPC service name of the external processor,
 	// also a health check service name.

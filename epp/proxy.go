@@ -33,6 +33,13 @@ type Proxy interface {
 	Ready() bool
 }
 
+// RequestHeaderer is an Exchange that sets request headers with its pick
+// (the prefill worker of a disaggregated request, PrefillerHeader).
+// RequestHeaders is called once Pick has picked.
+type RequestHeaderer interface {
+	RequestHeaders() [][2]string
+}
+
 // Answer is an answer the lifecycle gives itself, without a model
 // server: an error (400, 401, 404, 413, 429 when admission or a quota
 // sheds, 503 when no endpoint is ready) or one of kvca's own routes.

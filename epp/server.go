@@ -74,6 +74,8 @@ type Server struct {
 	gs     *grpc.Server
 	health *healthService
 
+	count counters // streams and messages (metrics.go)
+
 	pollOnce sync.Once
 	stopOnce sync.Once
 	stop     chan struct{}

@@ -32,6 +32,16 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) (err err
 			err = status.Error(codes.Internal, "endpoint picker: internal error")
 		}
 		st.end(true)
+		how := endComplete
+		switch {
+		case err != nil:
+			how = endError
+		case st.answered:
+			how = endAnswered
+		case st.cancelled:
+			how = endCancelled
+		}
+		s.count.ends[how].Add(1)
 	}()
 	for {
 		req, rerr := srv.Recv()
@@ -47,6 +57,7 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) (err err
 			}
 			return rerr
 		}
+		s.count.msgs[kindOf(req)].Add(1)
 		if herr := st.handle(req); herr != nil {
 			if herr == errDone {
 				return nil
@@ -78,6 +89,8 @@ type stream struct {
 	respSeen        bool     // response headers arrived
 	respEnded       bool     // ResponseBody(…, true) was called
 	ended           bool     // End was called
+	cancelled       bool     // End was called cancelled
+	answered        bool     // the picker answered the request itself
 }
 
 // defers: the headers' answer waits for the body, which Envoy sends
@@ -184,11 +197,15 @@ func (st *stream) endBodyAndPick(chunk []byte, end bool) error {
 		return st.answer(ans)
 	}
 	st.picked = true
+	var add [][2]string
+	if rh, ok := st.x.(RequestHeaderer); ok {
+		add = rh.RequestHeaders()
+	}
 	if st.headersAnswered {
-		return st.send(requestBodyResponse(pickMutation(dest), pickMetadata(dest)))
+		return st.send(requestBodyResponse(pickMutation(dest, add), pickMetadata(dest)))
 	}
 	st.headersAnswered = true
-	if err := st.send(requestHeadersResponse(pickMutation(dest), pickMetadata(dest))); err != nil {
+	if err := st.send(requestHeadersResponse(pickMutation(dest, add), pickMetadata(dest))); err != nil {
 		return err
 	}
 	return st.release()
@@ -243,6 +260,7 @@ func (st *stream) pick() (dest string, ans *Answer) {
 // request is complete.
 func (st *stream) answer(a *Answer) error {
 	st.picked = true
+	st.answered = true
 	if err := st.send(immediate(a)); err != nil {
 		return err
 	}
@@ -326,6 +344,7 @@ func (st *stream) end(cancelled bool) {
 		return
 	}
 	st.ended = true
+	st.cancelled = cancelled
 	st.x.End(cancelled)
 }
 

@@ -12,14 +12,29 @@ import (
 // pickMutation is the pick as a header mutation: the destination header
 // overwrites any the client sent (a client must not choose its own
 // endpoint), and the route is recomputed since routes may match on it.
-func pickMutation(dest string) *extprocv3.CommonResponse {
-	return &extprocv3.CommonResponse{
-		ClearRouteCache: true,
-		HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{{
-			Header:       &corev3.HeaderValue{Key: DestinationHeader, RawValue: []byte(dest)},
+// add are the pick's other request headers (the prefill worker of a
+// disaggregated request); a client's own PrefillerHeader is removed when
+// the pick names none, since a client must not choose its prefill worker
+// either.
+func pickMutation(dest string, add [][2]string) *extprocv3.CommonResponse {
+	set := []*corev3.HeaderValueOption{{
+		Header:       &corev3.HeaderValue{Key: DestinationHeader, RawValue: []byte(dest)},
+		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+	}}
+	prefiller := false
+	for _, h := range add {
+		k := strings.ToLower(h[0])
+		prefiller = prefiller || k == PrefillerHeader
+		set = append(set, &corev3.HeaderValueOption{
+			Header:       &corev3.HeaderValue{Key: k, RawValue: []byte(h[1])},
 			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
-		}}},
+		})
 	}
+	m := &extprocv3.HeaderMutation{SetHeaders: set}
+	if !prefiller {
+		m.RemoveHeaders = []string{PrefillerHeader}
+	}
+	return &extprocv3.CommonResponse{ClearRouteCache: true, HeaderMutation: m}
 }
 
 // pickMetadata is the pick as dynamic metadata, the same value as the

@@ -30,6 +30,7 @@ func startExtProc(c *cli.Context, srv *edge.Server, log *slog.Logger) (stop func
 		return nil, cli.Exit("kvca: --ext-proc: "+err.Error(), 1)
 	}
 	ps := epp.New(pickerProxy{srv.Picker()}, epp.Config{})
+	srv.AddMetrics(ps.WritePrometheus)
 	go func() {
 		if err := ps.Serve(ln); err != nil {
 			log.Error("endpoint picker stopped", "err", err)
@@ -77,6 +78,7 @@ func (e pickerExchange) Response(status int, served string, h epp.Headers) [][2]
 	return e.x.Response(status, served, h)
 }
 
+func (e pickerExchange) RequestHeaders() [][2]string         { return e.x.RequestHeaders() }
 func (e pickerExchange) ResponseBody(chunk []byte, end bool) { e.x.ResponseBody(chunk, end) }
 func (e pickerExchange) End(cancelled bool)                  { e.x.End(cancelled) }
 

@@ -104,13 +104,7 @@ func serveCommand() *cli.Command {
 			if feed != nil {
 				p := srv.Picker()
 				feed.attach(p.SetEndpoints)
-				backendsNow = func() []string {
-					var urls []string
-					for _, ep := range p.Endpoints() {
-						urls = append(urls, "http://"+ep)
-					}
-					return urls
-				}
+				backendsNow = p.Backends
 			}
 			changed := watchFile(c.String("config"), cfg.TLSReloadInterval)
 			var got os.Signal

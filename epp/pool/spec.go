@@ -91,8 +91,15 @@ func ready(p *corev1.Pod) bool {
 	return false
 }
 
+// RoleLabel is the pod label naming a model server's part in a
+// disaggregated pool (llm-d's convention): prefill, decode, or both (the
+// default, also for a pod without it).
+const RoleLabel = "llm-d.ai/role"
+
 // endpoints lists the ready selected pods' endpoints, sorted so that an
-// unchanged pool gives an equal list.
+// unchanged pool gives an equal list. A pod labelled a prefill or decode
+// worker (RoleLabel) gives endpoints with that role as a backend option
+// ("10.0.0.7:8000#role=prefill").
 func endpoints(s Spec, pods []*corev1.Pod) []string {
 	sel := s.Selector.AsSelectorPreValidated()
 	eps := []string{}
@@ -100,8 +107,12 @@ func endpoints(s Spec, pods []*corev1.Pod) []string {
 		if !sel.Matches(labels.Set(p.Labels)) || !ready(p) {
 			continue
 		}
+		suffix := ""
+		if r := p.Labels[RoleLabel]; r == "prefill" || r == "decode" {
+			suffix = "#role=" + r
+		}
 		for _, port := range s.Ports {
-			eps = append(eps, net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(port))))
+			eps = append(eps, net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(port)))+suffix)
 		}
 	}
 	slices.Sort(eps)

@@ -175,3 +175,18 @@ func TestWatcherPoolLater(t *testing.T) {
 	}
 	rec.expect(t, "10.0.0.1:8000")
 }
+
+// A pod labelled a prefill or decode worker gives endpoints with that
+// role; "both", another value or no label gives plain endpoints.
+func TestWatcherRoles(t *testing.T) {
+	role := func(r string) map[string]string { return map[string]string{"app": "vllm", pool.RoleLabel: r} }
+	rec, _, _ := start(t,
+		[]runtime.Object{inferencePool("pool", map[string]any{"app": "vllm"}, 8000)},
+		pod("p", "10.0.0.1", role("prefill"), true),
+		pod("d", "10.0.0.2", role("decode"), true),
+		pod("b", "10.0.0.3", role("both"), true),
+		pod("x", "10.0.0.4", role("other"), true),
+		pod("n", "10.0.0.5", vllm, true),
+	)
+	rec.expect(t, "10.0.0.1:8000#role=prefill", "10.0.0.2:8000#role=decode", "10.0.0.3:8000", "10.0.0.4:8000", "10.0.0.5:8000")
+}
