@@ -38,6 +38,8 @@ func (c *checker) run() {
 	c.health()
 	c.fullDuplex()
 	c.servedFallback()
+	c.servedCredit()
+	c.disaggregation()
 	c.subsets()
 	c.otherModes()
 	c.cancellations()

@@ -43,6 +43,12 @@ type Config struct {
 	Timeout time.Duration
 	// MustOnly runs only the protocol's checks (for other pickers).
 	MustOnly bool
+	// Prefill are addresses for mock prefill workers, beside Endpoints
+	// (then the decode workers): a disaggregated pool. Ready is given
+	// them as "addr#role=prefill" and the others as "addr#role=decode",
+	// the options of kvca's --backend; the picker must never pick them,
+	// and must name one in x-prefiller-host-port.
+	Prefill []string
 	// Out receives progress; the report is Report's. Default io.Discard.
 	Out io.Writer
 }
@@ -80,9 +86,23 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		return nil, err
 	}
 	defer eng.close()
+	if err := eng.startPrefills(cfg.Prefill); err != nil {
+		return nil, err
+	}
 	fmt.Fprintf(cfg.Out, "eppcheck: mock model servers on %v\n", eng.addrs)
+	ready := eng.addrs
+	if len(eng.prefills) > 0 {
+		fmt.Fprintf(cfg.Out, "eppcheck: mock prefill workers on %v\n", eng.prefills)
+		ready = nil
+		for _, a := range eng.addrs {
+			ready = append(ready, a+"#role=decode")
+		}
+		for _, a := range eng.prefills {
+			ready = append(ready, a+"#role=prefill")
+		}
+	}
 	if cfg.Ready != nil {
-		if err := cfg.Ready(eng.addrs); err != nil {
+		if err := cfg.Ready(ready); err != nil {
 			return nil, fmt.Errorf("eppcheck: giving the picker its endpoints: %w", err)
 		}
 	} else {

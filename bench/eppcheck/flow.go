@@ -33,6 +33,10 @@ type picked struct {
 	forwarded []byte // the body Envoy would send upstream
 	maxPiece  int    // largest streamed body chunk
 	where     string // which answer carried the pick
+	// prefiller is the prefill worker the pick names (x-prefiller-host-port);
+	// prefillerRemoved: the pick removes a client's own.
+	prefiller        string
+	prefillerRemoved bool
 }
 
 // sendRequest plays Envoy's request side in the request's mode and
@@ -68,6 +72,7 @@ func sendRequest(s *envoyStream, q request) (*picked, error) {
 		return nil, fmt.Errorf("first answer is a %s, want the request headers' answer (Envoy processes headers, then body)", kind(r))
 	}
 	p.header, p.metadata, p.option = pickOf(r, commonOf(r))
+	p.prefiller, p.prefillerRemoved = prefillerOf(r)
 	p.where = "request headers answer"
 	if eos {
 		return p, nil
@@ -92,6 +97,7 @@ func sendRequest(s *envoyStream, q request) (*picked, error) {
 		}
 		if p.header == "" && p.metadata == "" {
 			p.header, p.metadata, p.option = pickOf(r, commonOf(r))
+			p.prefiller, p.prefillerRemoved = prefillerOf(r)
 			p.where = "request body answer"
 		}
 	default: // STREAMED, body sent without waiting: one answer per chunk

@@ -15,7 +15,10 @@ import (
 // engines are the mock model servers the picker is to pick from.
 type engines struct {
 	list  []*mock.Engine
-	addrs []string
+	addrs []string // the endpoints the picker picks from
+	// prefills are prefill workers (Config.Prefill): never picked, named
+	// in x-prefiller-host-port.
+	prefills []string
 }
 
 // startEngines starts one mock engine per address ("127.0.0.1:0" for
@@ -39,6 +42,29 @@ func (e *engines) close() {
 	for _, m := range e.list {
 		_ = m.Close()
 	}
+}
+
+// startPrefills adds the prefill workers.
+func (e *engines) startPrefills(addrs []string) error {
+	for i, a := range addrs {
+		m := mock.New(mock.Config{Name: fmt.Sprintf("eppcheck-prefill-%d", i), TimeScale: 0.02, DefaultMaxTokens: 4})
+		if err := m.Start(a); err != nil {
+			return fmt.Errorf("mock prefill worker on %s: %w", a, err)
+		}
+		e.list = append(e.list, m)
+		e.prefills = append(e.prefills, m.Addr())
+	}
+	return nil
+}
+
+// prefill reports whether ep is one of the prefill workers.
+func (e *engines) prefill(ep string) bool {
+	for _, a := range e.prefills {
+		if a == ep {
+			return true
+		}
+	}
+	return false
 }
 
 func (e *engines) has(ep string) bool {

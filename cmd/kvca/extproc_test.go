@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,5 +73,48 @@ func TestPickerPassesEppCheck(t *testing.T) {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestPickerPassesEppCheckDisaggregated: the same over a disaggregated
+// pool (prefill workers beside the decode endpoints): picks name decode
+// endpoints, the prefill worker goes in x-prefiller-host-port.
+func TestPickerPassesEppCheckDisaggregated(t *testing.T) {
+	cfg := edge.DefaultConfig()
+	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", ""
+	cfg.Backends = []string{"http://127.0.0.1:9"} // replaced by the check's engines
+	cfg.HealthInterval = 0
+	cfg.PD.Threshold = 16
+	srv, err := edge.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown(context.Background())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := pickerProxy{srv.Picker()}
+	ps := epp.New(proxy, epp.Config{ReadyEvery: 50 * time.Millisecond})
+	done := make(chan error, 1)
+	go func() { done <- ps.Serve(ln) }()
+	defer func() {
+		ps.Stop()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	}()
+	res, err := eppcheck.Run(context.Background(), eppcheck.Config{Target: ln.Addr().String(), Ready: proxy.SetEndpoints, Wait: 10 * time.Second,
+		Prefill: []string{"127.0.0.1:0", "127.0.0.1:0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var report bytes.Buffer
+	failed := eppcheck.Report(&report, res)
+	if failed != 0 || !strings.Contains(report.String(), "PASS  kvca  disaggregation (buffered)") {
+		t.Fatalf("%d of %d checks failed:\n%s", failed, len(res), report.String())
 	}
 }

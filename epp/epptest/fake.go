@@ -19,6 +19,10 @@ const (
 	HeaderBlock = "x-epptest-block"
 	// HeaderPanic: Pick panics.
 	HeaderPanic = "x-epptest-panic"
+	// HeaderConversation names a conversation: its next pick goes first
+	// where its last answer was served (as a picker reading prompts
+	// would send it where its prefix was computed).
+	HeaderConversation = "x-epptest-conversation"
 )
 
 // Proxy is a fake epp.Proxy. Its zero value has no endpoints.
@@ -33,6 +37,9 @@ type Proxy struct {
 	next      int
 	exchanges []*Exchange
 	changed   chan struct{}
+	// served is where each conversation (HeaderConversation) was last
+	// served: its next pick goes there first.
+	served map[string]string
 }
 
 // Begin starts a recorded exchange.
@@ -89,6 +96,15 @@ func (p *Proxy) Exchanges() []*Exchange {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]*Exchange(nil), p.exchanges...)
+}
+
+func (p *Proxy) servedAt(conv string) string {
+	if conv == "" {
+		return ""
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.served[conv]
 }
 
 // pick is round robin over the endpoints the subset allows.
@@ -169,6 +185,15 @@ func (x *Exchange) Pick(ctx context.Context, subset []string) ([]string, *epp.An
 		return nil, &epp.Answer{Status: code, Header: [][2]string{{"retry-after", "1"}}, Body: []byte("answered " + s + "\n")}
 	}
 	eps := x.p.pick(subset)
+	if at := x.p.servedAt(x.Headers[HeaderConversation]); at != "" && len(eps) > 0 && contains(x.p.Endpoints(), at) && (subset == nil || contains(subset, at)) {
+		out := []string{at}
+		for _, e := range eps {
+			if e != at && len(out) < len(eps) {
+				out = append(out, e)
+			}
+		}
+		eps = out
+	}
 	x.mu.Lock()
 	x.subset, x.picked = subset, eps
 	x.mu.Unlock()
@@ -183,6 +208,14 @@ func (x *Exchange) Response(status int, served string, h epp.Headers) [][2]strin
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.status, x.served = status, served
+	if conv := x.Headers[HeaderConversation]; conv != "" && served != "" {
+		x.p.mu.Lock()
+		if x.p.served == nil {
+			x.p.served = map[string]string{}
+		}
+		x.p.served[conv] = served
+		x.p.mu.Unlock()
+	}
 	x.respHeader = map[string]string{}
 	for i := range h.Len() {
 		k, v := h.At(i)
