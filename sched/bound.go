@@ -249,19 +249,25 @@ func (s *Scheduler) preferTied(elig *chain.Set, prefer int, bestCost uint64, cos
 	return true
 }
 
-// saturated reports whether backend i is at or beyond its batch capacity,
-// so that a request sent there now waits for a slot: its engine's queue
-// (fresh telemetry: requests waiting beside running ones mean a full
-// batch, whatever the capacity) or KV cache near full (the engine
-// preempts or queues), else its requests in flight (every replica's, or
-// the engine's count when larger) against its capacity, set by
-// --batch-capacity or learned from the concurrency past which its
-// answers waited for a slot. A capacity nobody knows is never reached:
-// kvca moves nothing on a guess. unix is the wall clock for engine
-// signals (0: ignore them).
+// saturated reports whether backend i is at or beyond what it can serve
+// at once, so that a request sent there now waits: for a batch slot, by
+// its engine's queue (fresh telemetry: requests waiting beside running
+// ones mean a full batch, whatever the capacity) or KV cache near full
+// (the engine preempts or queues), else by its requests in flight (every
+// replica's, or the engine's count when larger) against its capacity,
+// set by --batch-capacity or learned from the concurrency past which its
+// answers waited for a slot; or for compute, the prefill reserved ahead
+// of it taking longer than the backend's mean request from dispatch to
+// end (prefill is compute bound: a queue of it delays every first token
+// behind it, batch slots free or not). A capacity or service time nobody
+// knows is never reached: kvca moves nothing on a guess. unix is the wall
+// clock for engine signals (0: ignore them).
 func (s *Scheduler) saturated(i int, unix int64) bool {
 	b := s.Backends[i]
 	m := &b.model
+	if svc := m.service.Load(); svc > 0 && int64(b.PendingPrefillTime()) >= svc {
+		return true
+	}
 	inflight, c := s.active(i), int64(m.cap())
 	if unix != 0 {
 		if e, ok := b.Engine(unix, s.ttft.engineAge); ok {
