@@ -25,19 +25,18 @@ import (
 //
 //   - An affinity that holds cached work (the holders of a follow-up's
 //     longest known prefix, confirmed, predicted or departed; the
-//     backend a session's conversation lives on) yields only to real
+//     holders of a new conversation's prompt; the backend a session's
+//     conversation lives on) yields only to real
 //     overload, judged in time (yields): its holder is saturated and
 //     the request's predicted first token there is later than the best
 //     other backend's, that one recomputing everything the holder would
 //     have served from cache. Below saturation nothing moves: a
 //     conversation moved off its holder pays its whole history's
 //     prefill, on this turn and in the cache it leaves behind.
-//   - An affinity that holds nothing of the request's own yet (a
-//     session key's new conversation, a new conversation's shared
-//     prompt, session-hash's first turn) is bounded in request counts
-//     (the load bound below): spreading it costs no cache, or one
-//     shared prompt's prefill, and it keeps fan-outs under one key from
-//     piling up.
+//   - An affinity that holds nothing of the request's yet (a session
+//     key's new conversation, session-hash's first turn) is bounded in
+//     request counts (the load bound below): spreading it costs no
+//     cache, and it keeps fan-outs under one key from piling up.
 //
 // What correctness requires is not an affinity: a previous_response_id
 // whose response only its producer stores (Request.Pin) goes there

@@ -17,7 +17,7 @@ import (
 // cached blocks.
 //
 //   - No affinity that holds nothing yet (a session's new conversation,
-//     a new conversation's prompt holders, session-hash's first turn)
+//     session-hash's first turn)
 //     sends a request to a backend past the load bound (another having
 //     room).
 //   - A follow-up's holders below saturation keep it: under kvca and
@@ -168,7 +168,7 @@ func checkInvariants(t *testing.T, policy string, seed uint64) {
 			if d.Rule == RuleNone {
 				t.Fatalf("%s seed %d: a decision without a rule: %+v", policy, seed, d)
 			}
-			countBounded := d.Rule == RulePromptHolder || (d.Rule == RuleSession || d.Rule == RuleHash) && !r.Followup
+			countBounded := (d.Rule == RuleSession || d.Rule == RuleHash) && !r.Followup
 			if countBounded && before[b]+1 > cap {
 				t.Fatalf("%s seed %d step %d: affinity %v sent a request to backend %d at %d requests, past the bound %d (ε %v, loads %v)",
 					policy, seed, step, d.Rule, b, before[b], cap, eps, before[:n])
@@ -181,7 +181,8 @@ func checkInvariants(t *testing.T, policy string, seed uint64) {
 						policy, seed, step, holders, before[:n], capacity, b, d.Rule)
 				}
 			}
-			holding := d.Rule == RulePrefix || d.Rule == RulePredicted || d.Rule == RuleDeparted || (d.Rule == RuleSession || d.Rule == RuleHash) && r.Followup
+			holding := d.Rule == RulePrefix || d.Rule == RulePredicted || d.Rule == RuleDeparted || d.Rule == RulePromptHolder ||
+				(d.Rule == RuleSession || d.Rule == RuleHash) && r.Followup
 			if policy != "kvca" && holding && sat[b] && soonerElsewhere(b) {
 				t.Fatalf("%s seed %d step %d: saturated holder %d kept a request (%v) another backend answers sooner: predicted %v (in flight %v, capacity %d)",
 					policy, seed, step, b, d.Rule, pred[:n], before[:n], capacity)

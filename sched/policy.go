@@ -192,8 +192,9 @@ func (costPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 // whose prompt some backends hold goes to one of them while they are
 // predicted to answer it about as fast as any other (promptHolders) and
 // their resident work stays within its bound (residentBound) or their
-// batch is expected to stay at most half full with it (roomy), and, as
-// for every affinity, their load within the load bound: counted as
+// batch is expected to stay at most half full with it (roomy), unless
+// they are overloaded (yields: they hold the prompt, an affinity holding
+// cached work): counted as
 // load, the prompt's first prefill there, or a conversation or two more
 // than elsewhere, would otherwise outweigh the prompt and send it to
 // recompute the prompt on an engine with as much batch room, a cold first
@@ -224,7 +225,7 @@ func pickCost(s *Scheduler, r *Request, d *Decision, holders bool) bool {
 				}
 			})
 			if !take.Empty() {
-				if take = s.bounded(&take, s.LoadCap(&elig)); take.Empty() {
+				if take = s.unyielding(&take, r, &elig, &match, s.unixNow(r), d); take.Empty() {
 					s.overflowed(RulePromptHolder, d)
 					rule = RuleOverflow
 				} else {

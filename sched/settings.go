@@ -18,7 +18,7 @@ type Settings struct {
 	Policy       string
 	ActiveWeight int
 	// AffinityEpsilon is ε of the load bound over affinities that hold
-	// nothing yet (a session's new conversation, a prompt's holders): one
+	// nothing yet (a session's new conversation): one
 	// may send a request to a backend only while it holds at most
 	// (1+ε) × the mean requests, and two. Negative: unbounded, and the
 	// overload rule over affinities holding cached work off too.
@@ -83,7 +83,7 @@ func Flags(env func(flag string) []string) []cli.Flag {
 // BoundFlags are the flags of the load bound and of the cache check.
 func BoundFlags(env func(flag string) []string) []cli.Flag {
 	return []cli.Flag{
-		&cli.Float64Flag{Name: "affinity-epsilon", Value: DefaultAffinityEpsilon, Usage: "ε of the load bound over affinities that hold nothing yet (a session key's new conversation, a new conversation's prompt holders): one may send a request to a backend only while it holds at most (1+ε) × the fleet's mean requests, and two; affinities that hold cached work (prefix holders, a session's conversation) yield only to overload (a saturated backend predicted slower than another recomputing what it holds); negative: both off", EnvVars: env("affinity-epsilon")},
+		&cli.Float64Flag{Name: "affinity-epsilon", Value: DefaultAffinityEpsilon, Usage: "ε of the load bound over affinities that hold nothing yet (a session key's new conversation): one may send a request to a backend only while it holds at most (1+ε) × the fleet's mean requests, and two; affinities that hold cached work (prefix and prompt holders, a session's conversation) yield only to overload (a saturated backend predicted slower than another recomputing what it holds); negative: both off", EnvVars: env("affinity-epsilon")},
 		&cli.BoolFlag{Name: "cache-check", Value: true, Usage: "read every answer's cached-token count (usage.prompt_tokens_details.cached_tokens, cache_read_input_tokens, timings.cache_n) and check the prediction: locations an engine evicted are dropped", EnvVars: env("cache-check")},
 	}
 }

@@ -70,7 +70,9 @@ func (ttftPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 	rule := loadRule(d, RuleTTFT)
 	if !follow && best > 0 {
 		if held := s.promptHolders(&elig, &open, r, &match, best, unix); held != open {
-			if held = s.bounded(&held, s.LoadCap(&elig)); held.Empty() {
+			// The holders hold the prompt: those really overloaded
+			// give the conversation up.
+			if held = s.unyielding(&held, r, &elig, &match, unix, d); held.Empty() {
 				s.overflowed(RulePromptHolder, d)
 				rule = RuleOverflow
 			} else {
