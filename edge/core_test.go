@@ -342,7 +342,7 @@ func TestBindConversation(t *testing.T) {
 			var want uint64
 			switch {
 			case tc.key == "":
-				if c.info.UserKey == 0 && strings.Contains(tc.body, `"user"`) {
+				if c.info.UserKey == 0 && strings.Contains(tc.body, `"user":"alice"`) {
 					t.Fatal("the plan read no user")
 				}
 			case tc.key == "pck":
