@@ -255,45 +255,60 @@ func (s *Scheduler) preferTied(elig *chain.Set, prefer int, bestCost uint64, cos
 // (the engine preempts or queues), else by its requests in flight (every
 // replica's, or the engine's count when larger) against its capacity,
 // set by --batch-capacity or learned from the concurrency past which its
-// answers waited for a slot; or for compute, the prefill reserved ahead
-// of it taking longer than the backend's mean request from dispatch to
-// end (prefill is compute bound: a queue of it delays every first token
-// behind it, batch slots free or not). A capacity or service time nobody
-// knows is never reached: kvca moves nothing on a guess. unix is the wall
-// clock for engine signals (0: ignore them).
-func (s *Scheduler) saturated(i int, unix int64) bool {
+// answers waited for a slot, else fleet (0: none); or for compute, the
+// prefill reserved ahead of it taking longer than the backend's mean
+// request from dispatch to end (prefill is compute bound: a queue of it
+// delays every first token behind it, batch slots free or not). A
+// capacity or service time nobody knows is never reached: kvca moves
+// nothing on a guess. It returns the capacity it judged by (0: none
+// known). unix is the wall clock for engine signals (0: ignore them).
+func (s *Scheduler) saturated(i int, unix int64, fleet int64) (bool, int64) {
 	b := s.Backends[i]
 	m := &b.model
-	if svc := m.service.Load(); svc > 0 && int64(b.PendingPrefillTime()) >= svc {
-		return true
-	}
 	inflight, c := s.active(i), int64(m.cap())
+	if c == 0 {
+		c = fleet
+	}
 	if unix != 0 {
 		if e, ok := b.Engine(unix, s.ttft.engineAge); ok {
-			if e.KVUsage >= s.KVFull {
-				return true
-			}
-			inflight = max(inflight, int64(e.Running)+int64(e.Waiting))
 			if e.Waiting > 0 && e.Running > 0 && m.fixCap == 0 {
 				c = int64(e.Running)
 			}
+			if e.KVUsage >= s.KVFull {
+				return true, c
+			}
+			inflight = max(inflight, int64(e.Running)+int64(e.Waiting))
 		}
 	}
-	return c > 0 && inflight >= c
+	if svc := m.service.Load(); svc > 0 && int64(b.PendingPrefillTime()) >= svc {
+		return true, c
+	}
+	return c > 0 && inflight >= c, c
 }
 
 // yields reports whether holder h, an affinity holding cached work for r,
 // gives r up to real overload: h is saturated, and r's predicted time to
 // first token there (the queue for a batch slot, the prefill reserved
 // ahead of it, its own uncached blocks) is more than the near margin
-// above the best other eligible backend's, each predicted with the blocks
-// it would compute, so the others pay for recomputing what h would have
-// served from cache. match holds each backend's cached blocks of the
+// above the best other eligible backend's that is not saturated itself,
+// each predicted with the blocks it would compute and those it would
+// recompute of what h holds counted once more, for the requests that
+// queue behind that recomputation there. When every backend
+// is saturated the fleet is overloaded, not h: a move would only trade
+// one queue for another and add the recomputation to the fleet's work,
+// which lowers every backend's hit rate and lengthens every queue (in
+// front of the simulator under overload, moving between saturated
+// backends cost 9 points of hit rate and half a second of TTFT p99).
+// match holds each backend's cached blocks of the
 // chain (nil: read from the table, only when h is saturated). The near
 // margin is the predictions' noise: within it the cache decides. With the
 // bound off (negative ε) nothing yields.
 func (s *Scheduler) yields(h int, r *Request, elig *chain.Set, match *[chain.MaxBackends]int32, unix int64) bool {
-	if s.AffinityEpsilon() < 0 || !s.saturated(h, unix) {
+	if s.AffinityEpsilon() < 0 {
+		return false
+	}
+	full, c := s.saturated(h, unix, 0)
+	if !full {
 		return false
 	}
 	var own [chain.MaxBackends]int32
@@ -306,11 +321,20 @@ func (s *Scheduler) yields(h int, r *Request, elig *chain.Set, match *[chain.Max
 	ph := s.predict(hb, hb.state.Load(), n-int(match[h]), unix)
 	pa := int64(-1)
 	eachIn(elig, func(i int) {
-		if i == h {
+		// A backend of unknown capacity is judged by the holder's: a
+		// fleet's engines are alike, and one that has not shown its
+		// capacity yet is not thereby free.
+		if full, _ := s.saturated(i, unix, c); i == h || full {
 			return
 		}
 		b := s.Backends[i]
-		if p := s.predict(b, b.state.Load(), n-int(match[i]), unix); pa < 0 || p < pa {
+		p := s.predict(b, b.state.Load(), n-int(match[i]), unix)
+		if lost := match[h] - match[i]; lost > 0 {
+			// The recomputation delays, besides this request, every
+			// request that queues behind it there.
+			p += int64(lost) * b.model.blockTime()
+		}
+		if pa < 0 || p < pa {
 			pa = p
 		}
 	})

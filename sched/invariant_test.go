@@ -23,8 +23,9 @@ import (
 //   - A follow-up's holders below saturation keep it: under kvca and
 //     kvca-cost, while a holder of its longest known prefix is below its
 //     batch capacity, the request goes to a holder of that prefix.
-//   - A saturated holder keeps a request only while no other backend is
-//     predicted to answer it sooner by more than the near margin, that
+//   - A saturated holder keeps a request only while no other backend
+//     below saturation is predicted to answer it sooner by more than the
+//     near margin, that
 //     one recomputing what the holder has cached (kvca-cost, ttft,
 //     session-hash; the predictions are recomputed here from the fixed
 //     model, not read from the scheduler).
@@ -148,13 +149,15 @@ func checkInvariants(t *testing.T, policy string, seed uint64) {
 			}
 			div, holders := tab.Prefix(c, r.Now)
 			holders.And(&elig)
-			// soonerElsewhere: another backend is predicted to answer
-			// sooner than b by more than the near margin.
+			// soonerElsewhere: another backend, not saturated itself, is
+			// predicted to answer sooner than b by more than the near
+			// margin.
 			soonerElsewhere := func(b int) bool {
 				best := int64(-1)
 				for i := range n {
-					if i != b && (best < 0 || pred[i] < best) {
-						best = pred[i]
+					p := pred[i] + int64(max(match[b]-match[i], 0))*int64(blockTime)
+					if i != b && !sat[i] && (best < 0 || p < best) {
+						best = p
 					}
 				}
 				return best >= 0 && pred[b] > best+best/nearDiv
