@@ -295,8 +295,11 @@ func (s *Server) overQuota(c *call, cbrLen int) (reply, bool) {
 // bindConversation applies what the request says of its conversation: a
 // Responses continuation (previous_response_id) must go to the backend
 // that produced that response, which alone may store it; a named session
-// (prompt_cache_key, a session header, user) prefers its backend where
-// the prefix says nothing yet.
+// (prompt_cache_key, a session header) prefers its backend where the
+// prefix says nothing yet. The end user's id (user, safety_identifier,
+// metadata.user_id) names no conversation: one user has many, and
+// applications put a tenant or a service name there, so it binds nothing
+// and its conversations are placed as if they had no key.
 func (s *Server) bindConversation(c *call) {
 	now := c.req.Now
 	if id := c.info.PreviousResponseID; len(id) > 0 {
@@ -313,9 +316,6 @@ func (s *Server) bindConversation(c *call) {
 				break
 			}
 		}
-	}
-	if c.session == 0 {
-		c.session = c.info.UserKey
 	}
 	if c.session != 0 {
 		if be, ok := s.sessions.Lookup(c.session, now); ok {
