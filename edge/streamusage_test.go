@@ -6,12 +6,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/kvca/kvca/apikeys"
 	"github.com/kvca/kvca/internal/testkit"
 )
 
@@ -305,4 +307,48 @@ func TestStreamUsageBrokenStream(t *testing.T) {
 		t.Fatalf("the client got %q, want %q", body.String(), want)
 	}
 	waitIdle(t, s)
+}
+
+// TestStreamUsageChargesTheTenant: a tenant's plain stream is charged the
+// tokens its engine reports (40 prompt, 5 completion) rather than an
+// estimate, the tenant alone (the cache check off) making kvca ask; with
+// --stream-usage off it is charged the estimate.
+func TestStreamUsageChargesTheTenant(t *testing.T) {
+	t.Parallel()
+	for _, off := range []bool{false, true} {
+		t.Run(fmt.Sprintf("off=%v", off), func(t *testing.T) {
+			t.Parallel()
+			keys := filepath.Join(t.TempDir(), "keys")
+			writeKeys(t, keys, apikeys.Line([]byte("sk-alpha-0123456789"), "alpha", 0, 100000))
+			e := newUsageEngine(t, 4)
+			s, d := startRawProxy(t, edgeModes[0], nil, func(c *Config) {
+				c.Backends = []string{e.url("")}
+				c.APIKeys = keys
+				c.Routing.CacheCheck = false
+				c.StreamUsage = !off
+			})
+			c := d.dial(t)
+			c.send(fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-alpha-0123456789\r\nContent-Length: %d\r\n\r\n%s", len(streamedChat), streamedChat))
+			resp := c.read(false)
+			if want := strings.Join(usageEvents(true, false, 0), ""); resp.status != 200 || string(resp.body) != want {
+				t.Fatalf("the client got %d %q", resp.status, resp.body)
+			}
+			if got := e.next(t); asksUsage(t, got.body) == off {
+				t.Fatalf("the engine got %q", got.body)
+			}
+			series := func(kind string) string { return `kvca_tenant_tokens_total{tenant="alpha",kind="` + kind + `"}` }
+			testkit.WaitUntil(t, "the tenant charged", func() bool {
+				return metric(t, s, series("prompt"))+metric(t, s, `kvca_tenant_estimated_tokens_total{tenant="alpha"}`) > 0
+			})
+			prompt, completion := metric(t, s, series("prompt")), metric(t, s, series("completion"))
+			estimated := metric(t, s, `kvca_tenant_estimated_tokens_total{tenant="alpha"}`)
+			if !off && (prompt != 40 || completion != 5 || estimated != 0) {
+				t.Fatalf("charged %v prompt, %v completion, %v estimated; want the engine's 40 and 5", prompt, completion, estimated)
+			}
+			if off && (prompt != 0 || completion != 0 || estimated == 0) {
+				t.Fatalf("with --stream-usage off: charged %v prompt, %v completion, %v estimated; want an estimate", prompt, completion, estimated)
+			}
+			waitIdle(t, s)
+		})
+	}
 }
