@@ -20,6 +20,7 @@ import (
 	"github.com/kvca/kvca/quota"
 	"github.com/kvca/kvca/sched"
 	"github.com/kvca/kvca/sniff"
+	"github.com/kvca/kvca/streamusage"
 	"github.com/kvca/kvca/tracing"
 )
 
@@ -65,6 +66,14 @@ type call struct {
 	sniffing bool
 	sn       sniff.Sniffer
 	tr       tracing.Request
+	// Asking a stream's usage (--stream-usage): ask is the body's edit
+	// that asks for it (planned; none when it should stay as it is),
+	// asked that the transport sent it so, and stripping that its
+	// answer's usage event is removed, by uf, once read.
+	ask       streamusage.Edit
+	asked     bool
+	stripping bool
+	uf        streamusage.Filter
 	// session is the keyed hash naming the request's conversation (0:
 	// none); idBound: the answer's id has been bound to its backend.
 	session uint64
@@ -148,6 +157,7 @@ func (s *Server) putCall(c *call) {
 	c.req = sched.Request{}
 	c.tk.Class, c.tk.Tenant, c.tk.HolderWait, c.tk.Wake, c.tk.Owner = 0, 0, 0, nil, nil
 	c.tenant, c.qd, c.sniffing = nil, quota.Decision{}, false
+	c.ask, c.asked, c.stripping = streamusage.Edit{}, false, false
 	c.dec = sched.Decision{}
 	c.res = sched.Reservation{}
 	c.fl, c.clock = nil, nil
@@ -204,9 +214,28 @@ func (s *Server) plan(c *call, api canon.API, body []byte) error {
 	c.req.Followup = c.info.Followup
 	c.req.Session = c.info.Session
 	s.stamp(c)
+	s.planUsage(c, api, body)
 	allowed, err := s.allowedFor(c.info.Model, &c.allowed)
 	c.req.Allowed = allowed
 	return err
+}
+
+// planUsage plans the edit that makes a streamed chat or completions
+// body ask for its usage (--stream-usage), when kvca reads the answer's
+// usage: to check the cached tokens predicted, to charge a tenant's
+// quota, to calibrate bytes per token. Nobody reading it, the body stays
+// as the client sent it. An endpoint picker's gateway forwards the body
+// itself, so its requests are not edited either.
+func (s *Server) planUsage(c *call, api canon.API, body []byte) {
+	if !s.cfg.StreamUsage || c.picker || !(s.cfg.Routing.CacheCheck || c.tenant != nil || s.calibrate) {
+		return
+	}
+	switch api {
+	case canon.Chat:
+		c.ask = streamusage.Plan(body, "messages", c.info.PromptEnd)
+	case canon.Completions:
+		c.ask = streamusage.Plan(body, "prompt", c.info.PromptEnd)
+	}
 }
 
 // planPassthrough narrows a passthrough request to the backends serving
@@ -466,6 +495,9 @@ func (s *Server) done(c *call) {
 	}
 	if c.tenant != nil && c.qd.OK {
 		s.quota.Settle(c.tenant, &c.qd, c.usage())
+	}
+	if c.stripping {
+		s.m.usageRemoved.Add(c.uf.Removed())
 	}
 	end := c.now()
 	c.res.ReleaseActiveAt(end)
