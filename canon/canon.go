@@ -134,6 +134,13 @@ type Info struct {
 	// empty otherwise; reused across requests like Model. admit.ClassOf
 	// reads it as the request's class when no X-KVCA-Priority header says.
 	Priority []byte
+	// PromptEnd is the body offset of the prompt array's closing bracket
+	// (messages, input) when the resumer vouched for it, else 0: a body
+	// it recorded cold, or one it resumed (docs/cbr.md, "Resuming"). The
+	// prompt's key is then the only top-level member of that name, so a
+	// reader of the other top-level members may jump from the array's
+	// opening bracket to here instead of scanning the prompt.
+	PromptEnd int
 }
 
 // Error kinds a caller can map to a metric label and an HTTP 400 message.
@@ -462,6 +469,7 @@ func (c *Canonicalizer) begin(st *state, api API, sink Sink, info *Info) {
 	info.PreviousResponseID = info.PreviousResponseID[:0]
 	info.CacheKey, info.UserKey = 0, 0
 	info.Priority = info.Priority[:0]
+	info.PromptEnd = 0
 	st.dropCacheControl = api == Messages
 	st.sink = sink
 	st.lsink, _ = sink.(LiteralSink)

@@ -2,6 +2,7 @@ package canon_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -81,7 +82,69 @@ func (p *pair) check(t testing.TB, api canon.API, body []byte) result {
 	if !equalResults(got, want) {
 		t.Fatalf("%v body %q\n got %v\nwant %v", api, body, got, want)
 	}
+	if want.info.PromptEnd != 0 {
+		t.Fatalf("%v body %q: PromptEnd %d without a resumer", api, body, want.info.PromptEnd)
+	}
+	if got.err == nil && got.info.PromptEnd != 0 {
+		checkPromptEnd(t, api, body, got.info.PromptEnd)
+	}
 	return got
+}
+
+// checkPromptEnd fails unless end is the offset of the closing bracket of
+// body's prompt array, and that array is its only top-level member of the
+// prompt's name, as a JSON decoder finds them.
+func checkPromptEnd(t testing.TB, api canon.API, body []byte, end int) {
+	t.Helper()
+	key := map[canon.API]string{canon.Chat: "messages", canon.Messages: "messages", canon.Responses: "input", canon.Completions: "prompt"}[api]
+	d := json.NewDecoder(bytes.NewReader(body))
+	if tok, err := d.Token(); err != nil || tok != json.Delim('{') {
+		t.Fatalf("body %q: not an object", body)
+	}
+	found := -1
+	for d.More() {
+		tok, err := d.Token()
+		if err != nil {
+			t.Fatalf("body %q: %v", body, err)
+		}
+		var v json.RawMessage
+		if err := d.Decode(&v); err != nil {
+			t.Fatalf("body %q: %v", body, err)
+		}
+		if tok == key {
+			if found >= 0 {
+				t.Fatalf("body %q names %s twice, yet PromptEnd is %d", body, key, end)
+			}
+			found = int(d.InputOffset()) - 1
+		}
+	}
+	if found != end || body[end] != ']' {
+		t.Fatalf("body %q: PromptEnd %d, the prompt array ends at %d", body, end, found)
+	}
+}
+
+// TestPromptEnd: the prompt array's end is reported for a body the
+// resumer recorded cold and for one it resumed, never without a resumer,
+// and not for a body that names its prompt twice (which is not recorded).
+func TestPromptEnd(t *testing.T) {
+	t.Parallel()
+	p := newPair(canon.Options{}, 64<<20, 64)
+	conv := bodies.Conversation(4, 300)
+	for _, b := range conv {
+		got := p.check(t, canon.Chat, b)
+		if got.info.PromptEnd == 0 {
+			t.Fatalf("no PromptEnd for %q", b)
+		}
+	}
+	if st := p.r.Stats(); st.Hits == 0 {
+		t.Fatalf("nothing resumed: %+v", st)
+	}
+	twice := []byte(`{"messages":[{"role":"user","content":"a"}],"stream":true,"messages":[{"role":"user","content":"b"}],"model":"m"}`)
+	for range 2 {
+		if got := p.check(t, canon.Chat, twice); got.info.PromptEnd != 0 {
+			t.Fatalf("PromptEnd %d for a body naming messages twice", got.info.PromptEnd)
+		}
+	}
 }
 
 func TestResumeFollowups(t *testing.T) {

@@ -50,6 +50,7 @@ func (c *Canonicalizer) canonicalizeResuming(st *state, api API, body []byte, rs
 	s, gen, e := r.lookup(api, tag, body, &z.path, rs, info, &z.at)
 	if s != nil {
 		if c.resumeRun(st, api, body, info, e) {
+			info.PromptEnd = e
 			r.hits.Add(1)
 			r.skipped.Add(uint64(z.at.off))
 			r.record(api, tag, body, &z.path, z.caps, z.parts, rs.Blocks(), s, gen, true, body[e:], info)
@@ -64,6 +65,7 @@ func (c *Canonicalizer) canonicalizeResuming(st *state, api API, body []byte, rs
 	if err != nil || !z.on {
 		return err
 	}
+	info.PromptEnd = z.end
 	r.record(api, tag, body, &z.path, z.caps, z.parts, rs.Blocks(), s, gen, false, body[z.end:], info)
 	return nil
 }
@@ -141,6 +143,13 @@ func (st *state) rzTop(raw []member, promptKey string) {
 	p := -1
 	for j := range raw {
 		if string(raw[j].key) == promptKey {
+			if p >= 0 {
+				// A body naming its prompt twice is not remembered: the
+				// array found again from its bytes (Info.PromptEnd) must
+				// be the only prompt member, so that nothing between two
+				// of them is skipped by a reader jumping past it.
+				return
+			}
 			p = j
 		}
 	}

@@ -78,6 +78,12 @@ type Config struct {
 	// PreserveHost sends the client's Host to backends instead of the
 	// backend URL's authority (--preserve-host).
 	PreserveHost bool
+	// StreamUsage makes a streamed chat or completions request that does
+	// not ask for its usage ask for it ("stream_options":{"include_usage":
+	// true}) when kvca reads usage (the cache check, a tenant's quota,
+	// calibration), and removes from the answer the usage event that
+	// asking added (--stream-usage; package streamusage).
+	StreamUsage bool
 
 	// Admission: its settings (docs/admission.md).
 	Admission admit.Settings
@@ -158,6 +164,7 @@ func DefaultConfig() Config {
 		Admission:             admit.DefaultSettings(),
 		ClientIdleTimeout:     2 * time.Minute,
 		MaxConnsPerBackend:    1024,
+		StreamUsage:           true,
 		Telemetry:             telemetry.DefaultSettings(),
 		PD:                    DefaultPDSettings(),
 	}

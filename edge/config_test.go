@@ -26,9 +26,10 @@ func TestRestartAsksEachPart(t *testing.T) {
 	next.Tracing.Endpoint = "http://127.0.0.1:4318/v1/traces"
 	next.Telemetry.EngineMetrics = !cur.Telemetry.EngineMetrics
 	next.Listen = "127.0.0.1:9"
+	next.StreamUsage = !cur.StreamUsage
 	next.Backends = []string{"http://127.0.0.1:2"}
 	got := restartOnly(cur, next)
-	for _, want := range []string{"block-size", "cache-check", "queue-size", "queue-holder-wait", "otlp-endpoint", "engine-metrics", "listen"} {
+	for _, want := range []string{"block-size", "cache-check", "queue-size", "queue-holder-wait", "otlp-endpoint", "engine-metrics", "listen", "stream-usage"} {
 		if !slices.Contains(got, want) {
 			t.Errorf("%q changed and is not named: %v", want, got)
 		}

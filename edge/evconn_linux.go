@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvca/kvca/admit"
 	"github.com/kvca/kvca/h1"
+	"github.com/kvca/kvca/streamusage"
 )
 
 // A client connection's states.
@@ -58,9 +59,17 @@ type cliConn struct {
 	up      *upConn
 	planErr error  // the plan's verdict, when planned on the loop
 	uhead   []byte // the request head as sent upstream
+	ubody   []byte // what follows it: the body, or its rest when the head took its edit's start
 	out     []byte // kvca's bytes for the client (a response head, an answer)
 	outOff  int
-	data    []byte // body bytes for the client, borrowed from the upstream's buffer
+	data    []byte // body bytes for the client, borrowed from the upstream's buffer (or sbuf)
+
+	// An answer whose usage event kvca removes (--stream-usage): strip,
+	// its filtered bytes framed in sbuf (a pooled buffer, taken for the
+	// answer), as chunks for an HTTP/1.1 client (stripChunked; stripEnded
+	// once the last chunk is out), for an HTTP/1.0 client as they are.
+	strip, stripChunked, stripEnded bool
+	sbuf                            []byte
 }
 
 func (c *cliConn) deadline() int64 { return c.dl }
@@ -452,10 +461,32 @@ func (c *cliConn) sendTo(fresh bool) act {
 		backendKey: s.cfg.BackendAPIKey, tr: &call.tr}
 	body := c.buf[c.h.Size:c.bodyEnd]
 	if b := call.sendBody(); b != nil {
-		body = b // a decode leg's (pd.go)
+		// A decode leg's body (pd.go), written from the client's body as
+		// edited to ask for its usage, if it was.
+		body = b
+		c.uhead = appendUpstreamHead(c.uhead[:0], c.buf, &c.h, u, len(body), c.ip, call.rid, &f)
+		if call.ask.Asks() && !call.asked {
+			call.asked = true
+			s.m.usageAsked.Inc()
+		}
+	} else {
+		c.uhead = appendUpstreamHead(c.uhead[:0], c.buf, &c.h, u, call.ask.Len(len(body)), c.ip, call.rid, &f)
+		if e := call.ask; e.Asks() {
+			// The body asks for its usage: the edit's start goes out with
+			// the head (the opening brace alone, for a body without
+			// stream_options), then what it inserts; the rest of the body
+			// is sent from where it lies.
+			c.uhead = append(c.uhead, body[:e.At]...)
+			c.uhead = append(c.uhead, e.Insert...)
+			body = body[e.End:]
+			if !call.asked {
+				call.asked = true
+				s.m.usageAsked.Inc()
+			}
+		}
 	}
-	c.uhead = appendUpstreamHead(c.uhead[:0], c.buf, &c.h, u, len(body), c.ip, call.rid, &f)
-	up.begin(c, reused, body)
+	c.ubody = body
+	up.begin(c, reused)
 	e := up.writeReq()
 	if e == 0 {
 		return actNone // sent: its answer comes as events
@@ -537,11 +568,44 @@ func (c *cliConn) onHead(up *upConn) {
 		up.bodyDone = true
 		up.reusable = up.reusable && (c.head || r.ContentLength <= 0 || r.Status == 304 || r.Status == 204)
 	}
-	c.out = appendClientHead(c.out, up.buf[up.hoff:], r, up.mode, up.dechunk, c.c.rid, extra, c.closeAfter)
+	mode, dechunk := up.mode, up.dechunk
+	c.strip, c.stripEnded = false, false
+	if c.c.stripping && up.mode != h1.BodyNone && !encoded(r, up.buf[up.hoff:]) {
+		// The usage event kvca asked for leaves the body: kvca frames
+		// what the client receives, as chunks (its length unknown) or,
+		// for an HTTP/1.0 client, until the connection closes.
+		c.strip, c.stripChunked = true, c.h.Minor != 0
+		up.dechunk = false
+		mode, dechunk = h1.BodyChunked, !c.stripChunked
+		if !c.stripChunked {
+			c.closeAfter = true
+		} else if up.mode != h1.BodyChunked {
+			extra = append(extra, "Transfer-Encoding: chunked\r\n"...)
+		}
+		if c.sbuf == nil {
+			c.sbuf = c.l.getBuf(loopBufSize)
+		}
+	} else {
+		c.c.stripping = false
+	}
+	c.out = appendClientHead(c.out, up.buf[up.hoff:], r, mode, dechunk, c.c.rid, extra, c.closeAfter)
 	c.state = cliRelay
 	up.state = upBody
 	up.dl = 0
 	up.pump()
+}
+
+// encoded reports whether the answer r (parsed from b) has a content
+// coding other than identity: kvca cannot read its events.
+func encoded(r *h1.Response, b []byte) bool {
+	for i := 0; i < r.NF; i++ {
+		if n := r.Names[i].Of(b); len(n) == 16 && h1.EqualFold(n, "content-encoding") {
+			if v := r.Vals[i].Of(b); len(v) > 0 && !h1.EqualFold(v, "identity") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // send writes data (borrowed) after any of kvca's own pending bytes;
@@ -652,7 +716,7 @@ func (c *cliConn) maybeFinish() {
 func (c *cliConn) finish(clientGone bool) {
 	up, call := c.up, c.c
 	if up.err != nil {
-		if !clientGone && up.mode == h1.BodyChunked && !up.dechunk && up.h.SSE && up.cs.Between() {
+		if !clientGone && up.h.SSE && c.betweenChunks(up) {
 			// Never let a broken stream look like a clean end: an SSE
 			// client gets an error event, then the connection closes
 			// without the terminating chunk.
@@ -674,6 +738,17 @@ func (c *cliConn) finish(clientGone bool) {
 		return
 	}
 	c.next()
+}
+
+// betweenChunks reports whether what the client has received of a
+// chunked answer ends on a chunk boundary, where an SSE error event can
+// still be sent as a chunk. kvca's own framing (a stripped answer) always
+// does until its last chunk.
+func (c *cliConn) betweenChunks(up *upConn) bool {
+	if c.strip {
+		return c.stripChunked && !c.stripEnded
+	}
+	return up.mode == h1.BodyChunked && !up.dechunk && up.cs.Between()
 }
 
 // writeLast makes one attempt to put b on the wire before the
@@ -730,6 +805,14 @@ func (c *cliConn) next() {
 		c.buf = nb
 	}
 	c.out, c.outOff, c.data = c.out[:0], 0, nil
+	c.ubody = nil
+	if c.sbuf != nil {
+		c.l.putBuf(c.sbuf)
+		c.sbuf = nil
+	}
+	if cap(c.uhead) > maxKeptHead {
+		c.uhead = nil // it held the start of a large body (an edit deep in it)
+	}
 	c.idle()
 	if rest > 0 {
 		c.process()
@@ -809,7 +892,7 @@ func (c *cliConn) abort() {
 	}
 	if c.state == cliRelay && c.up != nil {
 		up := c.up
-		if up.mode == h1.BodyChunked && !up.dechunk && up.h.SSE && up.cs.Between() && !c.pending() {
+		if up.h.SSE && c.betweenChunks(up) && !c.pending() {
 			c.writeLast(c.brokenChunk(true))
 		}
 		up.close()
@@ -863,7 +946,16 @@ func (c *cliConn) close() {
 		c.l.putBuf(c.buf)
 		c.buf = nil
 	}
+	if c.sbuf != nil {
+		c.l.putBuf(c.sbuf)
+		c.sbuf = nil
+	}
+	c.ubody = nil
 }
+
+// maxKeptHead bounds the upstream head buffer a connection keeps between
+// requests; one grown past it (it took a large body's start) goes.
+const maxKeptHead = 64 << 10
 
 // Upstream connection states.
 const (
@@ -963,13 +1055,13 @@ func (l *evLoop) upstreamConn(u *upstream, fresh bool) (up *upConn, reused bool,
 
 var errNoAddress = errors.New("backend address not resolved")
 
-// begin takes the connection for c's request, whose body is body.
-func (up *upConn) begin(c *cliConn, reused bool, body []byte) {
+// begin takes the connection for c's request.
+func (up *upConn) begin(c *cliConn, reused bool) {
 	up.cli, up.reused, up.gotAny, up.err = c, reused, false, nil
 	up.sock.rd = up.sock.rd && !reused
 	up.off, up.n, up.hoff = 0, 0, 0
 	up.bodyDone, up.reusable, up.dechunk = false, false, false
-	up.wa, up.wb = c.uhead, body
+	up.wa, up.wb = c.uhead, c.ubody
 	c.up = up
 	if up.state != upConnecting && up.state != upDialing {
 		up.state = upSending
@@ -1134,6 +1226,10 @@ func (up *upConn) failBefore(err error) {
 // reading more from the backend than the client has taken.
 func (up *upConn) pump() {
 	c := up.cli
+	if c.strip {
+		up.pumpStripped()
+		return
+	}
 	var sink h1.DataSink
 	if c.c.sniffing {
 		sink = c.c
@@ -1227,6 +1323,134 @@ func (up *upConn) pump() {
 		}
 		up.n = n
 	}
+}
+
+// pumpStripped is pump for an answer whose usage event kvca removes
+// (--stream-usage): the body's data, its framing taken off, is read in
+// passing, goes through the call's filter into sbuf and from there to
+// the client, framed by kvca. A stream is a few bytes a token: copying
+// it costs little beside the calls that move it.
+func (up *upConn) pumpStripped() {
+	c := up.cli
+	for {
+		if len(c.data) > 0 || c.sock.pendingOut() {
+			return // the client has not taken the last piece yet
+		}
+		if (up.off < up.n && !up.bodyDone) || (up.bodyDone && up.err == nil && !c.stripEnded) {
+			// The head, if still pending, goes out in the same write.
+			if !c.send(up.filtered()) {
+				return
+			}
+			continue
+		}
+		if up.bodyDone {
+			if c.pending() && (!c.flush() || c.pending()) {
+				return
+			}
+			c.finish(false)
+			return
+		}
+		up.off, up.n = 0, 0
+		n, e := up.sock.read(up.buf)
+		if e == syscall.EAGAIN {
+			if c.pending() && !c.flush() {
+				return // the head goes out before any body byte has come
+			}
+			up.dl = up.l.now + int64(up.l.s.cfg.StreamIdleTimeout)
+			return
+		}
+		up.dl = 0
+		switch {
+		case e != 0:
+			up.err, up.bodyDone = e, true
+		case n == 0 && up.mode == h1.BodyUntilClose:
+			up.bodyDone, up.reusable = true, false
+		case n == 0:
+			up.err, up.bodyDone = io.ErrUnexpectedEOF, true
+		}
+		up.n = n
+	}
+}
+
+// stripRoom is the room sbuf keeps before its data for a chunk's size
+// line (a size below 1 MB in hex, CRLF).
+const stripRoom = 8
+
+// lastChunk ends a chunked body (no trailer).
+const lastChunk = "0\r\n\r\n"
+
+// filtered takes the answer's bytes read so far (as many as sbuf has
+// room for) out of their framing, reads them in passing and filters them
+// into sbuf; at the body's end it adds what the filter held and, for a
+// chunked client, the last chunk. It returns the bytes for the client:
+// one chunk, or the data as it is for an HTTP/1.0 client.
+func (up *upConn) filtered() []byte {
+	c := up.cli
+	call := c.c
+	out := c.sbuf[:stripRoom]
+	for up.off < up.n && !up.bodyDone {
+		// Room for what the filter may release besides, the chunk's
+		// CRLF and the last chunk.
+		room := cap(out) - len(out) - streamusage.MaxHold - 2 - len(lastChunk)
+		if room <= 0 {
+			break
+		}
+		raw := up.buf[up.off:min(up.n, up.off+room)]
+		var data []byte
+		switch up.mode {
+		case h1.BodyChunked:
+			k, isData, done, err := up.cs.Step(raw)
+			if !isData {
+				up.off += k
+				switch {
+				case err != nil:
+					up.err, up.bodyDone = err, true
+				case done:
+					up.bodyDone = true
+					up.reusable = up.reusable && up.off == up.n
+				}
+				continue
+			}
+			data = raw[:k]
+		case h1.BodyFixed:
+			data = raw
+			if int64(len(data)) >= up.remaining {
+				if int64(up.n-up.off) > up.remaining {
+					up.reusable = false // bytes past the body
+				}
+				data = data[:up.remaining]
+				up.bodyDone = true
+			}
+			up.remaining -= int64(len(data))
+		default:
+			data = raw
+		}
+		up.off += len(data)
+		if len(data) > 0 {
+			call.bodyBegun(up.mode == h1.BodyChunked)
+			call.Data(data)
+			out = call.uf.Append(out, data)
+		}
+	}
+	end := up.bodyDone && up.err == nil
+	if end {
+		out = call.uf.Close(out)
+		c.stripEnded = true
+	}
+	start := stripRoom
+	if c.stripChunked {
+		if m := len(out) - stripRoom; m > 0 {
+			var line [stripRoom]byte
+			l := append(h1.AppendHex(line[:0], m), "\r\n"...)
+			start -= len(l)
+			copy(out[start:], l)
+			out = append(out, "\r\n"...)
+		}
+		if end {
+			out = append(out, lastChunk...)
+		}
+	}
+	return out[start:]
 }
 
 func (up *upConn) timeout() {

@@ -18,6 +18,9 @@ import (
 //   - the body goes with a Content-Length kvca writes itself (a chunked
 //     upload has been decoded), never the client's framing fields; Expect
 //     was answered by kvca;
+//   - the body goes as the client sent it, but for a plain stream's edit
+//     that asks for its usage (--stream-usage, call.ask), which the
+//     transport sends after the head;
 //   - X-Forwarded-For holds every client X-Forwarded-For value in order,
 //     then the peer's address; X-Forwarded-Proto likewise, then the
 //     scheme the client used;

@@ -514,6 +514,12 @@ func (c *call) head(status int, chunked, sse bool, extra []byte) (act, []byte) {
 		}
 		c.sn.Reset(f)
 	}
+	if c.asked && ok && sse {
+		// kvca asked for this stream's usage on the client's behalf: the
+		// usage event is read (above) and kept from the client.
+		c.stripping = true
+		c.uf.Reset()
+	}
 	if c.tenant != nil {
 		extra = c.qd.AppendHeaders(extra)
 	}

@@ -57,7 +57,12 @@ type serverMetrics struct {
 	cached      *metrics.Counter
 	novel       *metrics.Counter
 	disconnects *metrics.Counter
-	bad         map[string]*metrics.Counter
+	// usageAsked counts streamed requests whose body kvca made ask for
+	// usage (--stream-usage); usageRemoved the usage events it removed
+	// from their answers.
+	usageAsked   *metrics.Counter
+	usageRemoved *metrics.Counter
+	bad          map[string]*metrics.Counter
 	// The public listener's connections.
 	connsRefused       *metrics.Counter // beyond --max-client-conns
 	acceptErrors       *metrics.Counter // accept failed (out of descriptors)
@@ -95,6 +100,8 @@ func newServerMetrics(table *chain.Table, memo *chain.Memo, cn *canon.Canonicali
 	m.cached = set.NewCounter(`kvca_routed_blocks_total{kind="cached"}`)
 	m.novel = set.NewCounter(`kvca_routed_blocks_total{kind="novel"}`)
 	m.disconnects = set.NewCounter(`kvca_client_disconnects_total`)
+	m.usageAsked = set.NewCounter(`kvca_stream_usage_asked_total`)
+	m.usageRemoved = set.NewCounter(`kvca_stream_usage_removed_total`)
 	m.connsRefused = set.NewCounter(`kvca_client_connections_refused_total`)
 	m.acceptErrors = set.NewCounter(`kvca_accept_errors_total`)
 	m.tlsHandshakeErrors = set.NewCounter(`kvca_tls_handshake_errors_total`)

@@ -49,6 +49,8 @@ var metricHelp = map[string][2]string{
 	"kvca_cbr_resume_evictions_total":               {"counter", "Remembered bodies dropped to stay within --resume-memo-bytes."},
 	"kvca_upstream_errors_total":                    {"counter", "Upstream failures by backend and kind (connect, timeout, stream, status, busy: every pooled connection in use)."},
 	"kvca_client_disconnects_total":                 {"counter", "Responses abandoned by the client before they ended."},
+	"kvca_stream_usage_asked_total":                 {"counter", "Streamed chat and completions requests whose body kvca made ask for the answer's usage (--stream-usage)."},
+	"kvca_stream_usage_removed_total":               {"counter", "Usage-only events kvca removed from the answers of the streams it asked usage for."},
 	"kvca_bad_requests_total":                       {"counter", "Requests refused as invalid, by reason."},
 	"kvca_client_connections":                       {"gauge", "Client connections open on the public listener."},
 	"kvca_client_connections_refused_total":         {"counter", "Client connections closed at once because --max-client-conns were open."},

@@ -107,7 +107,8 @@ func newPDMetrics(set *metrics.Set) *pdMetrics {
 type pdCall struct {
 	sglang bool
 	api    pd.API
-	client []byte // the client's body (the transport's, valid until the request ends)
+	client []byte // the client's body (the transport's, valid until the request ends), or edited
+	edited []byte // the client's body edited to ask for its usage
 	// fixed: a reason the request runs aggregated whatever its prefix
 	// (whyAPI, whyContinuation); why: the current attempt's.
 	fixed, why uint8
@@ -143,7 +144,7 @@ type pdCall struct {
 }
 
 func (p *pdCall) reset() {
-	*p = pdCall{client: nil, pbody: p.pbody[:0], params: p.params[:0], body: p.body[:0], last: -1}
+	*p = pdCall{pbody: p.pbody[:0], params: p.params[:0], body: p.body[:0], edited: p.edited[:0], last: -1}
 }
 
 // legOwner is the transport of a request whose prefill leg runs: legEnded
@@ -213,6 +214,12 @@ func (c *call) pdPlan(body []byte) error {
 	c.pd = p
 	p.sglang = c.s.cfg.PD.Protocol == ProtocolSGLang
 	p.client = body
+	if c.ask.Asks() {
+		// The legs' bodies are written from the body as it is edited to
+		// ask for a streamed answer's usage (--stream-usage).
+		p.edited = c.ask.Append(p.edited[:0], body)
+		p.client = p.edited
+	}
 	switch c.api {
 	case canon.Chat:
 		p.api = pd.Chat

@@ -283,6 +283,7 @@ func restartOnly(cur, next Config) []string {
 	diff("max-client-conns", cur.MaxClientConns != next.MaxClientConns)
 	diff("max-conns-per-backend", cur.MaxConnsPerBackend != next.MaxConnsPerBackend)
 	diff("preserve-host", cur.PreserveHost != next.PreserveHost)
+	diff("stream-usage", cur.StreamUsage != next.StreamUsage)
 	diff("api-keys", cur.APIKeys != next.APIKeys)
 	diff("backend-api-key", cur.BackendAPIKey != next.BackendAPIKey)
 	out = append(out, cur.Tracing.Restart(&next.Tracing)...)

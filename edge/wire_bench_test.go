@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 
@@ -210,14 +211,17 @@ func BenchmarkWire(b *testing.B) {
 	names, bs := pathBodies()
 	for _, model := range wireIOs() {
 		s := startWireProxy(b, backend, model)
-		for _, stream := range []bool{false, true} {
-			path := "/v1/chat/completions"
-			suffix := ""
-			if stream {
-				path += "?stream"
-				suffix = "/stream"
+		for _, kind := range []string{"", "stream", "plainstream"} {
+			path, suffix := "/v1/chat/completions", ""
+			if kind != "" {
+				// plainstream: the body asks for no usage, which kvca asks
+				// for and removes (--stream-usage).
+				path, suffix = path+"?stream", "/"+kind
 			}
 			for i, body := range bs {
+				if kind == "plainstream" {
+					body = append([]byte(`{"stream":true,`), body[1:]...)
+				}
 				b.Run(model+"/"+names[i]+suffix, func(b *testing.B) {
 					c := newWireClient(b, s, path, body)
 					c.do(b)
@@ -243,11 +247,20 @@ func TestWireNoAllocs(t *testing.T) {
 	names, bs := pathBodies()
 	for _, model := range wireIOs() {
 		s := startWireProxy(t, backend, model)
-		for _, path := range []string{"/v1/chat/completions", "/v1/chat/completions?stream"} {
+		// "&plain": the body streams without asking for usage, so kvca
+		// asks for it and removes the usage event (--stream-usage).
+		for _, path := range []string{"/v1/chat/completions", "/v1/chat/completions?stream", "/v1/chat/completions?stream&plain"} {
 			for i, body := range bs {
+				plain := strings.HasSuffix(path, "&plain")
+				if plain {
+					body = append([]byte(`{"stream":true,`), body[1:]...)
+				}
 				c := newWireClient(t, s, path, body)
 				for range 200 {
 					c.do(t)
+				}
+				if want := 5*len(wireEvent) + len(wireDone); plain && c.body != want {
+					t.Fatalf("%s %s: %d bytes relayed, want %d: the usage event stayed", path, names[i], c.body, want)
 				}
 				want := 0.0
 				if n := testing.AllocsPerRun(100, func() { c.do(t) }); n > want {

@@ -124,5 +124,6 @@ fi
 echo "sdk-node: running test.mjs on $(node --version) with openai $(node -p 'require("./node_modules/openai/package.json").version')" >&2
 KVCA_BASE_URL="http://127.0.0.1:$p_kvca/v1" \
 	KVCA_BROKEN_URL="http://127.0.0.1:$p_broken/v1" \
+	KVCA_ADMIN_URL="http://127.0.0.1:$p_admin" \
 	timeout 180 node --test --test-reporter=spec test.mjs
 status=0

@@ -6,6 +6,7 @@
 //                    (models "mock" and "mock-<name>")
 //   KVCA_BROKEN_URL  a second kvca's /v1 URL, in front of one engine that
 //                    cuts every stream after a few events
+//   KVCA_ADMIN_URL   the first kvca's admin listener (/admin/state, /metrics)
 //
 // Which engine answered is read from the response id: the mock prefixes its
 // ids with its name ("chatcmpl-e0-17"). Run with `node --test test.mjs`;
@@ -16,8 +17,9 @@ import OpenAI from 'openai';
 
 const baseURL = process.env.KVCA_BASE_URL;
 const brokenURL = process.env.KVCA_BROKEN_URL;
-if (!baseURL || !brokenURL) {
-  console.error('KVCA_BASE_URL and KVCA_BROKEN_URL must be set (run scripts/sdk-node.sh)');
+const adminURL = process.env.KVCA_ADMIN_URL;
+if (!baseURL || !brokenURL || !adminURL) {
+  console.error('KVCA_BASE_URL, KVCA_BROKEN_URL and KVCA_ADMIN_URL must be set (run scripts/sdk-node.sh)');
   process.exit(2);
 }
 
@@ -138,6 +140,60 @@ test('chat streaming: chunks accumulate into the whole answer, usage last', asyn
   checkAnswer(next);
   assert.equal(engineOf(next.id), engineOf(final.id), 'follow-up of a streamed turn changed engine');
   assert.ok(next.usage.prompt_tokens_details.cached_tokens > 0);
+});
+
+// checked sums kvca's cache checks over its backends (/admin/state): the
+// answers that reported cached tokens, and the tokens they reported.
+async function checked() {
+  const state = await (await fetch(`${adminURL}/admin/state`)).json();
+  let checks = 0;
+  let tokens = 0;
+  for (const b of state.backends) {
+    checks += b.cache_check.checks;
+    tokens += b.cache_check.engine_cached_tokens;
+  }
+  return { checks, tokens };
+}
+
+test('chat streaming without stream_options: no usage chunk, and kvca checks the engine count', async () => {
+  // The SDK's default: no stream_options. kvca asks the engine for usage
+  // (--stream-usage) and removes the usage chunk, so the client sees what
+  // the engine sends when not asked; kvca reads the cached tokens first.
+  const before = await checked();
+  const messages = [
+    { role: 'system', content: SYSTEM },
+    { role: 'user', content: 'Stream me a plain answer.' },
+  ];
+  const plain = async () => {
+    const stream = await chat(messages, { stream: true });
+    let chunks = 0;
+    let text = '';
+    let id;
+    for await (const chunk of stream) {
+      chunks++;
+      id = chunk.id;
+      assert.equal(chunk.usage ?? null, null, 'a usage chunk the client did not ask for');
+      assert.equal(chunk.choices.length, 1, 'a chunk without choices');
+      text += chunk.choices[0].delta?.content ?? '';
+    }
+    assert.equal(chunks, MAX_TOKENS + 1); // the role, then one per token
+    assert.equal(text.length, CONTENT_LEN);
+    return { id, text };
+  };
+  const first = await plain();
+  messages.push({ role: 'assistant', content: first.text }, { role: 'user', content: 'And then?' });
+  const second = await plain();
+  assert.equal(engineOf(second.id), engineOf(first.id), 'follow-up changed engine');
+
+  // The answers are booked after their last byte: wait a bounded time.
+  let after;
+  for (let i = 0; i < 50; i++) {
+    after = await checked();
+    if (after.checks >= before.checks + 2) break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  assert.equal(after.checks, before.checks + 2, 'the plain streams were not checked');
+  assert.ok(after.tokens > before.tokens, 'the follow-up reported no cached tokens to kvca');
 });
 
 test('tools: a tool-call conversation round-trips and stays on its engine', async () => {
