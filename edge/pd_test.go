@@ -533,3 +533,31 @@ func TestPickerNamesThePrefillWorker(t *testing.T) {
 	x.End(true)
 	idle(t, s)
 }
+
+// TestDecodeLegAsksUsage: a streamed request that did not ask for its
+// usage asks on its decode leg (--stream-usage), as an aggregated one
+// would; its prefill leg, not streamed, asks nothing.
+func TestDecodeLegAsksUsage(t *testing.T) {
+	t.Parallel()
+	f := startPD(t, false, 1, 1, nil)
+	var m map[string]any
+	_ = json.Unmarshal([]byte(longChat(70, 0, true)), &m)
+	delete(m, "stream_options")
+	b, _ := json.Marshal(m)
+	body := string(b)
+	resp, _ := f.chat(t, body)
+	if resp.StatusCode != 200 {
+		t.Fatal(resp.StatusCode)
+	}
+	pre, dec := f.prefillEvents(), f.decodeEvents()
+	if len(pre) != 1 || len(dec) != 1 {
+		t.Fatalf("legs %d %d", len(pre), len(dec))
+	}
+	if so, _ := dec[0].body["stream_options"].(map[string]any); so["include_usage"] != true || dec[0].body["kv_transfer_params"] == nil {
+		t.Errorf("decode leg %s", dec[0].raw)
+	}
+	if _, ok := pre[0].body["stream_options"]; ok {
+		t.Errorf("prefill leg %s", pre[0].raw)
+	}
+	waitPDIdle(t, f.s)
+}
