@@ -343,10 +343,19 @@ func (c *call) try() act {
 	s := c.s
 	for {
 		limited := s.adm.Limited()
+		if limited && c.attempt > 0 && s.adm.Candidates(&c.req).Empty() {
+			// Every backend the request may go to was tried: the retry
+			// rule answers (502, or 503 after a busy one), rather than the
+			// queue waiting for a backend it can never be granted.
+			limited = false
+		}
 		if limited {
 			tk := &c.tk
 			tk.Eligible = s.adm.Candidates(&c.req)
 			admit.Estimate(s.table, &c.req, tk)
+			if c.pd != nil {
+				c.pdTicket()
+			}
 			switch s.adm.Admit(tk) {
 			case admit.Queued:
 				c.qsince = c.now()

@@ -244,6 +244,15 @@ func (c *call) pdPlan(body []byte) error {
 	return nil
 }
 
+// pdTicket keeps the request's admission to its decode leg: the prefill
+// workers holding its prefix (where it was prefilled) are no backends its
+// ticket may wait for, since its decode leg cannot go there.
+func (c *call) pdTicket() {
+	tk := &c.tk
+	tk.Preferred.And(&tk.Eligible)
+	tk.Sharing.And(&tk.Eligible)
+}
+
 // pdPair follows the routing of the request's decode leg to c.u: it
 // chooses the prefill worker and whether there is a prefill leg, and
 // starts the legs. actSend: send the decode leg (its body c.sendBody());

@@ -272,8 +272,7 @@ func TestVLLMDecodeFailsOver(t *testing.T) {
 func TestVLLMClientLeavesDuringPrefill(t *testing.T) {
 	t.Parallel()
 	f := startPD(t, false, 1, 1, nil)
-	f.prefills[0].hold = make(chan struct{})
-	defer close(f.prefills[0].hold)
+	defer f.prefills[0].holdAnswers()()
 	conn := dialRaw(t, f.s)
 	sendChat(t, conn, longChat(6, 0, true))
 	testkit.WaitUntil(t, "the prefill leg at its worker", func() bool { return len(f.prefillEvents()) == 1 })
@@ -458,8 +457,7 @@ func TestSGLangDecodeFailureCancelsPrefill(t *testing.T) {
 func TestSGLangClientLeaves(t *testing.T) {
 	t.Parallel()
 	f := startPD(t, true, 1, 1, nil)
-	f.prefills[0].hold = make(chan struct{})
-	defer close(f.prefills[0].hold)
+	defer f.prefills[0].holdAnswers()()
 	conn := dialRaw(t, f.s)
 	sendChat(t, conn, longChat(9, 0, true))
 	testkit.WaitUntil(t, "both legs at their workers", func() bool {

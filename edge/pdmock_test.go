@@ -112,7 +112,7 @@ type pdWorker struct {
 	// the client leaves.
 	status atomic.Int32
 	drop   atomic.Bool
-	hold   chan struct{}
+	hold   atomic.Pointer[chan struct{}]
 	// holdFirst: a streamed answer sends its head at once and its first
 	// event only once released (a prefilling engine).
 	holdFirst chan struct{}
@@ -129,6 +129,16 @@ func newPDWorker(t *testing.T, rec *pdRec, name, role string, sglang bool) *pdWo
 	go func() { _ = w.srv.Serve(w.ln) }()
 	t.Cleanup(w.close)
 	return w
+}
+
+// holdAnswers holds the worker's answers until the returned release.
+func (w *pdWorker) holdAnswers() (release func()) {
+	ch := make(chan struct{})
+	w.hold.Store(&ch)
+	return func() {
+		w.hold.Store(nil)
+		close(ch)
+	}
 }
 
 func (w *pdWorker) url() string    { return "http://" + w.ln.Addr().String() }
@@ -171,9 +181,9 @@ func (w *pdWorker) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		answered(st)
 		return
 	}
-	if w.hold != nil {
+	if hold := w.hold.Load(); hold != nil {
 		select {
-		case <-w.hold:
+		case <-*hold:
 		case <-r.Context().Done():
 			gone()
 			return
