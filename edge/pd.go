@@ -693,6 +693,17 @@ func (c *call) appendPDRoute(dst []byte) []byte {
 	return append(dst, p.pu.b.Name...)
 }
 
+// PDCounts says how the routed requests of a disaggregated fleet ran so
+// far: through a prefill leg and a decode leg (split), or on a decode
+// worker alone (aggregated, whatever the reason).
+func (s *Server) PDCounts() (split, aggregated uint64) {
+	m := s.m.pd
+	for w := whyThreshold; w < numWhy; w++ {
+		aggregated += m.agg[w].Get()
+	}
+	return m.split.Get(), aggregated
+}
+
 func (s *Server) getPD() *pdCall {
 	p, _ := s.pds.Get().(*pdCall)
 	if p == nil {

@@ -109,6 +109,7 @@ func Flags() []cli.Flag {
 		&cli.GenericFlag{Name: "prefill-per-token", Value: cliflag.Duration(50 * time.Microsecond), Usage: "engine prefill cost per uncached token (before time-scale)", EnvVars: env("prefill-per-token")},
 		&cli.GenericFlag{Name: "decode-per-token", Value: cliflag.Duration(10 * time.Millisecond), Usage: "engine decode time per output token (before time-scale)", EnvVars: env("decode-per-token")},
 		&cli.StringFlag{Name: "engine-command", Usage: "run each engine as this `COMMAND` instead of a mock (split at spaces; " + PortPlaceholder + " becomes its port on 127.0.0.1, " + NamePlaceholder + " its name): any OpenAI-compatible server exporting vLLM's or SGLang's /metrics, e.g. an independent vLLM simulator; hit rate and load are read from its /metrics, its durations are its own (not scaled by --time-scale), --block-tokens should match its block size; the precise policy needs mocks", EnvVars: env("engine-command")},
+		&cli.IntFlag{Name: "pd-prefill", Usage: "a disaggregated fleet: the first N engines are prefill workers, the others decode workers (the proxy is given their roles; docs/disaggregation.md); 0: every engine aggregated", EnvVars: env("pd-prefill")},
 		&cli.StringFlag{Name: "engine-ready-path", Value: "/health", Usage: "with --engine-command: path polled until the engine answers 200", EnvVars: env("engine-ready-path")},
 
 		&cli.StringFlag{Name: "policies", Value: strings.Join(DefaultPolicies, ","), Usage: "comma-separated routing policies to compare", EnvVars: env("policies")},
@@ -198,6 +199,10 @@ func SpecFromCLI(c *cli.Context) (Spec, error) {
 		Timeout:         c.Duration("timeout"),
 		EngineCommand:   strings.Fields(c.String("engine-command")),
 		EngineReadyPath: c.String("engine-ready-path"),
+		PrefillEngines:  c.Int("pd-prefill"),
+	}
+	if s.Run.PrefillEngines < 0 || (s.Run.PrefillEngines > 0 && s.Run.PrefillEngines >= s.Run.Engines) {
+		return s, fmt.Errorf("--pd-prefill %d: a disaggregated fleet needs between 1 and --engines - 1 (%d) prefill workers", s.Run.PrefillEngines, s.Run.Engines-1)
 	}
 	if !c.Bool("quiet") {
 		s.Run.Progress = os.Stderr

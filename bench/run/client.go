@@ -24,6 +24,9 @@ type outcome struct {
 	// cached is the prompt tokens the engine found cached, from the
 	// stream's usage; -1 when it did not say.
 	cached int
+	// itl is a streamed answer's mean gap between its token events, from
+	// the first to the last (0: fewer than two).
+	itl time.Duration
 	// respID is a Responses API answer's id, which later turns continue.
 	respID []byte
 	// status is the HTTP status (0: none came), code the error's code when
@@ -107,6 +110,8 @@ func send(ctx context.Context, client *http.Client, base string, r *workload.Req
 	}
 	br := bufio.NewReaderSize(resp.Body, 16<<10)
 	first := true
+	var firstAt, lastAt time.Time
+	events := 0
 	for {
 		line, err := br.ReadSlice('\n')
 		long := err == bufio.ErrBufferFull
@@ -128,7 +133,18 @@ func send(ctx context.Context, client *http.Client, base string, r *workload.Req
 			payload = bytes.TrimSpace(payload)
 			if bytes.Equal(payload, donePayload) || bytes.Contains(payload, messageStop) || bytes.Contains(payload, responseDone) {
 				o.e2e = time.Since(due)
+				if events > 1 {
+					o.itl = lastAt.Sub(firstAt) / time.Duration(events-1)
+				}
 				return o
+			}
+			if bytes.Contains(payload, contentKey) {
+				if now := time.Now(); events == 0 {
+					firstAt, lastAt = now, now
+				} else {
+					lastAt = now
+				}
+				events++
 			}
 			if n, ok := cachedTokens(payload); ok {
 				o.cached = n
@@ -152,6 +168,10 @@ func send(ctx context.Context, client *http.Client, base string, r *workload.Req
 }
 
 var codeKey = []byte(`"code":"`)
+
+// contentKey marks an event carrying generated text (a chat delta's or a
+// completion's), as opposed to a role-only or usage-only event.
+var contentKey = []byte(`"content":"`)
 
 // errorCode is the "code" string of an OpenAI-style error body, or "".
 func errorCode(body []byte) string {

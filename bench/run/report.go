@@ -50,8 +50,18 @@ type Result struct {
 	HitRate                   float64  // token-weighted, from the engines
 	TTFTp50, TTFTp90, TTFTp99 time.Duration
 	E2Ep50, E2Ep99            time.Duration
-	Throughput                float64 // successful requests per second
-	Imbalance                 float64 // max/mean engine busy time
+	// ITLp50 and ITLp99 are percentiles over streamed answers of their
+	// mean inter-token latency: the time between their first and last
+	// token events over the gaps between them.
+	ITLp50, ITLp99 time.Duration
+	// PrefillHitRate is the prefill workers' own hit rate in a
+	// disaggregated fleet (-1: none); Split and Aggregated how the proxy
+	// says the requests ran (through both legs, or on a decode worker
+	// alone).
+	PrefillHitRate    float64
+	Split, Aggregated uint64
+	Throughput        float64 // successful requests per second
+	Imbalance         float64 // max/mean engine busy time
 	// FirstTurns counts answered first turns with a known shared prefix;
 	// ColdFirstTurns those of them whose engine had not cached it.
 	FirstTurns, ColdFirstTurns int
@@ -91,16 +101,22 @@ type jsonReport struct {
 }
 
 type jsonResult struct {
-	Policy        string  `json:"policy"`
-	HitRate       float64 `json:"hit_rate"`
-	TTFTp50       float64 `json:"ttft_p50_ms"`
-	TTFTp90       float64 `json:"ttft_p90_ms"`
-	TTFTp99       float64 `json:"ttft_p99_ms"`
-	E2Ep50        float64 `json:"e2e_p50_ms"`
-	E2Ep99        float64 `json:"e2e_p99_ms"`
-	ThroughputRPS float64 `json:"throughput_rps"`
-	Imbalance     float64 `json:"imbalance"`
-	Errors        int     `json:"errors"`
+	Policy  string  `json:"policy"`
+	HitRate float64 `json:"hit_rate"`
+	TTFTp50 float64 `json:"ttft_p50_ms"`
+	TTFTp90 float64 `json:"ttft_p90_ms"`
+	TTFTp99 float64 `json:"ttft_p99_ms"`
+	E2Ep50  float64 `json:"e2e_p50_ms"`
+	E2Ep99  float64 `json:"e2e_p99_ms"`
+	ITLp50  float64 `json:"itl_p50_ms,omitempty"`
+	ITLp99  float64 `json:"itl_p99_ms,omitempty"`
+	// PrefillHitRate and the legs are a disaggregated fleet's.
+	PrefillHitRate *float64 `json:"prefill_hit_rate,omitempty"`
+	Split          uint64   `json:"disaggregated,omitempty"`
+	Aggregated     uint64   `json:"aggregated,omitempty"`
+	ThroughputRPS  float64  `json:"throughput_rps"`
+	Imbalance      float64  `json:"imbalance"`
+	Errors         int      `json:"errors"`
 	// PredictedHitRate is omitted when the proxy cannot tell.
 	PredictedHitRate  *float64 `json:"predicted_hit_rate,omitempty"`
 	CapacityEvictions uint64   `json:"capacity_evictions,omitempty"`
@@ -127,6 +143,12 @@ func (r *Report) WriteJSON(w io.Writer) error {
 			E2Ep50: ms(res.E2Ep50), E2Ep99: ms(res.E2Ep99),
 			ThroughputRPS: round(res.Throughput, 3), Imbalance: round(res.Imbalance, 4), Errors: res.Errors,
 			CapacityEvictions: res.CapacityEvictions,
+			ITLp50:            ms(res.ITLp50), ITLp99: ms(res.ITLp99),
+			Split: res.Split, Aggregated: res.Aggregated,
+		}
+		if res.PrefillHitRate >= 0 {
+			v := round(res.PrefillHitRate, 6)
+			jr.PrefillHitRate = &v
 		}
 		if res.Predicted >= 0 {
 			v := round(res.Predicted, 6)
@@ -181,6 +203,17 @@ func (r *Report) WriteTable(w io.Writer) {
 		if res.CPUMeasure != "" {
 			fmt.Fprintf(w, "CPU/req: %s\n", res.CPUMeasure)
 			break
+		}
+	}
+	for _, res := range r.Results {
+		if res.ITLp50 > 0 {
+			fmt.Fprintf(w, "%s: inter-token latency p50 %s, p99 %s (each streamed answer's mean gap between token events)\n", res.Policy, fmtDur(res.ITLp50), fmtDur(res.ITLp99))
+		}
+	}
+	for _, res := range r.Results {
+		if res.PrefillHitRate >= 0 {
+			fmt.Fprintf(w, "%s: prefill workers' hit rate %.1f%%; %d requests through a prefill and a decode leg, %d on a decode worker alone\n",
+				res.Policy, 100*res.PrefillHitRate, res.Split, res.Aggregated)
 		}
 	}
 	writeCold(w, r)

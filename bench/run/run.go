@@ -96,6 +96,20 @@ type Options struct {
 	// default 60s.
 	EngineReadyPath    string
 	EngineStartTimeout time.Duration
+
+	// PrefillEngines, when positive, makes the fleet disaggregated: the
+	// first PrefillEngines engines are given to the proxy as prefill
+	// workers (URL#role=prefill), the others as decode workers
+	// (URL#role=decode), and the report gives the prefill workers' hit
+	// rate apart.
+	PrefillEngines int
+}
+
+// PDReporter is implemented by proxies that can tell how the requests of a
+// disaggregated fleet ran: through a prefill leg and a decode leg (split),
+// or on a decode worker alone (aggregated).
+type PDReporter interface {
+	PDCounts() (split, aggregated uint64)
 }
 
 func (o *Options) defaults() {
@@ -204,6 +218,11 @@ func runPolicy(ctx context.Context, w *workload.Workload, opt Options, policy st
 			mocks = append(mocks, m)
 		}
 		backends[i] = engines[i].URL()
+		if n := opt.PrefillEngines; n > 0 && i < n {
+			backends[i] += "#role=prefill"
+		} else if n > 0 {
+			backends[i] += "#role=decode"
+		}
 	}
 	var proxy Proxy
 	var err error
@@ -341,20 +360,31 @@ loop:
 	if bp, ok := proxy.(BackendPredictor); ok {
 		res.PredictedPerEngine = bp.PredictedPerBackend()
 	}
-	var hit, query uint64
+	var hit, query, phit, pquery uint64
 	var busy []time.Duration
-	for _, e := range engines {
+	for i, e := range engines {
 		st := e.Stats()
 		res.EngineStats = append(res.EngineStats, st)
 		hit += st.HitTokens
 		query += st.QueryTokens
 		busy = append(busy, st.BusyTime)
+		if i < opt.PrefillEngines {
+			phit += st.HitTokens
+			pquery += st.QueryTokens
+		}
 	}
 	if query > 0 {
 		res.HitRate = float64(hit) / float64(query)
 	}
+	res.PrefillHitRate = -1
+	if pquery > 0 {
+		res.PrefillHitRate = float64(phit) / float64(pquery)
+	}
+	if pr, ok := proxy.(PDReporter); ok && opt.PrefillEngines > 0 {
+		res.Split, res.Aggregated = pr.PDCounts()
+	}
 	res.Imbalance = imbalance(busy)
-	var ttft, e2e []time.Duration
+	var ttft, e2e, itl []time.Duration
 	var firstSend, lastDone time.Time
 	ok := 0
 	for _, o := range outcomes {
@@ -368,6 +398,9 @@ loop:
 		ok++
 		ttft = append(ttft, o.ttft)
 		e2e = append(e2e, o.e2e)
+		if o.itl > 0 {
+			itl = append(itl, o.itl)
+		}
 		if firstSend.IsZero() || o.sent.Before(firstSend) {
 			firstSend = o.sent
 		}
@@ -382,6 +415,8 @@ loop:
 	res.TTFT = ttft
 	res.TTFTp50, res.TTFTp90, res.TTFTp99 = pct(ttft, 0.50), pct(ttft, 0.90), pct(ttft, 0.99)
 	res.E2Ep50, res.E2Ep99 = pct(e2e, 0.50), pct(e2e, 0.99)
+	sortDurations(itl)
+	res.ITLp50, res.ITLp99 = pct(itl, 0.50), pct(itl, 0.99)
 	if span := lastDone.Sub(firstSend); ok > 0 && span > 0 {
 		res.Throughput = float64(ok) / span.Seconds()
 	}

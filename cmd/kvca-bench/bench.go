@@ -56,6 +56,8 @@ func proxyFlags() []cli.Flag {
 		&cli.GenericFlag{Name: "queue-holder-wait", Value: cliflag.Duration(d.Admission.QueueHolderWait), Usage: "proxy: how long a follow-up waits for a holder of its prefix (before --time-scale)", EnvVars: env("queue-holder-wait")},
 		&cli.IntFlag{Name: "queue-starvation-limit", Value: d.Admission.QueueStarvationLimit, Usage: "proxy: grants to higher classes a waiting class may be passed over by in a row", EnvVars: env("queue-starvation-limit")},
 		&cli.BoolFlag{Name: "queue-engine-aware", Usage: "proxy: lower a backend's admission limit while its engine reports a queue", EnvVars: env("queue-engine-aware")},
+		&cli.StringFlag{Name: "pd-protocol", Value: d.PD.Protocol, Usage: "proxy: with --pd-prefill, how the legs speak to the workers (vllm or sglang)", EnvVars: env("pd-protocol")},
+		&cli.IntFlag{Name: "pd-threshold", Value: d.PD.Threshold, Usage: "proxy: with --pd-prefill, run a request aggregated on a decode worker when fewer of its prompt tokens than this are uncached on its prefill worker", EnvVars: env("pd-threshold")},
 	}, sched.TTFTFlags(env)...)
 }
 
@@ -72,6 +74,9 @@ const (
 type benchProxy struct{ s *edge.Server }
 
 func (p benchProxy) URL() string { return "http://" + p.s.Addr() }
+
+// PDCounts says how the requests of a disaggregated fleet ran.
+func (p benchProxy) PDCounts() (split, aggregated uint64) { return p.s.PDCounts() }
 
 // Predicted is the share of the CBR blocks routed that the scheduler
 // believed cached on the backend it chose.
@@ -206,7 +211,8 @@ func proxyFactory(c *cli.Context, timeScale float64) run.ProxyFactory {
 				"--queue-starvation-limit", strconv.Itoa(c.Int("queue-starvation-limit")), "--queue-high-reserve", strconv.Itoa(c.Int("queue-high-reserve")),
 				"--queue-tenant-reserve", strconv.Itoa(c.Int("queue-tenant-reserve")), "--queue-high-pool", strconv.Itoa(c.Int("queue-high-pool")),
 				"--queue-high-preempts="+strconv.FormatBool(c.Bool("queue-high-preempts")),
-				"--queue-engine-aware="+strconv.FormatBool(c.Bool("queue-engine-aware")))
+				"--queue-engine-aware="+strconv.FormatBool(c.Bool("queue-engine-aware")),
+				"--pd-protocol", c.String("pd-protocol"), "--pd-threshold", strconv.Itoa(c.Int("pd-threshold")))
 			for _, b := range backends {
 				argv = append(argv, "--backend", b)
 			}
@@ -246,6 +252,7 @@ func proxyFactory(c *cli.Context, timeScale float64) run.ProxyFactory {
 		cfg.Admission.QueueHighPreempts = c.Bool("queue-high-preempts")
 		cfg.Admission.QueueStarvationLimit = c.Int("queue-starvation-limit")
 		cfg.Admission.QueueEngineAware = c.Bool("queue-engine-aware")
+		cfg.PD = edge.PDSettings{Protocol: c.String("pd-protocol"), Threshold: c.Int("pd-threshold")}
 		if n := c.Int("replicas"); n > 1 {
 			return startReplicas(cfg, n, !c.Bool("no-cluster"))
 		}
