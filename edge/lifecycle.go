@@ -17,8 +17,9 @@ import (
 //	received(body)     → actReply | actAnswer | actModels | actPlan | actTry
 //	plan(body)         → canon and chain (the transport may run it off its loop)
 //	planned(err)       → actReply | actTry                            planned
-//	try()              → actReply | actQueued | actSend                   queued, attempting
+//	try()              → actReply | actQueued | actSend | actPrefill      queued, attempting
 //	admitted(seq)      → as try (actNone: a stale wake)
+//	legDone(leg)       → a prefill leg ended (pd.go): actSend | actPrefill | actReply | actNone
 //	retry(res, stale)  → actReplay | actTry | actReply: the retry rule
 //	head(status, …)    → actRelay (headers to add) | as retry              answering
 //	bodyBegun, Data    → the first byte; usage and ids read in passing

@@ -141,10 +141,13 @@ type pdCall struct {
 	noRetry  bool // the last prefill answer refused the request itself: no other prefill worker will differ
 	header   bool // picker: the prefill worker goes in x-prefiller-host-port
 	uncached int  // prompt tokens estimated uncached on the prefill worker
+	// plast is when the prefill worker last used the prefix predicted
+	// there (table ms, -1: none), for its answer's cache check.
+	plast int64
 }
 
 func (p *pdCall) reset() {
-	*p = pdCall{pbody: p.pbody[:0], params: p.params[:0], body: p.body[:0], edited: p.edited[:0], last: -1}
+	*p = pdCall{pbody: p.pbody[:0], params: p.params[:0], body: p.body[:0], edited: p.edited[:0], last: -1, plast: -1}
 }
 
 // legOwner is the transport of a request whose prefill leg runs: legEnded
@@ -333,6 +336,9 @@ func (c *call) pdPickPrefill() bool {
 	}
 	p.pu = fl.ups[i]
 	p.cachedP, p.novelP = p.pdec.Cached, p.pdec.Novel
+	if s.cfg.Routing.CacheCheck {
+		p.plast = fl.sched.LastAccess(&p.preq, &p.pdec)
+	}
 	bpt, _ := s.cal.BytesPerTokenOf(c.info.Model)
 	p.uncached = int(float64(max(c.info.CBRLen-p.pdec.Cached*s.cfg.Table.BlockSize, 0)) / max(bpt, 0.25))
 	return true
@@ -560,6 +566,9 @@ func (c *call) legEnded(leg *pdLeg) bool {
 		if len(c.req.Chain) > 0 {
 			s.learned(c.req.Chain, u.b.Index, c.req.Now)
 		}
+		if s.cfg.Routing.CacheCheck && !p.sglang {
+			c.pdCheck(leg.answer, at)
+		}
 	}
 	p.pres.ReleaseActiveAt(leg.start.Add(leg.dur))
 	s.adm.DoneLeg(&p.pslot)
@@ -568,6 +577,37 @@ func (c *call) legEnded(leg *pdLeg) bool {
 		p.noRetry = out == legRefused
 	}
 	return out == legOK
+}
+
+// pdCheck holds a vLLM prefill answer's cached-token count against the
+// blocks predicted cached on its prefill worker, as an aggregated answer's
+// is held against its backend's (checkCached): the prefill workers' cache
+// is the one prefixes are routed by.
+func (c *call) pdCheck(answer []byte, at time.Time) {
+	s, p := c.s, c.pd
+	prompt, cached, ok := pd.Usage(answer)
+	if !ok {
+		return
+	}
+	bpt := 0.0
+	if prompt > 0 && c.info.CBRLen > 0 {
+		bpt = float64(c.info.CBRLen) / float64(prompt)
+	}
+	if bpt < 0.25 || bpt > 64 {
+		bpt, _ = s.cal.BytesPerTokenOf(c.info.Model)
+	}
+	bs := float64(s.cfg.Table.BlockSize)
+	pred := p.cachedP
+	s.fleet().sched.CheckCached(p.pu.b, sched.Check{
+		PredictedBlocks: pred,
+		ReportedBlocks:  int(float64(cached) * bpt / bs),
+		PredictedTokens: int64(float64(pred) * bs / bpt),
+		ReportedTokens:  cached,
+		PromptTokens:    prompt,
+		Tolerance:       sched.Tolerance(pred, bpt, s.cfg.Table.BlockSize, engineBlockTokens),
+		LastAccess:      p.plast,
+		Now:             s.tableNow(at),
+	}, at)
 }
 
 // pdPrefillAgain follows a failed prefill leg: another prefill worker

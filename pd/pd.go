@@ -169,3 +169,20 @@ func set(o *fastjson.Object, k string, v *fastjson.Value) {
 	del(o, k)
 	o.Set(k, v)
 }
+
+// Usage reads a JSON answer's prompt tokens and the cached tokens its
+// engine reports (usage.prompt_tokens_details.cached_tokens); ok is false
+// when it reports no cached tokens.
+func Usage(answer []byte) (prompt, cached int64, ok bool) {
+	var p fastjson.Parser
+	v, err := p.ParseBytes(answer)
+	if err != nil {
+		return 0, 0, false
+	}
+	u := v.Get("usage")
+	c := u.Get("prompt_tokens_details", "cached_tokens")
+	if c == nil || c.Type() != fastjson.TypeNumber {
+		return 0, 0, false
+	}
+	return u.GetInt64("prompt_tokens"), c.GetInt64(), true
+}

@@ -233,3 +233,19 @@ func FuzzBodies(f *testing.F) {
 		}
 	})
 }
+
+func TestUsage(t *testing.T) {
+	t.Parallel()
+	for answer, want := range map[string][3]int64{
+		`{"usage":{"prompt_tokens":120,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":96}}}`: {120, 96, 1},
+		`{"usage":{"prompt_tokens":120}}`:                            {0, 0, 0},
+		`{"usage":{"prompt_tokens_details":{"cached_tokens":null}}}`: {0, 0, 0},
+		`not json`: {0, 0, 0},
+		`{"usage":{"prompt_tokens_details":{"cached_tokens":0},"prompt_tokens":7}}`: {7, 0, 1},
+	} {
+		p, c, ok := Usage([]byte(answer))
+		if got := [3]int64{p, c, map[bool]int64{true: 1}[ok]}; got != want {
+			t.Errorf("%s: %v, want %v", answer, got, want)
+		}
+	}
+}
