@@ -367,6 +367,7 @@ func TestSGLangPrefillFailureCancelsDecode(t *testing.T) {
 	t.Parallel()
 	f := startPD(t, true, 2, 1, nil)
 	f.prefills[0].drop.Store(true)
+	f.prefills[0].pairedFail.Store(true) // the decode leg reached its worker first
 	for id := range 4 {
 		resp, out := f.chat(t, longChat(30+id, 0, id%2 == 0))
 		if resp.StatusCode != 200 {
@@ -408,6 +409,7 @@ func TestSGLangDecodeFailureCancelsPrefill(t *testing.T) {
 	t.Parallel()
 	f := startPD(t, true, 1, 2, nil)
 	f.decodes[0].status.Store(503)
+	f.decodes[0].pairedFail.Store(true) // the prefill leg reached its worker first
 	for id := range 4 {
 		resp, out := f.chat(t, longChat(40+id, 0, true))
 		if resp.StatusCode != 200 {
@@ -437,6 +439,7 @@ func TestSGLangDecodeFailureCancelsPrefill(t *testing.T) {
 
 	f.decodes[0].status.Store(500)
 	f.decodes[1].status.Store(500)
+	f.decodes[1].pairedFail.Store(true)
 	resp, _ := f.chat(t, longChat(49, 0, false))
 	if resp.StatusCode != 500 {
 		t.Fatalf("answer %d, want the decode worker's 500", resp.StatusCode)

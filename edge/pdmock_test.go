@@ -112,6 +112,10 @@ type pdWorker struct {
 	// the client leaves.
 	status atomic.Int32
 	drop   atomic.Bool
+	// pairedFail: with SGLang, a fault (status, drop) strikes only once
+	// the room's other leg has arrived (a worker failing after the pair
+	// met, so that the test sees both legs).
+	pairedFail atomic.Bool
 	hold   atomic.Pointer[chan struct{}]
 	// holdFirst: a streamed answer sends its head at once and its first
 	// event only once released (a prefilling engine).
@@ -168,6 +172,22 @@ func (w *pdWorker) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 			return true
 		default:
 			return false
+		}
+	}
+	if (w.drop.Load() || w.status.Load() != 0) && w.pairedFail.Load() && w.sglang && e.body["bootstrap_room"] != nil {
+		// Waits for the other leg without telling it this one came: a
+		// failing worker does no part of the pair's work.
+		rm := w.rec.room(fmt.Sprint(e.body["bootstrap_room"]))
+		other := rm.prefill
+		if isPrefillLeg(e.body, w.sglang, w.role) {
+			other = rm.decode
+		}
+		select {
+		case <-other:
+		case <-r.Context().Done():
+			gone()
+			return
+		case <-time.After(pdWait):
 		}
 	}
 	if w.drop.Load() {
