@@ -15,6 +15,7 @@ const MaxBackends = 256
 type Set [MaxBackends / 64]uint64
 
 func (s *Set) Add(b int)     { s[b>>6] |= 1 << (b & 63) }
+func (s *Set) Remove(b int)  { s[b>>6] &^= 1 << (b & 63) }
 func (s Set) with(b int) Set { s.Add(b); return s }
 func (s Set) Has(b int) bool { return s[b>>6]&(1<<(b&63)) != 0 }
 func (s Set) Empty() bool    { return s[0]|s[1]|s[2]|s[3] == 0 }

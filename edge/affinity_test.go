@@ -278,3 +278,97 @@ func heldOn(s *Server, ch []uint64, b int) bool {
 	_, ok := s.table.LastAccess(ch[len(ch)-1], b, s.table.Now())
 	return ok
 }
+
+// turnBody is turn n (0-based) of conversation id in api's shape, the
+// history re-sent as clients do, under one user value for every
+// conversation.
+func turnBody(api string, id, n int) string {
+	var items []map[string]any
+	for i := 0; i <= n; i++ {
+		items = append(items, map[string]any{"role": "user", "content": fmt.Sprintf("conversation %d question %d: tell me about the number %d, at length and with examples", id, i, i*7+id)})
+		if i < n {
+			items = append(items, map[string]any{"role": "assistant", "content": fmt.Sprintf("answer %d for conversation %d: it is a number with properties", i, id)})
+		}
+	}
+	body := map[string]any{"model": "m", "user": "tenant-a"}
+	switch api {
+	case "messages":
+		body["system"], body["messages"], body["max_tokens"] = "You are the kvca test suite's assistant.", items, 64
+		delete(body, "user")
+		body["metadata"] = map[string]any{"user_id": "tenant-a"}
+	case "responses":
+		body["instructions"], body["input"] = "You are the kvca test suite's assistant.", items
+	default:
+		body["messages"] = append([]map[string]any{{"role": "system", "content": "You are the kvca test suite's assistant."}}, items...)
+	}
+	raw, _ := json.Marshal(body)
+	return string(raw)
+}
+
+// TestFollowupsStayOnAnIdleFleet: 12 conversations at once on 4 backends
+// that answer in milliseconds, 4 turns each, all under one user value:
+// every follow-up goes back to the backend of its conversation's first
+// turn, under kvca-cost and kvca, for chat, Messages and Responses
+// bodies. Far below any backend's capacity no load moves a conversation,
+// and a shared user value binds none of them.
+func TestFollowupsStayOnAnIdleFleet(t *testing.T) {
+	t.Parallel()
+	paths := map[string]string{"chat": "/v1/chat/completions", "messages": "/v1/messages", "responses": "/v1/responses"}
+	for _, policy := range []string{"kvca-cost", "kvca"} {
+		for api, path := range paths {
+			t.Run(policy+"/"+api, func(t *testing.T) {
+				t.Parallel()
+				var bs []*testBackend
+				for i := range 4 {
+					b := newTestBackend(t, fmt.Sprint("b", i))
+					b.delay = 3 * time.Millisecond
+					bs = append(bs, b)
+				}
+				s := startProxy(t, func(c *Config) { c.Routing.Policy = policy }, bs...)
+				waitServing(t, s, "m", 4)
+				var wg sync.WaitGroup
+				errs := make(chan error, 12*4)
+				homes := make([]string, 12)
+				for id := range 12 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for n := 0; n < 4; n++ {
+							req, _ := http.NewRequest(http.MethodPost, "http://"+s.Addr()+path, strings.NewReader(turnBody(api, id, n)))
+							req.Header.Set("Content-Type", "application/json")
+							resp, err := client.Do(req)
+							if err != nil {
+								errs <- err
+								return
+							}
+							resp.Body.Close()
+							got := backendOf(resp)
+							switch {
+							case resp.StatusCode != 200:
+								errs <- fmt.Errorf("conversation %d turn %d: status %d", id, n, resp.StatusCode)
+								return
+							case n == 0:
+								homes[id] = got
+							case got != homes[id]:
+								errs <- fmt.Errorf("conversation %d turn %d went to %s, its history is on %s", id, n, got, homes[id])
+							}
+						}
+					}()
+				}
+				wg.Wait()
+				close(errs)
+				for err := range errs {
+					t.Error(err)
+				}
+				spread := map[string]int{}
+				for _, h := range homes {
+					spread[h]++
+				}
+				if len(spread) < 3 {
+					t.Errorf("12 conversations under one user landed on %v", spread)
+				}
+				waitIdle(t, s)
+			})
+		}
+	}
+}

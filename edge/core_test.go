@@ -309,8 +309,8 @@ func TestRouteClaimsASession(t *testing.T) {
 }
 
 // TestBindConversation: which key names a request's conversation
-// (prompt_cache_key, then a session header, then user), what it is bound
-// to, and a Responses continuation pinned to its producer.
+// (prompt_cache_key, then a session header; user names none), what it is
+// bound to, and a Responses continuation pinned to its producer.
 func TestBindConversation(t *testing.T) {
 	t.Parallel()
 	msgs := `"messages":[{"role":"user","content":"hello there, tell me a story about a cat please"}]`
@@ -319,7 +319,7 @@ func TestBindConversation(t *testing.T) {
 		key                     string // the session key that wins ("" for none)
 	}{
 		{"none", "chat", `{"model":"m",` + msgs + `}`, "", ""},
-		{"user", "chat", `{"model":"m","user":"alice",` + msgs + `}`, "", "user:alice"},
+		{"user is not a session", "chat", `{"model":"m","user":"alice",` + msgs + `}`, "", ""},
 		{"header over user", "chat", `{"model":"m","user":"alice",` + msgs + `}`, "X-Session-Id: h1\r\n", "h1"},
 		{"second header", "chat", `{"model":"m",` + msgs + `}`, "Session_id: h2\r\n", "h2"},
 		{"cache key over header", "chat", `{"model":"m","prompt_cache_key":"pck",` + msgs + `}`, "X-Session-Id: h1\r\n", "pck"},
@@ -342,8 +342,9 @@ func TestBindConversation(t *testing.T) {
 			var want uint64
 			switch {
 			case tc.key == "":
-			case tc.key == "user:alice":
-				want = c.info.UserKey
+				if c.info.UserKey == 0 && strings.Contains(tc.body, `"user":"alice"`) {
+					t.Fatal("the plan read no user")
+				}
 			case tc.key == "pck":
 				want = c.info.CacheKey
 			default:
@@ -380,10 +381,10 @@ func TestBindConversation(t *testing.T) {
 		var h h1.Request
 		h.Reset()
 		h1.ParseRequest(head, &h)
-		// Unknown id: an ordinary request, its user its session.
+		// Unknown id: an ordinary request; its user names no session.
 		c.hdr = &h1Header{h: &h, b: &head}
 		s.bindConversation(c)
-		if c.req.Pin || c.req.Bound != 0 || c.session != c.info.UserKey {
+		if c.req.Pin || c.req.Bound != 0 || c.session != 0 {
 			t.Fatalf("unknown id: pin %v bound %d session %x", c.req.Pin, c.req.Bound, c.session)
 		}
 		s.threads.Bind(s.canon.HashSessionKey([]byte("resp_1")), 1, c.req.Now)

@@ -324,8 +324,11 @@ func (s *Server) overQuota(c *call, cbrLen int) (reply, bool) {
 // bindConversation applies what the request says of its conversation: a
 // Responses continuation (previous_response_id) must go to the backend
 // that produced that response, which alone may store it; a named session
-// (prompt_cache_key, a session header, user) prefers its backend where
-// the prefix says nothing yet.
+// (prompt_cache_key, a session header) prefers its backend where the
+// prefix says nothing yet. The end user's id (user, safety_identifier,
+// metadata.user_id) names no conversation: one user has many, and
+// applications put a tenant or a service name there, so it binds nothing
+// and its conversations are placed as if they had no key.
 func (s *Server) bindConversation(c *call) {
 	now := c.req.Now
 	if id := c.info.PreviousResponseID; len(id) > 0 {
@@ -342,9 +345,6 @@ func (s *Server) bindConversation(c *call) {
 				break
 			}
 		}
-	}
-	if c.session == 0 {
-		c.session = c.info.UserKey
 	}
 	if c.session != 0 {
 		if be, ok := s.sessions.Lookup(c.session, now); ok {
@@ -669,14 +669,46 @@ func (s *Server) learned(chain []uint64, backend int, at int64) {
 	}
 }
 
-// resetBackend drops a backend's locations (its cache is gone) and tells
-// the peers.
+// resetBackend drops a backend's locations (its cache is gone), bumps its
+// generation and tells the peers, unconditionally (ResetBackend).
 func (s *Server) resetBackend(i int) uint32 {
-	gen := s.forgetSlot(i)
-	if s.peer != nil {
+	gen, _ := s.restarted(i, time.Time{})
+	return gen
+}
+
+// restarted resets backend i for a restart of its engine that a detector
+// places at or after since, unless the backend was already reset at or
+// after since. The two detectors, the health check (the backend comes back
+// from unhealthy) and engine telemetry (a later process start time,
+// counters gone back), often see the same restart, in either order; it
+// must move the generation once, and two restarts twice.
+//
+// The rule: a reset at R drops every location learned before R, so when
+// the engine's current process started at or before the last reset the
+// table holds nothing of its predecessor's, and resetting for it again
+// would count one restart twice. Each detector says when the restart it
+// saw happened, as closely as it knows:
+//
+//   - telemetry: when the new process started (telemetry.restartInstant).
+//     The health check re-admits a backend once its new process answers,
+//     so after that process started: telemetry's later detection of the
+//     same restart finds that reset and changes nothing, while a process
+//     that started after the last reset (another restart) resets again.
+//   - the health check: when it last had the backend up (aliveAt); the
+//     outage began after that. A reset since then was made by telemetry on
+//     reading a process that answered after the outage began, and accounts
+//     for it. Should yet another restart follow that reading, its process
+//     starts after that reset, and telemetry resets for it in turn.
+//
+// A zero since always resets (ResetBackend, a reload taking the slot, a
+// backend the health check never had up). The peers are told of a reset
+// made. It returns the generation in force and whether it moved.
+func (s *Server) restarted(i int, since time.Time) (uint32, bool) {
+	gen, bumped := s.reset(i, since)
+	if bumped && s.peer != nil {
 		s.peer.Reset(i, gen)
 	}
-	return gen
+	return gen, bumped
 }
 
 // forgetSlot drops slot i's locations and bumps its generation without
@@ -684,9 +716,31 @@ func (s *Server) resetBackend(i int) uint32 {
 // configuration (or the slot a new one takes) lost no cache, and the
 // replicas that still send it traffic keep what they know of it.
 func (s *Server) forgetSlot(i int) uint32 {
-	gen := s.table.Reset(i)
-	s.backendReset(i, gen)
+	gen, _ := s.reset(i, time.Time{})
 	return gen
+}
+
+// reset drops slot i's locations and bumps its generation, unless since is
+// set and the slot was reset at or after since (restarted); it records
+// when, runs the OnBackendReset hooks, and returns the generation in force
+// and whether it moved.
+func (s *Server) reset(i int, since time.Time) (uint32, bool) {
+	s.resetMu.Lock()
+	for len(s.resetAt) <= i {
+		s.resetAt = append(s.resetAt, time.Time{})
+	}
+	if last := s.resetAt[i]; !since.IsZero() && !last.IsZero() && !last.Before(since) {
+		gen := s.table.Generation(i)
+		s.resetMu.Unlock()
+		return gen, false
+	}
+	// Taken before the bump: every location learned before it carries
+	// the old generation.
+	s.resetAt[i] = time.Now()
+	gen := s.table.Reset(i)
+	s.resetMu.Unlock()
+	s.backendReset(i, gen)
+	return gen, true
 }
 
 // connFailure books a failed connection attempt on u.

@@ -95,6 +95,12 @@ type Server struct {
 	disc         *discovery   // --discovery-interval
 	scraping     bool         // engine telemetry runs (--engine-metrics)
 	scrapeClient *http.Client // the scrapers' client
+
+	// resetMu makes deciding on a backend reset and making it one step;
+	// resetAt holds, by slot, when its generation was last bumped (zero:
+	// never). See restarted.
+	resetMu sync.Mutex
+	resetAt []time.Time
 }
 
 // Peer shares what this replica learns with other replicas. Its methods

@@ -53,12 +53,28 @@ func (s *Server) scraperConfig(tokens int64) telemetry.Config {
 		Interval:    s.cfg.Telemetry.EngineMetricsInterval,
 		Client:      s.scrapeClient,
 		Logger:      s.log,
-		OnRestart:   func(i int) { s.resetBackend(i) },
+		OnRestart:   s.engineRestarted,
 		OnSignals:   s.adm.AdaptToEngine,
 		Table:       s.table,
 		BlockSize:   s.cfg.Table.BlockSize,
 		Calibrator:  s.cal,
 		CacheTokens: []int64{tokens},
+	}
+}
+
+// engineRestarted resets backend i, whose engine telemetry saw a process
+// that started at started, unless that restart is already accounted for
+// (restarted): the health check re-admitted the backend since.
+func (s *Server) engineRestarted(i int, started time.Time) {
+	gen, bumped := s.restarted(i, started)
+	name := ""
+	if bs := s.fleet().sched.Backends; i < len(bs) {
+		name = bs[i].Name
+	}
+	if bumped {
+		s.log.Info("engine restart: its locations are reset", "backend", name, "generation", gen)
+	} else {
+		s.log.Info("engine restart already accounted for: the backend was reset since it started", "backend", name, "generation", gen)
 	}
 }
 

@@ -39,6 +39,13 @@ type upstream struct {
 	fails        atomic.Int32
 	ejections    atomic.Int32
 	ejectedUntil atomic.Int64 // unix ns
+	// aliveAt (unix ns; 0: never) is the last instant the health check
+	// had the backend up: once a passing probe was handled (after any
+	// reset that probe made), or, without active checks, when passive
+	// health ejected it (its requests were answered until a few failed
+	// connections before). An outage the backend is re-admitted from
+	// began after it (Server.restarted).
+	aliveAt atomic.Int64
 	// wake nudges the health loop when passive health ejects the backend.
 	wake chan struct{}
 	// models the backend serves; nil until known.
@@ -162,6 +169,10 @@ func (u *upstream) failed(threshold int, s *Server) {
 	n := u.ejections.Add(1)
 	cool := time.Second << min(n-1, 6) // 1 s … 64 s
 	u.ejectedUntil.Store(time.Now().Add(cool).UnixNano())
+	if s.cfg.HealthInterval <= 0 {
+		// Its requests were answered until a few failures ago.
+		u.aliveAt.Store(time.Now().UnixNano())
+	}
 	if !s.setHealth(u, false, "passive: consecutive connection failures") {
 		u.ejections.Add(-1) // another request ejected it first
 		return
@@ -219,6 +230,9 @@ func (s *Server) healthLoop(ctx context.Context, u *upstream) {
 			if err := u.probe(s.cfg.HealthPath, timeout); err == nil {
 				probeFails = 0
 				s.setHealth(u, true, "active: "+s.cfg.HealthPath+" passed")
+				// After setHealth: a reset it made must not count for an
+				// outage that follows this probe.
+				u.aliveAt.Store(time.Now().UnixNano())
 			} else if probeFails++; probeFails >= 2 || !u.b.Healthy() {
 				s.setHealth(u, false, "active: "+s.cfg.HealthPath+" failed: "+err.Error())
 			}
@@ -238,14 +252,21 @@ func (s *Server) healthLoop(ctx context.Context, u *upstream) {
 
 // setHealth records a health decision. A backend that comes back is
 // presumed to have lost its KV cache: its locations are dropped and its
-// generation bumped: kvca can no longer vouch for its cache.
+// generation bumped: kvca can no longer vouch for its cache. If engine
+// telemetry already reset it for the restart that took it down (a reset
+// since the health check last found it up), that restart is not counted
+// twice (restarted).
 func (s *Server) setHealth(u *upstream, healthy bool, why string) bool {
 	if !u.b.SetHealthy(healthy) {
 		return false
 	}
 	if healthy {
-		gen := s.resetBackend(u.b.Index)
-		s.log.Info("backend healthy", "backend", u.b.Name, "reason", why, "generation", gen)
+		var since time.Time
+		if ns := u.aliveAt.Load(); ns != 0 {
+			since = time.Unix(0, ns)
+		}
+		gen, bumped := s.restarted(u.b.Index, since)
+		s.log.Info("backend healthy", "backend", u.b.Name, "reason", why, "generation", gen, "reset", bumped)
 		s.adm.Refill(u.b.Index) // waiters may go there now
 		select {
 		case s.modelsWake <- struct{}{}:

@@ -20,10 +20,27 @@ import (
 // binding only breaks ties.
 //
 // Every such preference for a backend, other than load, is an affinity,
-// and every affinity is bounded by load (the load bound below). What
-// correctness requires is not an affinity: a previous_response_id whose
-// response only its producer stores (Request.Pin) goes there whatever its
-// load.
+// and every affinity gives way to load, in one of two ways, by what
+// moving the request would cost:
+//
+//   - An affinity that holds cached work (the holders of a follow-up's
+//     longest known prefix, confirmed, predicted or departed; the
+//     holders of a new conversation's prompt; the backend a session's
+//     conversation lives on) yields only to real
+//     overload, judged in time (yields): its holder is saturated and
+//     the request's predicted first token there is later than the best
+//     other backend's, that one recomputing everything the holder would
+//     have served from cache. Below saturation nothing moves: a
+//     conversation moved off its holder pays its whole history's
+//     prefill, on this turn and in the cache it leaves behind.
+//   - An affinity that holds nothing of the request's yet (a session
+//     key's new conversation, session-hash's first turn) is bounded in
+//     request counts (the load bound below): spreading it costs no
+//     cache, and it keeps fan-outs under one key from piling up.
+//
+// What correctness requires is not an affinity: a previous_response_id
+// whose response only its producer stores (Request.Pin) goes there
+// whatever its load.
 
 // Rule names what chose a decision's backend; the access log and the
 // explain header print it.
@@ -67,8 +84,8 @@ func (r Rule) Affinity() bool {
 	return false
 }
 
-// The load bound (consistent hashing with bounded loads): an affinity may
-// send a request to backend b only while
+// The load bound (consistent hashing with bounded loads): an affinity
+// that holds nothing yet may send a request to backend b only while
 //
 //	active(b) + 1 <= max((1+ε) × (Σ active + 1) / n, 2)
 //
@@ -97,7 +114,8 @@ type boundState struct {
 }
 
 // SetAffinityEpsilon sets ε of the load bound; negative turns the bound
-// off (affinities unbounded, as before it existed).
+// and the overload rule off (affinities unbounded, as before either
+// existed).
 func (s *Scheduler) SetAffinityEpsilon(eps float64) { s.bound.eps.Store(math.Float64bits(eps)) }
 
 // AffinityEpsilon returns ε of the load bound.
@@ -179,9 +197,11 @@ func boundDecides(r *Request, best int) bool {
 }
 
 // pickBound reserves r on its bound backend if that one is eligible and,
-// unless the binding is required (Pin), within the load bound; false if r
-// has none, it is not eligible or it is past the bound (counted), and
-// nothing is reserved.
+// unless the binding is required (Pin), the binding may send it there:
+// a follow-up's conversation lives there, and it stays unless the backend
+// is overloaded (yields); a first turn is a new conversation, within the
+// load bound. False if r has none, it is not eligible, or it was refused
+// (counted), and nothing is reserved.
 func (s *Scheduler) pickBound(r *Request, d *Decision) bool {
 	i := r.Bound - 1
 	if i < 0 || i >= len(s.Backends) {
@@ -194,7 +214,12 @@ func (s *Scheduler) pickBound(r *Request, d *Decision) bool {
 	d.Rule = RuleProducer
 	if !r.Pin {
 		elig := s.Eligible(r)
-		if s.active(i)+1 > s.LoadCap(&elig) {
+		if r.Followup && s.yields(i, r, &elig, nil, s.unixNow(r)) {
+			d.yielded.Add(i)
+			s.overflowed(RuleSession, d)
+			return false
+		}
+		if !r.Followup && s.active(i)+1 > s.LoadCap(&elig) {
 			s.overflowed(RuleSession, d)
 			return false
 		}
@@ -221,4 +246,126 @@ func (s *Scheduler) preferTied(elig *chain.Set, prefer int, bestCost uint64, cos
 	}
 	*best, *bestSt = p, st
 	return true
+}
+
+// saturated reports whether backend i is at or beyond what it can serve
+// at once, so that a request sent there now waits: for a batch slot, by
+// its engine's queue (fresh telemetry: requests waiting beside running
+// ones mean a full batch, whatever the capacity) or KV cache near full
+// (the engine preempts or queues), else by its requests in flight (every
+// replica's, or the engine's count when larger) against its capacity,
+// set by --batch-capacity or learned from the concurrency past which its
+// answers waited for a slot, else fleet (0: none); or for compute, the
+// prefill reserved ahead of it taking longer than the backend's mean
+// request from dispatch to end (prefill is compute bound: a queue of it
+// delays every first token behind it, batch slots free or not). A
+// capacity or service time nobody knows is never reached: kvca moves
+// nothing on a guess. It returns the capacity it judged by (0: none
+// known). unix is the wall clock for engine signals (0: ignore them).
+func (s *Scheduler) saturated(i int, unix int64, fleet int64) (bool, int64) {
+	b := s.Backends[i]
+	m := &b.model
+	inflight, c := s.active(i), int64(m.cap())
+	if c == 0 {
+		c = fleet
+	}
+	if unix != 0 {
+		if e, ok := b.Engine(unix, s.ttft.engineAge); ok {
+			if e.Waiting > 0 && e.Running > 0 && m.fixCap == 0 {
+				c = int64(e.Running)
+			}
+			if e.KVUsage >= s.KVFull {
+				return true, c
+			}
+			inflight = max(inflight, int64(e.Running)+int64(e.Waiting))
+		}
+	}
+	if svc := m.service.Load(); svc > 0 && int64(b.PendingPrefillTime()) >= svc {
+		return true, c
+	}
+	return c > 0 && inflight >= c, c
+}
+
+// yields reports whether holder h, an affinity holding cached work for r,
+// gives r up to real overload: h is saturated, and r's predicted time to
+// first token there (the queue for a batch slot, the prefill reserved
+// ahead of it, its own uncached blocks) is more than the near margin
+// above the best other eligible backend's that is not saturated itself,
+// each predicted with the blocks it would compute and those it would
+// recompute of what h holds counted once more, for the requests that
+// queue behind that recomputation there. When every backend
+// is saturated the fleet is overloaded, not h: a move would only trade
+// one queue for another and add the recomputation to the fleet's work,
+// which lowers every backend's hit rate and lengthens every queue (in
+// front of the simulator under overload, moving between saturated
+// backends cost 9 points of hit rate and half a second of TTFT p99).
+// match holds each backend's cached blocks of the
+// chain (nil: read from the table, only when h is saturated). The near
+// margin is the predictions' noise: within it the cache decides. With the
+// bound off (negative ε) nothing yields.
+func (s *Scheduler) yields(h int, r *Request, elig *chain.Set, match *[chain.MaxBackends]int32, unix int64) bool {
+	if s.AffinityEpsilon() < 0 {
+		return false
+	}
+	full, c := s.saturated(h, unix, 0)
+	if !full {
+		return false
+	}
+	var own [chain.MaxBackends]int32
+	if match == nil {
+		prefixMatch(s, r, *elig, &own)
+		match = &own
+	}
+	n := len(r.Chain)
+	hb := s.Backends[h]
+	ph := s.predict(hb, hb.state.Load(), n-int(match[h]), unix)
+	pa := int64(-1)
+	eachIn(elig, func(i int) {
+		// A backend of unknown capacity is judged by the holder's: a
+		// fleet's engines are alike, and one that has not shown its
+		// capacity yet is not thereby free.
+		if full, _ := s.saturated(i, unix, c); i == h || full {
+			return
+		}
+		b := s.Backends[i]
+		p := s.predict(b, b.state.Load(), n-int(match[i]), unix)
+		if lost := match[h] - match[i]; lost > 0 {
+			// The recomputation delays, besides this request, every
+			// request that queues behind it there.
+			p += int64(lost) * b.model.blockTime()
+		}
+		if pa < 0 || p < pa {
+			pa = p
+		}
+	})
+	return pa >= 0 && ph > pa+pa/nearDiv
+}
+
+// unyielding returns the members of holders that keep r (yields), given
+// elig and the holders' cached blocks match (nil: read when needed); those
+// that gave it up are added to d.yielded.
+func (s *Scheduler) unyielding(holders *chain.Set, r *Request, elig *chain.Set, match *[chain.MaxBackends]int32, unix int64, d *Decision) chain.Set {
+	keep := *holders
+	eachIn(holders, func(i int) {
+		if s.yields(i, r, elig, match, unix) {
+			keep.Remove(i)
+			d.yielded.Add(i)
+		}
+	})
+	return keep
+}
+
+// dropYielded removes from elig the backends that gave d's request up to
+// overload, unless none would be left.
+func dropYielded(elig *chain.Set, d *Decision) {
+	if d.yielded.Empty() {
+		return
+	}
+	rest := *elig
+	for w := range rest {
+		rest[w] &^= d.yielded[w]
+	}
+	if !rest.Empty() {
+		*elig = rest
+	}
 }

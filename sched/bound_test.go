@@ -3,6 +3,7 @@ package sched
 import (
 	"math"
 	"testing"
+	"time"
 
 	"github.com/kvca/kvca/chain"
 )
@@ -276,5 +277,106 @@ func TestLoadCapArithmetic(t *testing.T) {
 	s.Backends[4].state.Add(activeUnit)
 	if got := s.LoadCap(all(5)); got != 21 { // 101 / 5 = 20.2; the least holds 20
 		t.Fatalf("all at 20: cap %d, want 21", got)
+	}
+}
+
+// An affinity holding a conversation yields only to real overload: its
+// holder saturated (by the engine's queue or KV cache, or past a capacity
+// set or learned) and the request predicted to answer sooner elsewhere,
+// recomputing what the holder has cached. Below saturation, or at an
+// unknown capacity, no load moves it; a long history outweighs a queue.
+func TestHolderYieldsOnlyToOverload(t *testing.T) {
+	t.Parallel()
+	at := time.Unix(1_000_000, 0).UnixMilli()
+	cases := []struct {
+		name     string
+		history  int // blocks the holder has cached
+		inflight int64
+		pending  int64         // prefill blocks reserved on the holder
+		capacity int           // --batch-capacity; 0: unknown
+		service  time.Duration // the holder's learned service time; 0: unknown
+		engine   *EngineSignals
+		moves    bool
+	}{
+		{name: "idle fleet, two in flight", history: 8, inflight: 2, moves: false},
+		{name: "unknown capacity, 40 in flight", history: 8, inflight: 40, moves: false},
+		{name: "below a capacity of 8", history: 8, inflight: 7, capacity: 8, moves: false},
+		{name: "at a capacity of 8", history: 8, inflight: 8, capacity: 8, moves: true},
+		{name: "at capacity, a history longer than the queue", history: 3000, inflight: 8, capacity: 8, moves: false},
+		{name: "engine queue", history: 8, inflight: 3, engine: &EngineSignals{Running: 6, Waiting: 4, At: at}, moves: true},
+		{name: "engine running, none waiting", history: 8, inflight: 3, engine: &EngineSignals{Running: 6, At: at}, moves: false},
+		{name: "engine KV cache full, not predicted slower", history: 8, inflight: 1, engine: &EngineSignals{Running: 1, KVUsage: 0.99, At: at}, moves: false},
+		{name: "engine KV cache full, long prefill queued", history: 8, inflight: 1, pending: 400, engine: &EngineSignals{Running: 1, KVUsage: 0.99, At: at}, moves: true},
+		{name: "long prefill queued, KV cache not full", history: 8, inflight: 1, pending: 400, engine: &EngineSignals{Running: 1, KVUsage: 0.5, At: at}, moves: false},
+		{name: "prefill queued past a request's service time", history: 8, inflight: 2, pending: 400, service: 300 * time.Millisecond, moves: true},
+		{name: "prefill queued within a request's service time", history: 8, inflight: 2, pending: 400, service: 500 * time.Millisecond, moves: false},
+		{name: "prefill queued past a request's service time, a long history", history: 3000, inflight: 2, pending: 400, service: 300 * time.Millisecond, moves: false},
+		{name: "stale engine queue", history: 8, inflight: 3, engine: &EngineSignals{Running: 6, Waiting: 4, At: at - 60_000}, moves: false},
+	}
+	for _, tc := range cases {
+		for _, p := range []string{"kvca-cost", "ttft", "kvca"} {
+			s := newFixed(t, 4, p)
+			if err := s.SetTTFT(TTFTConfig{Capacity: tc.capacity, Base: 20 * time.Millisecond, BlockTime: time.Millisecond, ResidentEpsilon: -1}); err != nil {
+				t.Fatal(err)
+			}
+			c := chainOf(0, tc.history+2)
+			s.Table.Touch(c[:tc.history], 1, s.Table.Now())
+			s.Backends[1].state.Add(uint64(tc.inflight)*activeUnit + uint64(tc.pending))
+			if tc.engine != nil {
+				s.Backends[1].SetEngine(*tc.engine)
+			}
+			s.Backends[1].model.service.Store(int64(tc.service))
+			d, res := route(t, s, &Request{Chain: c, Followup: true})
+			moved := d.Backend.Index != 1
+			// ttft also moves a follow-up whose holder is predicted
+			// moveFactor times slower, saturated or not (a long prefill
+			// queued there): its own rule, not the affinity's.
+			ttftOwn := p == "ttft" && d.Rule == RuleTTFT && d.Overflowed == RuleNone
+			if want := tc.moves && p != "kvca"; moved != want && !ttftOwn {
+				t.Errorf("%s, %s: routed to %d (%v, overflowed %v), moved %v, want %v", tc.name, p, d.Backend.Index, d.Rule, d.Overflowed, moved, want)
+			}
+			if moved && !ttftOwn && (d.Overflowed != RulePrefix || d.Cached != 0) {
+				t.Errorf("%s, %s: a move not reported as the prefix's: %+v", tc.name, p, d)
+			}
+			res.ReleaseActive()
+			// With the bound off (negative ε) nothing yields (ttft keeps
+			// its own move rule).
+			s.SetAffinityEpsilon(-1)
+			d, res = route(t, s, &Request{Chain: c, Followup: true})
+			if d.Backend.Index != 1 && p != "ttft" {
+				t.Errorf("%s, %s, bound off: moved to %d", tc.name, p, d.Backend.Index)
+			}
+			res.ReleaseActive()
+			s.Backends[1].state.Add(^uint64(tc.inflight*activeUnit+tc.pending) + 1)
+			noLoadLeft(t, s)
+		}
+	}
+}
+
+// A session's conversation is a holder too: a follow-up nobody else knows
+// stays on the session's backend below saturation, however many requests
+// it has in flight, and leaves it at capacity; the session's new
+// conversations are bounded in request counts (TestBoundSiblingsLandTogether).
+func TestSessionFollowupYieldsOnlyToOverload(t *testing.T) {
+	t.Parallel()
+	for _, p := range boundPolicies {
+		s := newFixed(t, 4, p)
+		if err := s.SetTTFT(TTFTConfig{Capacity: 6, Base: 20 * time.Millisecond, BlockTime: time.Millisecond}); err != nil {
+			t.Fatal(err)
+		}
+		s.Backends[2].state.Add(5 * activeUnit)
+		d, res := route(t, s, &Request{Chain: chainOf(0, 6), Followup: true, Bound: 3})
+		if d.Backend.Index != 2 || d.Rule != RuleSession || !d.Bound {
+			t.Fatalf("%s below capacity: %+v", p, d)
+		}
+		// Now at capacity: the next one waits for a slot there.
+		d2, res2 := route(t, s, &Request{Chain: chainOf(0, 6), Followup: true, Bound: 3})
+		if d2.Backend.Index == 2 || d2.Overflowed != RuleSession || d2.Bound {
+			t.Fatalf("%s at capacity: %+v", p, d2)
+		}
+		res.ReleaseActive()
+		res2.ReleaseActive()
+		s.Backends[2].state.Add(^uint64(5*activeUnit) + 1)
+		noLoadLeft(t, s)
 	}
 }

@@ -16,9 +16,21 @@ import (
 // follow-ups, clock steps past the TTL, answers reporting any number of
 // cached blocks.
 //
-//   - No request goes to a backend because of an affinity while that
-//     backend is past the load bound (another having room).
-//   - Under kvca, a first turn goes to a least-loaded backend.
+//   - No affinity that holds nothing yet (a session's new conversation,
+//     session-hash's first turn)
+//     sends a request to a backend past the load bound (another having
+//     room).
+//   - A follow-up's holders below saturation keep it: under kvca and
+//     kvca-cost, while a holder of its longest known prefix is below its
+//     batch capacity, the request goes to a holder of that prefix.
+//   - A saturated holder keeps a request only while no other backend
+//     below saturation is predicted to answer it sooner by more than the
+//     near margin, that
+//     one recomputing what the holder has cached (kvca-cost, ttft,
+//     session-hash; the predictions are recomputed here from the fixed
+//     model, not read from the scheduler).
+//   - Under kvca, a follow-up with an eligible holder goes to a holder
+//     whatever its load, and a first turn to a least-loaded backend.
 //   - Every load returns to exactly zero.
 //   - No location is live after the TTL since its last touch, whatever
 //     the engines report to the cache check (the retention it learns
@@ -50,6 +62,26 @@ func checkInvariants(t *testing.T, policy string, seed uint64) {
 	}
 	eps := []float64{0, 0.1, 0.25, 0.5, 1}[rng.IntN(5)]
 	s.SetAffinityEpsilon(eps)
+	// A fixed model, so that saturation and predictions are known here:
+	// nothing is learned (no answer reports a first byte), and the
+	// service time stays the prior.
+	capacity := 2 + rng.IntN(6)
+	firstBase, blockTime := 20*time.Millisecond, time.Duration(1+rng.IntN(20))*time.Millisecond
+	if err := s.SetTTFT(TTFTConfig{Capacity: capacity, Base: firstBase, BlockTime: blockTime, ResidentEpsilon: DefaultResidentEpsilon}); err != nil {
+		t.Fatal(err)
+	}
+	// predicted is the fixed model's first-token time on backend i for a
+	// request computing novel blocks: base, the prefill reserved ahead
+	// and its own, and past the capacity the wait for a slot.
+	predicted := func(i, novel int) int64 {
+		b := bs[i]
+		p := int64(firstBase) + int64(blockTime)*(b.Prefill()+int64(novel))
+		if a := b.Active(); a >= int64(capacity) {
+			p += (a - int64(capacity) + 1) * int64(priorService) / int64(capacity)
+		}
+		return p
+	}
+	saturated := func(i int) bool { return bs[i].Active() >= int64(capacity) }
 
 	type flight struct {
 		res   *Reservation
@@ -105,9 +137,30 @@ func checkInvariants(t *testing.T, policy string, seed uint64) {
 			cap := s.LoadCap(&elig)
 			var before [chain.MaxBackends]int64
 			var cost [chain.MaxBackends]uint64
+			var pred [chain.MaxBackends]int64
+			var sat [chain.MaxBackends]bool
+			var match [chain.MaxBackends]int32
+			tab.Matches(c, r.Now, &match)
 			for i := range n {
 				before[i] = bs[i].Active()
 				cost[i] = loadOf(bs[i].state.Load(), s.ActiveWeight)
+				pred[i] = predicted(i, len(c)-int(match[i]))
+				sat[i] = saturated(i)
+			}
+			div, holders := tab.Prefix(c, r.Now)
+			holders.And(&elig)
+			// soonerElsewhere: another backend, not saturated itself, is
+			// predicted to answer sooner than b by more than the near
+			// margin.
+			soonerElsewhere := func(b int) bool {
+				best := int64(-1)
+				for i := range n {
+					p := pred[i] + int64(max(match[b]-match[i], 0))*int64(blockTime)
+					if i != b && !sat[i] && (best < 0 || p < best) {
+						best = p
+					}
+				}
+				return best >= 0 && pred[b] > best+best/nearDiv
 			}
 			var d Decision
 			res := &Reservation{}
@@ -118,9 +171,27 @@ func checkInvariants(t *testing.T, policy string, seed uint64) {
 			if d.Rule == RuleNone {
 				t.Fatalf("%s seed %d: a decision without a rule: %+v", policy, seed, d)
 			}
-			if d.Rule.Affinity() && before[b]+1 > cap {
+			countBounded := (d.Rule == RuleSession || d.Rule == RuleHash) && !r.Followup
+			if countBounded && before[b]+1 > cap {
 				t.Fatalf("%s seed %d step %d: affinity %v sent a request to backend %d at %d requests, past the bound %d (ε %v, loads %v)",
 					policy, seed, step, d.Rule, b, before[b], cap, eps, before[:n])
+			}
+			if r.Followup && !r.Pin && div > 0 && !holders.Empty() && (policy == "kvca" || policy == "kvca-cost") {
+				keeps := policy == "kvca"
+				holders.Each(func(i int) { keeps = keeps || !sat[i] })
+				if keeps && !holders.Has(b) {
+					t.Fatalf("%s seed %d step %d: a follow-up left its holders %v (in flight %v, capacity %d) for %d (%v)",
+						policy, seed, step, holders, before[:n], capacity, b, d.Rule)
+				}
+			}
+			holding := d.Rule == RulePrefix || d.Rule == RulePredicted || d.Rule == RuleDeparted || d.Rule == RulePromptHolder ||
+				(d.Rule == RuleSession || d.Rule == RuleHash) && r.Followup
+			if policy != "kvca" && holding && sat[b] && soonerElsewhere(b) {
+				t.Fatalf("%s seed %d step %d: saturated holder %d kept a request (%v) another backend answers sooner: predicted %v (in flight %v, capacity %d)",
+					policy, seed, step, b, d.Rule, pred[:n], before[:n], capacity)
+			}
+			if policy != "kvca" && d.Overflowed != RuleNone && r.Followup && sat[b] && holders.Has(b) && soonerElsewhere(b) {
+				t.Fatalf("%s seed %d step %d: the load placement took back holder %d that gave the request up", policy, seed, step, b)
 			}
 			if d.Rule == RuleProducer && !r.Pin {
 				t.Fatalf("%s seed %d: producer rule without a pin", policy, seed)

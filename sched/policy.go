@@ -46,8 +46,8 @@ func trailingZeros(w uint64) int { return bits.TrailingZeros64(w) }
 
 // kvcaPolicy is the two dispatch phases: bootstrap requests to the least
 // loaded backend (a binding only breaks its ties), follow-ups to the least
-// loaded holder of their longest known prefix within the load bound
-// (fallback to the least loaded when none is eligible or within it).
+// loaded holder of their longest known prefix, whatever its load (fallback
+// to the least loaded when none is eligible).
 type kvcaPolicy struct{}
 
 func (kvcaPolicy) Name() string { return "kvca" }
@@ -57,7 +57,7 @@ func (kvcaPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 	d.prefer = r.Bound
 	var match *[chain.MaxBackends]int32
 	if r.Followup && len(r.Chain) > 0 {
-		if phase2(s, r, elig, d) {
+		if phase2(s, r, elig, d, false) {
 			return true
 		}
 		d.Phase = PhaseFallback
@@ -65,7 +65,7 @@ func (kvcaPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 			return true
 		}
 		if d.Overflowed != RuleNone {
-			// A holder was refused for load: count what the chosen
+			// The binding was refused for load: count what the chosen
 			// backend holds, though load alone chooses.
 			var m [chain.MaxBackends]int32
 			if prefixMatch(s, r, elig, &m) > 0 {
@@ -74,6 +74,7 @@ func (kvcaPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 		}
 	}
 	// Phase 1 (and fallback): every eligible backend by load alone.
+	dropYielded(&elig, d)
 	d.Rule = loadRule(d, RuleLeastLoaded)
 	if !s.reserveMin(&elig, len(r.Chain), match, false, d) {
 		return false
@@ -86,9 +87,12 @@ func (kvcaPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 
 // phase2 walks the chain to the divergence point and reserves the
 // least-loaded eligible holder of the block before it (the replicas of the
-// longest known prefix) within the load bound; false if there is none,
-// or none within the bound (counted in d.Overflowed).
-func phase2(s *Scheduler, r *Request, elig chain.Set, d *Decision) bool {
+// longest known prefix); false if there is none. With overload (kvca-cost,
+// session-hash), holders that are really overloaded give the request up
+// (yields), and false then means none kept it (counted in d.Overflowed);
+// without it (kvca, the seed's Phase 2), a holder keeps it whatever its
+// load.
+func phase2(s *Scheduler, r *Request, elig chain.Set, d *Decision, overload bool) bool {
 	div, prev := s.Table.Prefix(r.Chain, r.Now)
 	if div == 0 {
 		return false
@@ -99,21 +103,29 @@ func phase2(s *Scheduler, r *Request, elig chain.Set, d *Decision) bool {
 	}
 	s.noteGap(r, &prev, div)
 	s.avoidFull(&prev, d, func(int) int { return len(r.Chain) - div })
-	cap := s.LoadCap(&elig)
+	var unix int64
+	if overload {
+		unix = s.unixNow(r)
+	}
 	if div < len(r.Chain) && prev.Len() > 1 {
 		// The rest of the conversation was dropped for capacity: go back
 		// to the holder it was dropped from, as a table without the bound
-		// would, while its load allows.
+		// would, unless it is overloaded.
 		if b, ok := s.Table.Departed(r.Chain[div]); ok && prev.Has(b) {
-			if s.active(b)+1 <= cap {
+			if !overload || !s.yields(b, r, &elig, nil, unix) {
 				var one chain.Set
 				one.Add(b)
 				return holderPick(s, r, &one, div, RuleDeparted, d)
 			}
+			d.yielded.Add(b)
+			prev.Remove(b)
 			s.overflowed(RuleDeparted, d)
 		}
 	}
-	open := s.bounded(&prev, cap)
+	open := prev
+	if overload {
+		open = s.unyielding(&prev, r, &elig, nil, unix, d)
+	}
 	if open.Empty() {
 		s.overflowed(RulePrefix, d)
 		return false
@@ -160,7 +172,7 @@ func (kvcaCost) Name() string { return "kvca-cost" }
 
 func (kvcaCost) Pick(s *Scheduler, r *Request, d *Decision) bool {
 	d.prefer = r.Bound
-	if r.Followup && len(r.Chain) > 0 && phase2(s, r, s.Eligible(r), d) {
+	if r.Followup && len(r.Chain) > 0 && phase2(s, r, s.Eligible(r), d, true) {
 		return true
 	}
 	return pickCost(s, r, d, true)
@@ -180,8 +192,9 @@ func (costPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 // whose prompt some backends hold goes to one of them while they are
 // predicted to answer it about as fast as any other (promptHolders) and
 // their resident work stays within its bound (residentBound) or their
-// batch is expected to stay at most half full with it (roomy), and, as
-// for every affinity, their load within the load bound: counted as
+// batch is expected to stay at most half full with it (roomy), unless
+// they are overloaded (yields: they hold the prompt, an affinity holding
+// cached work): counted as
 // load, the prompt's first prefill there, or a conversation or two more
 // than elsewhere, would otherwise outweigh the prompt and send it to
 // recompute the prompt on an engine with as much batch room, a cold first
@@ -212,7 +225,7 @@ func pickCost(s *Scheduler, r *Request, d *Decision, holders bool) bool {
 				}
 			})
 			if !take.Empty() {
-				if take = s.bounded(&take, s.LoadCap(&elig)); take.Empty() {
+				if take = s.unyielding(&take, r, &elig, &match, s.unixNow(r), d); take.Empty() {
 					s.overflowed(RulePromptHolder, d)
 					rule = RuleOverflow
 				} else {
@@ -230,6 +243,7 @@ func pickCost(s *Scheduler, r *Request, d *Decision, holders bool) bool {
 		d.Phase = PhaseFallback
 	}
 	d.Rule = rule
+	dropYielded(&elig, d)
 	s.avoidFull(&elig, d, func(i int) int { return len(r.Chain) - int(match[i]) })
 	return s.reserveMin(&elig, len(r.Chain), &match, true, d)
 }
@@ -345,29 +359,44 @@ func (randomPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 
 // sessionHash sends a conversation (identified by its first user message)
 // to the same backend with rendezvous hashing, so only the conversations of
-// a backend that leaves move; bounded by load (consistent hashing with
-// bounded loads): past the load bound, the conversation takes the next
-// backend in its rendezvous order that has room.
+// a backend that leaves move. Its choice is an affinity: a first turn's
+// holds nothing yet and is bounded by load (consistent hashing with
+// bounded loads: past the load bound, the conversation takes the next
+// backend in its rendezvous order that has room); a follow-up's holds the
+// conversation and gives way only to real overload (yields), to the next
+// backend in that order.
 type sessionHash struct{}
 
 func (sessionHash) Name() string { return "session-hash" }
 
 func (sessionHash) Pick(s *Scheduler, r *Request, d *Decision) bool {
 	elig := s.Eligible(r)
-	cap := s.LoadCap(&elig)
-	best, bestScore := -1, uint64(0)
 	top, topScore := -1, uint64(0)
 	elig.Each(func(i int) {
-		sc := mix64(r.Session ^ s.Backends[i].seed)
-		if top < 0 || sc > topScore {
+		if sc := mix64(r.Session ^ s.Backends[i].seed); top < 0 || sc > topScore {
 			top, topScore = i, sc
-		}
-		if s.active(i)+1 <= cap && (best < 0 || sc > bestScore) {
-			best, bestScore = i, sc
 		}
 	})
 	if top < 0 {
 		return false
+	}
+	var room func(i int) bool
+	if r.Followup {
+		unix := s.unixNow(r)
+		room = func(i int) bool { return !s.yields(i, r, &elig, nil, unix) }
+	} else {
+		cap := s.LoadCap(&elig)
+		room = func(i int) bool { return s.active(i)+1 <= cap }
+	}
+	best, bestScore := -1, uint64(0)
+	if room(top) {
+		best = top
+	} else {
+		elig.Each(func(i int) {
+			if sc := mix64(r.Session ^ s.Backends[i].seed); i != top && room(i) && (best < 0 || sc > bestScore) {
+				best, bestScore = i, sc
+			}
+		})
 	}
 	d.Rule = RuleHash
 	if best != top {

@@ -176,6 +176,11 @@ type Decision struct {
 	// Bound: the choice was Request.Bound's backend because of the binding
 	// (pinned, or nothing else known), not because it won on prefix or load.
 	Bound bool
+	// yielded holds the affinities' backends that gave the request up to
+	// overload (yields): the load placement that follows leaves them out
+	// while another backend is eligible, or a saturated holder would keep
+	// a request another backend answers sooner.
+	yielded chain.Set
 	// prefer is Request.Bound for reserveMin's ties.
 	prefer int
 	// spread: reserveMin breaks ties by the least resident work, so the

@@ -17,10 +17,11 @@ import (
 type Settings struct {
 	Policy       string
 	ActiveWeight int
-	// AffinityEpsilon is ε of the load bound over every affinity: a
-	// session, a prefix holder, a prediction may send a request to a
-	// backend only while it holds at most ceil((1+ε) × the mean) + 1
-	// requests. Negative: unbounded.
+	// AffinityEpsilon is ε of the load bound over affinities that hold
+	// nothing yet (a session's new conversation): one
+	// may send a request to a backend only while it holds at most
+	// (1+ε) × the mean requests, and two. Negative: unbounded, and the
+	// overload rule over affinities holding cached work off too.
 	AffinityEpsilon float64
 	// CacheCheck holds every routed answer's cached-token count against
 	// the prediction (CheckCached): an engine that evicted what kvca
@@ -82,7 +83,7 @@ func Flags(env func(flag string) []string) []cli.Flag {
 // BoundFlags are the flags of the load bound and of the cache check.
 func BoundFlags(env func(flag string) []string) []cli.Flag {
 	return []cli.Flag{
-		&cli.Float64Flag{Name: "affinity-epsilon", Value: DefaultAffinityEpsilon, Usage: "ε of the load bound over every affinity (session key, user, prefix holder, prediction): one may send a request to a backend only while it holds at most ceil((1+ε) × the fleet's mean) + 1 requests; negative: unbounded", EnvVars: env("affinity-epsilon")},
+		&cli.Float64Flag{Name: "affinity-epsilon", Value: DefaultAffinityEpsilon, Usage: "ε of the load bound over affinities that hold nothing yet (a session key's new conversation): one may send a request to a backend only while it holds at most (1+ε) × the fleet's mean requests, and two; affinities that hold cached work (prefix and prompt holders, a session's conversation) yield only to overload (a saturated backend predicted slower than another recomputing what it holds); negative: both off", EnvVars: env("affinity-epsilon")},
 		&cli.BoolFlag{Name: "cache-check", Value: true, Usage: "read every answer's cached-token count (usage.prompt_tokens_details.cached_tokens, cache_read_input_tokens, timings.cache_n) and check the prediction: locations an engine evicted are dropped", EnvVars: env("cache-check")},
 	}
 }

@@ -45,6 +45,7 @@ func (ttftPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 	var res [chain.MaxBackends]float32
 	var holders chain.Set
 	open := elig
+	unix := s.unixNow(r)
 	if follow {
 		elig.Each(func(i int) {
 			if int(match[i]) == best {
@@ -52,16 +53,16 @@ func (ttftPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 			}
 		})
 		s.noteGap(r, &holders, best)
-		// The holders are an affinity: only those within the load bound
-		// count as holders; with none, prediction places it among all.
-		if holders = s.bounded(&holders, s.LoadCap(&elig)); holders.Empty() {
+		// The holders are an affinity holding the conversation: those
+		// really overloaded give it up; with none left, prediction
+		// places it among all.
+		if holders = s.unyielding(&holders, r, &elig, &match, unix, d); holders.Empty() {
 			s.overflowed(RulePrefix, d)
 		}
 		// Residency only breaks ties among a follow-up's candidates.
 		tau := float64(s.residentWindow())
 		elig.Each(func(i int) { res[i] = float32(s.Backends[i].model.residentAt(r.Now, tau)) })
 	}
-	unix := s.unixNow(r)
 	if !follow {
 		open = s.residentBound(&elig, r.Now, &res, 0)
 		s.yieldBound(&elig, &open, r, &match, unix)
@@ -69,7 +70,9 @@ func (ttftPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 	rule := loadRule(d, RuleTTFT)
 	if !follow && best > 0 {
 		if held := s.promptHolders(&elig, &open, r, &match, best, unix); held != open {
-			if held = s.bounded(&held, s.LoadCap(&elig)); held.Empty() {
+			// The holders hold the prompt: those really overloaded
+			// give the conversation up.
+			if held = s.unyielding(&held, r, &elig, &match, unix, d); held.Empty() {
 				s.overflowed(RulePromptHolder, d)
 				rule = RuleOverflow
 			} else {

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"strings"
 	"sync"
@@ -50,9 +51,12 @@ type Config struct {
 	Logger *slog.Logger // nil discards
 	// OnRestart is called (from the scraping goroutine) when the engine
 	// of the backend whose Index is i restarted: its cache is gone.
-	// Callbacks and the table name backends by Index, so a scraper may
-	// cover any subset of the scheduler's backends.
-	OnRestart func(i int)
+	// started is when the new process started, on the Now clock, as
+	// closely as the scrapes place it (restartInstant): the caller uses it
+	// to tell this restart from one it already accounted for. Callbacks
+	// and the table name backends by Index, so a scraper may cover any
+	// subset of the scheduler's backends.
+	OnRestart func(i int, started time.Time)
 	// OnSignals, when set, is called (from the scraping goroutine) after
 	// each scrape of backend i with its latest signals; fresh is false
 	// when the scrape failed and the signals are the earlier ones.
@@ -103,9 +107,11 @@ type backend struct {
 	based                bool
 	baseQ, baseH         float64
 	baseBlocks, baseHits uint64
-	// the previous reading's counters, for restarts and calibration.
+	// the previous reading's counters, for restarts and calibration, and
+	// when it was done with (its OnRestart returned).
 	prev     Reading
 	havePrev bool
+	prevDone time.Time
 	// the calibration window's start: engine prompt tokens and kvca's
 	// routed blocks.
 	calTokens float64
@@ -187,10 +193,15 @@ func (s *Scraper) ScrapeOnce(ctx context.Context, i int) error {
 	if err != nil {
 		rd = Reading{}
 	}
-	restarted := s.record(i, now, rd, status, err)
+	restarted, started := s.record(i, now, s.cfg.Now(), rd, status, err)
 	b := s.backends[i]
 	if restarted && s.cfg.OnRestart != nil {
-		s.cfg.OnRestart(b.Index)
+		s.cfg.OnRestart(b.Index, started)
+	}
+	if err == nil {
+		st.mu.Lock()
+		st.prevDone = s.cfg.Now()
+		st.mu.Unlock()
 	}
 	if s.cfg.OnSignals != nil {
 		sig, _ := b.EngineLatest()
@@ -200,9 +211,10 @@ func (s *Scraper) ScrapeOnce(ctx context.Context, i int) error {
 	return err
 }
 
-// record keeps one scrape's outcome and, if it succeeded, publishes the
-// signals on the backend; it reports whether the engine restarted.
-func (s *Scraper) record(i int, now time.Time, rd Reading, status string, err error) bool {
+// record keeps one scrape's outcome (begun at now, answered by arrived)
+// and, if it succeeded, publishes the signals on the backend; it reports
+// whether the engine restarted, and when (restartInstant).
+func (s *Scraper) record(i int, now, arrived time.Time, rd Reading, status string, err error) (bool, time.Time) {
 	st, b := s.per[i], s.backends[i]
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -223,7 +235,7 @@ func (s *Scraper) record(i int, now time.Time, rd Reading, status string, err er
 		} else {
 			s.report(st, b, "engine metrics scrape failed; its signals are ignored once stale", err)
 		}
-		return false
+		return false, time.Time{}
 	}
 	if len(rd.Malformed) > 0 {
 		s.report(st, b, "engine metrics malformed; those signals are ignored", errors.New(strings.Join(rd.Malformed, ", ")))
@@ -232,10 +244,12 @@ func (s *Scraper) record(i int, now time.Time, rd Reading, status string, err er
 	}
 	st.status, st.err = StatusOn, ""
 	restarted := st.havePrev && restartedBetween(st.prev, rd)
+	var started time.Time
 	if restarted {
 		st.restarts++
 		st.based = false
-		s.log.Warn("engine restarted: its cache is gone, its locations are reset", "backend", b.Name,
+		started = restartInstant(st.prev, rd, st.prevDone, arrived)
+		s.log.Warn("engine restarted: its cache is gone", "backend", b.Name,
 			"start_before", st.prev.StartTime, "start_now", rd.StartTime)
 	}
 	_, blocks, cached := b.Routed()
@@ -295,7 +309,7 @@ func (s *Scraper) record(i int, now time.Time, rd Reading, status string, err er
 		sig.PredictedHitRate = float64(cached-st.baseHits) / float64(n)
 	}
 	b.SetEngine(sig)
-	return restarted
+	return restarted, started
 }
 
 // restartedBetween reports whether the engine restarted between two
@@ -313,6 +327,35 @@ func restartedBetween(prev, cur Reading) bool {
 	return back(prev.HasPrefix, cur.HasPrefix, prev.PrefixQueries, cur.PrefixQueries) ||
 		back(prev.HasPrompt, cur.HasPrompt, prev.PromptTokens, cur.PromptTokens) ||
 		gone(prev.HasPrefix, cur.prefixExported) || gone(prev.HasPrompt, cur.promptExported)
+}
+
+// restartInstant places a restart, revealed by the reading cur after
+// prev, on the scraper's clock. The new process started after the old one
+// answered prev and before cur arrived (before); the window is taken to
+// start once prev was done with (after: a moment later, and after any
+// reset prev caused, which must not count for this restart). A
+// process_start_time_seconds that moved forward says when, on the
+// engine's clock; it is kept within that window, so a clock that is off
+// by more cannot place the restart before the reading that showed the old
+// process or after the one that showed the new. Without one (counters
+// went backwards or vanished), the restart is placed at the window's
+// start: a backend reset inside the window (the health check re-admitting
+// the backend) is then taken for this restart, which merges two restarts
+// only if both fall within one window of an engine that exports no start
+// time.
+func restartInstant(prev, cur Reading, after, before time.Time) time.Time {
+	if !prev.HasStartTime || !cur.HasStartTime || cur.StartTime <= prev.StartTime+0.001 {
+		return after
+	}
+	sec, frac := math.Modf(cur.StartTime)
+	t := time.Unix(int64(sec), int64(frac*1e9))
+	switch {
+	case t.Before(after):
+		return after
+	case t.After(before):
+		return before
+	}
+	return t
 }
 
 // applyCapacity sets backend i's capacity in the table from the engine's

@@ -87,6 +87,7 @@ type fixture struct {
 	clock    *fakeClock
 	log      *logBuf
 	restarts []int
+	started  []time.Time // OnRestart's instants, as restarts
 	mu       sync.Mutex
 }
 
@@ -99,9 +100,10 @@ func newFixture(t *testing.T, urls []string, cacheTokens []int64) *fixture {
 	f.s = New(f.backends, Config{
 		Interval: time.Second,
 		Logger:   slog.New(slog.NewTextHandler(f.log, nil)),
-		OnRestart: func(i int) {
+		OnRestart: func(i int, started time.Time) {
 			f.mu.Lock()
 			f.restarts = append(f.restarts, i)
+			f.started = append(f.started, started)
 			f.mu.Unlock()
 		},
 		Table: f.table, BlockSize: 64, CacheTokens: cacheTokens,
@@ -506,5 +508,69 @@ func TestMalformedCounterIsNoRestart(t *testing.T) {
 	defer f.mu.Unlock()
 	if len(f.restarts) != 0 {
 		t.Fatalf("restarts %v after a NaN counter", f.restarts)
+	}
+}
+
+// TestRestartPlacedInItsWindow: the instant given to OnRestart is the new
+// process's start time when it falls between the reading that showed the
+// old process and the one that showed the new, that window's bound when
+// the engine's clock puts it outside, and the window's start without a
+// start time.
+func TestRestartPlacedInItsWindow(t *testing.T) {
+	t.Parallel()
+	e := newEngine(t, vllmText) // started at 1.7e9 s, the fixture's clock
+	f := newFixture(t, []string{e.srv.URL}, nil)
+	startAt := func(sec string) string {
+		return strings.Replace(vllmText, "process_start_time_seconds 1.7e+09", "process_start_time_seconds "+sec, 1)
+	}
+	last := func() time.Time {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if len(f.started) == 0 {
+			t.Fatal("no restart seen")
+		}
+		return f.started[len(f.started)-1]
+	}
+	base := f.clock.now()
+	if err := f.scrape(t, 0); err != nil { // the old process, read at base
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name, start string
+		want        time.Duration // after the previous reading
+	}{
+		{"within the window", "1700000005.5", 5500 * time.Millisecond},
+		{"engine clock behind: the previous reading", "1700000007", 0},
+		{"engine clock ahead: the reading that showed it", "1700000100", 10 * time.Second},
+	} {
+		f.clock.add(10 * time.Second)
+		e.set(startAt(c.start), http.StatusOK)
+		f.scrape(t, 0)
+		if got := last().Sub(base); got != c.want {
+			t.Errorf("%s: placed %v after the previous reading, want %v", c.name, got, c.want)
+		}
+		base = f.clock.now()
+	}
+	// Counters back at zero and no start time moving forward: the
+	// window's start.
+	for _, c := range []struct{ name, text string }{
+		{"the same start time", startAt("1700000100")},
+		{"no start time", strings.Replace(vllmText, "process_start_time_seconds 1.7e+09\n", "", 1)},
+	} {
+		f.clock.add(10 * time.Second)
+		e.set(c.text, http.StatusOK)
+		f.scrape(t, 0) // counters up again: no restart
+		base = f.clock.now()
+		f.clock.add(10 * time.Second)
+		e.set(strings.NewReplacer("1000.0", "10.0", "250.0", "0.0").Replace(c.text), http.StatusOK)
+		f.scrape(t, 0)
+		if got := last(); !got.Equal(base) {
+			t.Errorf("counters back at zero, %s: placed at %v, want %v", c.name, got, base)
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.restarts) != 5 {
+		t.Fatalf("restarts %v, want 5", f.restarts)
 	}
 }

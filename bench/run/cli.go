@@ -37,6 +37,9 @@ type Spec struct {
 	// raises the load.
 	TimeScale    float64
 	ArrivalScale float64
+	// PlainStreams sends streamed chat and completions requests without
+	// stream_options.include_usage, as the OpenAI SDKs do by default.
+	PlainStreams bool
 
 	JSON   string // write the JSON report here
 	Charts string // write PNG charts into this directory
@@ -114,6 +117,7 @@ func Flags() []cli.Flag {
 		&cli.StringFlag{Name: "json", Usage: "write the JSON report to `FILE`", EnvVars: env("json")},
 		&cli.StringFlag{Name: "charts", Usage: "write PNG charts into `DIR`", EnvVars: env("charts")},
 		&cli.BoolFlag{Name: "quiet", Usage: "no progress lines on stderr", EnvVars: env("quiet")},
+		&cli.BoolFlag{Name: "plain-streams", Usage: "send streamed chat and completions requests without stream_options.include_usage, as the OpenAI SDKs do by default (the engines then report cached tokens in a stream only when the proxy asks)", EnvVars: env("plain-streams")},
 
 		&cli.StringFlag{Name: "scenario", Usage: "run an admission scenario on the synthetic chat workload instead of comparing policies: overload (arrivals at --load × the fleet's capacity against an unloaded run), " +
 			"priority (the same with --high-share of the conversations high priority), flood (--tenants normal tenants with and without one tenant sending --flood-factor × as much as all of them); one policy (the first of --policies, else " + ScenarioPolicy + "); the arrival rate comes from the capacity, not from --rate or --arrival-scale", EnvVars: env("scenario")},
@@ -199,6 +203,7 @@ func SpecFromCLI(c *cli.Context) (Spec, error) {
 		s.Run.Progress = os.Stderr
 	}
 	s.JSON, s.Charts = c.String("json"), c.String("charts")
+	s.PlainStreams = c.Bool("plain-streams")
 	s.Scenario = Scenario{
 		Name: c.String("scenario"), Load: c.Float64("load"), RefLoad: c.Float64("unloaded-load"),
 		Duration: c.Duration("duration"), HighShare: c.Float64("high-share"), Tenants: c.Int("tenants"),
@@ -235,6 +240,9 @@ func (s Spec) Workload() (*workload.Workload, error) {
 		if w, err = workload.AsMessages(w); err != nil {
 			return nil, err
 		}
+	}
+	if s.PlainStreams {
+		workload.PlainStreams(w)
 	}
 	scale := s.TimeScale * s.ArrivalScale
 	if scale <= 0 {

@@ -5,6 +5,7 @@
 package workload
 
 import (
+	"bytes"
 	"strconv"
 	"time"
 )
@@ -111,4 +112,20 @@ func chatBody(dst []byte, model string, tools string, msgs []message, maxTokens 
 		dst = append(dst, `,"stream":true,"stream_options":{"include_usage":true}`...)
 	}
 	return append(dst, '}')
+}
+
+// includeUsage is what the chat and completions bodies of a streamed
+// request carry to ask for usage in the stream.
+var includeUsage = []byte(`,"stream_options":{"include_usage":true}`)
+
+// PlainStreams removes the request for usage from w's streamed chat and
+// completions bodies: what an OpenAI SDK sends by default, whose streams
+// carry no usage, so no cached-token count, unless the proxy asks.
+func PlainStreams(w *Workload) {
+	for i := range w.Requests {
+		r := &w.Requests[i]
+		if r.Stream {
+			r.Body = bytes.Replace(r.Body, includeUsage, nil, 1)
+		}
+	}
 }

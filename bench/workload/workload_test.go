@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvca/kvca/bench/mock"
 )
@@ -191,5 +192,27 @@ func TestSyntheticDeterministicAndShaped(t *testing.T) {
 	ideal, err := Ideal(a.Requests, 16)
 	if err != nil || ideal.Rate() < 0.5 {
 		t.Fatalf("synthetic ideal %.3f %v", ideal.Rate(), err)
+	}
+}
+
+// PlainStreams sends a streamed chat body as an SDK does by default: the
+// same body without stream_options, and non-streamed bodies untouched.
+func TestPlainStreams(t *testing.T) {
+	w := Synthetic{Seed: 1, Sessions: 3, Rate: 1, MinTurns: 2, MaxTurns: 2, SystemPrompts: 1, SystemPromptTokens: 16, UserTokens: 8, OutputTokens: 4, ThinkTime: time.Second}.Generate()
+	before := make([]string, len(w.Requests))
+	for i, r := range w.Requests {
+		before[i] = string(r.Body)
+		if !bytes.Contains(r.Body, includeUsage) {
+			t.Fatalf("request %d asks no usage: %s", i, r.Body)
+		}
+	}
+	PlainStreams(w)
+	for i, r := range w.Requests {
+		if bytes.Contains(r.Body, []byte("stream_options")) || !bytes.Contains(r.Body, []byte(`"stream":true`)) {
+			t.Fatalf("request %d: %s", i, r.Body)
+		}
+		if got := string(r.Body); got != strings.Replace(before[i], string(includeUsage), "", 1) {
+			t.Fatalf("request %d changed otherwise: %s", i, got)
+		}
 	}
 }

@@ -5,8 +5,9 @@
 // Model:
 //   - Endpoint: each backend. Its endpoint id derives from the backend URL
 //     (kdn.EndpointIDForName, as edge.EndpointID), its generation is the block table's, bumped on
-//     every backend reset (recovery from unhealthy), so a client holding an
-//     older generation is answered stale. With --state-dir generations
+//     every backend reset (recovery from unhealthy, or an engine restart
+//     seen by engine telemetry; one restart seen both ways bumps it once),
+//     so a client holding an older generation is answered stale. With --state-dir generations
 //     persist, and every kvca start is a new generation for every endpoint
 //     (the table is not persisted, so kvca vouches for no engine after a
 //     restart). Binding: unknown_future.

@@ -41,6 +41,9 @@ type setup struct {
 	stateDir string
 	maxPins  int
 	faults   mock.Faults
+	// configure, when set, changes kvca's configuration last (backends
+	// included).
+	configure func(*edge.Config)
 }
 
 func newHarness(t *testing.T, s setup) *harness {
@@ -65,6 +68,9 @@ func newHarness(t *testing.T, s setup) *harness {
 	}
 	for _, e := range h.engines {
 		cfg.Backends = append(cfg.Backends, e.URL())
+	}
+	if s.configure != nil {
+		s.configure(&cfg)
 	}
 	srv, err := edge.New(cfg)
 	if err != nil {
