@@ -1296,33 +1296,46 @@ func (up *upConn) pump() {
 			}
 			continue
 		}
-		if up.bodyDone {
-			if c.pending() && (!c.flush() || c.pending()) {
-				return
-			}
-			c.finish(false)
+		if !up.next() {
 			return
 		}
-		up.off, up.n = 0, 0
-		n, e := up.sock.read(up.buf)
-		if e == syscall.EAGAIN {
-			if c.pending() && !c.flush() {
-				return // the head goes out before any body byte has come
-			}
-			up.dl = up.l.now + int64(up.l.s.cfg.StreamIdleTimeout)
-			return
-		}
-		up.dl = 0
-		switch {
-		case e != 0:
-			up.err, up.bodyDone = e, true
-		case n == 0 && up.mode == h1.BodyUntilClose:
-			up.bodyDone, up.reusable = true, false
-		case n == 0:
-			up.err, up.bodyDone = io.ErrUnexpectedEOF, true
-		}
-		up.n = n
 	}
+}
+
+// next ends the answer once its body is done (when the client has taken
+// everything), else reads the body's next piece into up.buf; false when
+// the pump must return: the answer ended, the client has not taken what
+// it has, or the socket has nothing yet (the stream's idle deadline set).
+func (up *upConn) next() bool {
+	c := up.cli
+	if up.bodyDone {
+		if c.pending() && (!c.flush() || c.pending()) {
+			return false
+		}
+		c.finish(false)
+		return false
+	}
+	up.off, up.n = 0, 0
+	n, e := up.sock.read(up.buf)
+	if e == syscall.EAGAIN {
+		// The head, if still pending, goes out before any body byte
+		// has come.
+		if !c.pending() || c.flush() {
+			up.dl = up.l.now + int64(up.l.s.cfg.StreamIdleTimeout)
+		}
+		return false
+	}
+	up.dl = 0
+	switch {
+	case e != 0:
+		up.err, up.bodyDone = e, true
+	case n == 0 && up.mode == h1.BodyUntilClose:
+		up.bodyDone, up.reusable = true, false
+	case n == 0:
+		up.err, up.bodyDone = io.ErrUnexpectedEOF, true
+	}
+	up.n = n
+	return true
 }
 
 // pumpStripped is pump for an answer whose usage event kvca removes
@@ -1343,32 +1356,9 @@ func (up *upConn) pumpStripped() {
 			}
 			continue
 		}
-		if up.bodyDone {
-			if c.pending() && (!c.flush() || c.pending()) {
-				return
-			}
-			c.finish(false)
+		if !up.next() {
 			return
 		}
-		up.off, up.n = 0, 0
-		n, e := up.sock.read(up.buf)
-		if e == syscall.EAGAIN {
-			if c.pending() && !c.flush() {
-				return // the head goes out before any body byte has come
-			}
-			up.dl = up.l.now + int64(up.l.s.cfg.StreamIdleTimeout)
-			return
-		}
-		up.dl = 0
-		switch {
-		case e != 0:
-			up.err, up.bodyDone = e, true
-		case n == 0 && up.mode == h1.BodyUntilClose:
-			up.bodyDone, up.reusable = true, false
-		case n == 0:
-			up.err, up.bodyDone = io.ErrUnexpectedEOF, true
-		}
-		up.n = n
 	}
 }
 

@@ -248,20 +248,21 @@ func (s *Scheduler) preferTied(elig *chain.Set, prefer int, bestCost uint64, cos
 	return true
 }
 
-// saturated reports whether backend i is at or beyond what it can serve
-// at once, so that a request sent there now waits: for a batch slot, by
-// its engine's queue (fresh telemetry: requests waiting beside running
-// ones mean a full batch, whatever the capacity) or KV cache near full
-// (the engine preempts or queues), else by its requests in flight (every
+// saturated reports whether backend i is at or beyond its batch
+// capacity, so that a request sent there now waits for a slot: by its
+// engine's queue (fresh telemetry: requests waiting beside running ones
+// mean a full batch, whatever the capacity) or KV cache near full (the
+// engine preempts or queues), else by its requests in flight (every
 // replica's, or the engine's count when larger) against its capacity,
 // set by --batch-capacity or learned from the concurrency past which its
-// answers waited for a slot, else fleet (0: none); or for compute, the
-// prefill reserved ahead of it taking longer than the backend's mean
-// request from dispatch to end (prefill is compute bound: a queue of it
-// delays every first token behind it, batch slots free or not). A
-// capacity or service time nobody knows is never reached: kvca moves
-// nothing on a guess. It returns the capacity it judged by (0: none
-// known). unix is the wall clock for engine signals (0: ignore them).
+// answers waited for a slot, else fleet (0: none). A capacity nobody
+// knows is never reached: kvca moves nothing on a guess. The prefill
+// queued on a backend is not saturation by itself: read against the
+// backend's mean request it moved follow-ups on a fleet answering in
+// milliseconds (2 of 15 runs of the SDK's twelve parallel conversations),
+// and the prediction below weighs it anyway. It returns the capacity it
+// judged by (0: none known). unix is the wall clock for engine signals
+// (0: ignore them).
 func (s *Scheduler) saturated(i int, unix int64, fleet int64) (bool, int64) {
 	b := s.Backends[i]
 	m := &b.model
@@ -279,9 +280,6 @@ func (s *Scheduler) saturated(i int, unix int64, fleet int64) (bool, int64) {
 			}
 			inflight = max(inflight, int64(e.Running)+int64(e.Waiting))
 		}
-	}
-	if svc := m.service.Load(); svc > 0 && int64(b.PendingPrefillTime()) >= svc {
-		return true, c
 	}
 	return c > 0 && inflight >= c, c
 }

@@ -308,9 +308,7 @@ func TestHolderYieldsOnlyToOverload(t *testing.T) {
 		{name: "engine KV cache full, not predicted slower", history: 8, inflight: 1, engine: &EngineSignals{Running: 1, KVUsage: 0.99, At: at}, moves: false},
 		{name: "engine KV cache full, long prefill queued", history: 8, inflight: 1, pending: 400, engine: &EngineSignals{Running: 1, KVUsage: 0.99, At: at}, moves: true},
 		{name: "long prefill queued, KV cache not full", history: 8, inflight: 1, pending: 400, engine: &EngineSignals{Running: 1, KVUsage: 0.5, At: at}, moves: false},
-		{name: "prefill queued past a request's service time", history: 8, inflight: 2, pending: 400, service: 300 * time.Millisecond, moves: true},
-		{name: "prefill queued within a request's service time", history: 8, inflight: 2, pending: 400, service: 500 * time.Millisecond, moves: false},
-		{name: "prefill queued past a request's service time, a long history", history: 3000, inflight: 2, pending: 400, service: 300 * time.Millisecond, moves: false},
+		{name: "prefill queued past a request's service time, below capacity", history: 8, inflight: 2, pending: 400, service: 300 * time.Millisecond, moves: false},
 		{name: "stale engine queue", history: 8, inflight: 3, engine: &EngineSignals{Running: 6, Waiting: 4, At: at - 60_000}, moves: false},
 	}
 	for _, tc := range cases {

@@ -196,6 +196,42 @@ test('chat streaming without stream_options: no usage chunk, and kvca checks the
   assert.ok(after.tokens > before.tokens, 'the follow-up reported no cached tokens to kvca');
 });
 
+test('conversations at once under one user: every follow-up stays on its engine', async () => {
+  // Twelve conversations in parallel, four turns each, all naming the
+  // same end user, the later turns streamed as the SDK does by default:
+  // far below any engine's capacity, no follow-up leaves the engine that
+  // holds its history, and one user binds none of them.
+  const homes = await Promise.all(Array.from({ length: 12 }, async (_, k) => {
+    const messages = [
+      { role: 'system', content: SYSTEM },
+      // A question of a few hundred bytes, as users write them: a part of
+      // a first turn shorter than one block is not learned (only whole
+      // blocks are), and its follow-up would know only the shared prompt.
+      { role: 'user', content: `Parallel conversation ${k}: ${'tell me, with an example from a production fleet, what a KV cache holds and why routing by prefix keeps it warm. '.repeat(3)}` },
+    ];
+    const first = await chat(messages, { user: 'tenant-a' });
+    checkAnswer(first);
+    const home = engineOf(first.id);
+    messages.push(first.choices[0].message);
+    for (let turn = 1; turn < 4; turn++) {
+      messages.push({ role: 'user', content: `Conversation ${k}, turn ${turn}: and another?` });
+      const stream = await chat(messages, { user: 'tenant-a', stream: true });
+      let id = '';
+      let content = '';
+      for await (const chunk of stream) {
+        id = chunk.id;
+        assert.equal(chunk.usage ?? undefined, undefined, 'a usage chunk the client did not ask for');
+        content += chunk.choices[0]?.delta?.content ?? '';
+      }
+      assert.equal(content.length, CONTENT_LEN);
+      assert.equal(engineOf(id), home, `conversation ${k} turn ${turn} left its engine`);
+      messages.push({ role: 'assistant', content });
+    }
+    return home;
+  }));
+  assert.ok(new Set(homes).size > 1, `twelve conversations of one user all on ${homes[0]}`);
+});
+
 test('tools: a tool-call conversation round-trips and stays on its engine', async () => {
   // The mock never emits tool calls (it answers fixed words), so the
   // assistant tool call below is the one a model would have produced.

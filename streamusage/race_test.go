@@ -1,0 +1,5 @@
+//go:build race
+
+package streamusage
+
+const raceEnabled = true
