@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"testing"
@@ -561,4 +562,34 @@ func TestDecodeLegAsksUsage(t *testing.T) {
 		t.Errorf("prefill leg %s", pre[0].raw)
 	}
 	waitPDIdle(t, f.s)
+}
+
+// TestSGLangPrefillFailureCutsTheAnswer: a pair whose prefill leg breaks
+// after the decode leg's answer began cannot be tried again: the answer
+// is cut, with an SSE error event, and the decode leg ends.
+func TestSGLangPrefillFailureCutsTheAnswer(t *testing.T) {
+	t.Parallel()
+	f := startPD(t, true, 1, 1, nil)
+	f.prefills[0].drop.Store(true)
+	f.prefills[0].pairedFail.Store(true)
+	f.decodes[0].earlyHead.Store(true)
+	resp, err := client.Post("http://"+f.s.Addr()+"/v1/chat/completions", "application/json", strings.NewReader(longChat(80, 0, true)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	body := string(b)
+	// A stream cut short ends without its last chunk: never a clean end.
+	if err == nil || resp.StatusCode != 200 || !strings.Contains(body, "early") || !strings.Contains(body, `"error"`) || strings.Contains(body, "[DONE]") {
+		t.Fatalf("%d %v %q", resp.StatusCode, err, body)
+	}
+	testkit.WaitUntil(t, "the decode leg cancelled", func() bool {
+		d := f.decodeEvents()
+		return len(d) == 1 && d[0].cancelled
+	})
+	waitPDIdle(t, f.s)
+	if n := len(f.decodeEvents()); n != 1 {
+		t.Fatalf("%d decode legs, want 1: an answer begun is not tried again", n)
+	}
 }

@@ -116,6 +116,10 @@ type pdWorker struct {
 	// the room's other leg has arrived (a worker failing after the pair
 	// met, so that the test sees both legs).
 	pairedFail atomic.Bool
+	// earlyHead: with SGLang, a streamed decode leg sends its head and a
+	// first event at once, before the KV cache has come (so that its
+	// answer has begun when the pair breaks).
+	earlyHead atomic.Bool
 	hold   atomic.Pointer[chan struct{}]
 	// holdFirst: a streamed answer sends its head at once and its first
 	// event only once released (a prefilling engine).
@@ -226,6 +230,13 @@ func (w *pdWorker) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 			rm.onceK.Do(func() { close(rm.kv) })
 		} else {
 			rm.onceD.Do(func() { close(rm.decode) })
+			if stream, _ := e.body["stream"].(bool); stream && w.earlyHead.Load() {
+				rw.Header().Set("Content-Type", "text/event-stream")
+				rw.WriteHeader(200)
+				io.WriteString(rw, "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"early \"}}]}\n\n")
+				rw.(http.Flusher).Flush()
+				answered(200)
+			}
 			select {
 			case <-rm.kv:
 			case <-r.Context().Done():
