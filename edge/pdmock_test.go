@@ -120,7 +120,7 @@ type pdWorker struct {
 	// first event at once, before the KV cache has come (so that its
 	// answer has begun when the pair breaks).
 	earlyHead atomic.Bool
-	hold   atomic.Pointer[chan struct{}]
+	hold      atomic.Pointer[chan struct{}]
 	// holdFirst: a streamed answer sends its head at once and its first
 	// event only once released (a prefilling engine).
 	holdFirst chan struct{}
