@@ -217,7 +217,10 @@ func TestPoliciesCompared(t *testing.T) {
 	if len(results) != 2 {
 		t.Fatal("results length")
 	}
-	wantKeys(results[1], "policy", "hit_rate", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "e2e_p50_ms", "e2e_p99_ms", "throughput_rps", "imbalance", "errors")
+	// The workload streams, so inter-token latency is there; a
+	// disaggregated fleet's keys (prefill_hit_rate, disaggregated,
+	// aggregated) are not, as the prediction's when unknown.
+	wantKeys(results[1], "policy", "hit_rate", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "e2e_p50_ms", "e2e_p99_ms", "itl_p50_ms", "itl_p99_ms", "throughput_rps", "imbalance", "errors")
 	if results[1].(map[string]any)["hit_rate"].(float64) > 1 {
 		t.Fatal("hit_rate must be a fraction")
 	}
