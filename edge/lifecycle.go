@@ -218,6 +218,7 @@ func (c *call) received(body []byte, inBytes int) act {
 			c.rep = unknownModel(c.model)
 			return actReply
 		}
+		c.passDecodes()
 		if r, over := s.overQuota(c, len(body)); over {
 			c.rep = r
 			return actReply

@@ -247,6 +247,22 @@ func (c *call) pdPlan(body []byte) error {
 	return nil
 }
 
+// passDecodes keeps a passthrough request of a disaggregated fleet to
+// the backends that answer requests: a prefill worker takes prefill legs
+// only.
+func (c *call) passDecodes() {
+	fl := c.s.fleet()
+	if !fl.pools.split {
+		return
+	}
+	set := fl.pools.decode
+	if c.req.Allowed != nil {
+		set.And(c.req.Allowed)
+	}
+	c.allowed = set
+	c.req.Allowed = &c.allowed
+}
+
 // pdTicket keeps the request's admission to its decode leg: the prefill
 // workers holding its prefix (where it was prefilled) are no backends its
 // ticket may wait for, since its decode leg cannot go there.

@@ -593,3 +593,23 @@ func TestSGLangPrefillFailureCutsTheAnswer(t *testing.T) {
 		t.Fatalf("%d decode legs, want 1: an answer begun is not tried again", n)
 	}
 }
+
+// TestPassthroughSkipsPrefillWorkers: a request kvca passes through goes
+// to a backend that answers requests, never to a prefill worker.
+func TestPassthroughSkipsPrefillWorkers(t *testing.T) {
+	t.Parallel()
+	f := startPD(t, false, 2, 1, nil)
+	for range 4 {
+		resp, _ := post(t, f.s, "/v1/embeddings", `{"model":"m","input":"hello"}`)
+		if resp.StatusCode != 200 {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+	}
+	if p := f.prefillEvents(); len(p) != 0 {
+		t.Fatalf("%d passthrough requests at prefill workers", len(p))
+	}
+	if d := f.decodeEvents(); len(d) != 4 {
+		t.Fatalf("%d at the decode worker, want 4", len(d))
+	}
+	waitPDIdle(t, f.s)
+}
