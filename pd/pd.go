@@ -11,10 +11,11 @@
 //     worker's bootstrap server and a room pairing the two legs.
 //
 // The client's body is never changed in place: every function appends a
-// new body to dst. Bodies are rewritten as JSON (keys and values kept as
-// the client wrote them, whitespace dropped), and a member the client
-// repeated is replaced wherever it appears, so no engine reading the last
-// duplicate sees the client's value.
+// new body to dst. Bodies are rewritten as JSON (values kept as the client
+// wrote them, names escaped anew where they need it, whitespace dropped;
+// the members set come last), and a member the client repeated is replaced
+// wherever it appears, so no engine reading the last duplicate sees the
+// client's value.
 package pd
 
 import (
@@ -73,25 +74,22 @@ const prefillParams = `{"do_remote_decode":true,"do_remote_prefill":false,"remot
 // and max_completion_tokens, or max_output_tokens for Responses) and no
 // min_tokens.
 func PrefillBody(dst, body []byte, api API) ([]byte, error) {
-	var p, q fastjson.Parser
+	var p fastjson.Parser
 	o, err := object(&p, body)
 	if err != nil {
 		return dst, err
 	}
-	params, _ := q.Parse(prefillParams)
-	var a fastjson.Arena
-	set(o, "kv_transfer_params", params)
-	set(o, "stream", a.NewFalse())
-	del(o, "stream_options")
-	del(o, "min_tokens")
-	one := a.NewNumberInt(1)
+	caps := `"max_tokens":1,"max_completion_tokens":1`
 	if api == Responses {
-		set(o, "max_output_tokens", one)
-	} else {
-		set(o, "max_tokens", one)
-		set(o, "max_completion_tokens", one)
+		caps = `"max_output_tokens":1`
 	}
-	return o.MarshalTo(dst), nil
+	return rewrite(dst, o, func(k string) bool {
+		switch k {
+		case "kv_transfer_params", "stream", "stream_options", "min_tokens", "max_tokens", "max_completion_tokens", "max_output_tokens":
+			return true
+		}
+		return false
+	}, `"kv_transfer_params":`+prefillParams+`,"stream":false,`+caps), nil
 }
 
 // TransferParams returns the kv_transfer_params object of a vLLM prefill
@@ -121,8 +119,8 @@ func DecodeBody(dst, body, params []byte) ([]byte, error) {
 	if err != nil || t.Type() != fastjson.TypeObject {
 		return dst, ErrNoTransfer
 	}
-	set(o, "kv_transfer_params", t)
-	return o.MarshalTo(dst), nil
+	return rewrite(dst, o, func(k string) bool { return k == "kv_transfer_params" },
+		`"kv_transfer_params":`+string(params)), nil
 }
 
 // BootstrapBody appends the body both SGLang legs carry: the client's
@@ -134,11 +132,14 @@ func BootstrapBody(dst, body []byte, host string, port int, room uint64) ([]byte
 	if err != nil {
 		return dst, err
 	}
-	var a fastjson.Arena
-	set(o, "bootstrap_host", a.NewString(host))
-	set(o, "bootstrap_port", a.NewNumberInt(port))
-	set(o, "bootstrap_room", a.NewNumberString(strconv.FormatUint(room, 10)))
-	return o.MarshalTo(dst), nil
+	add := appendString([]byte(`"bootstrap_host":`), []byte(host))
+	add = append(add, `,"bootstrap_port":`...)
+	add = strconv.AppendInt(add, int64(port), 10)
+	add = append(add, `,"bootstrap_room":`...)
+	add = strconv.AppendUint(add, room, 10)
+	return rewrite(dst, o, func(k string) bool {
+		return k == "bootstrap_host" || k == "bootstrap_port" || k == "bootstrap_room"
+	}, string(add)), nil
 }
 
 // Room is a bootstrap room from 64 random bits: SGLang takes a
@@ -157,17 +158,49 @@ func object(p *fastjson.Parser, body []byte) (*fastjson.Object, error) {
 	return o, nil
 }
 
-// del removes every member named k (a client may repeat one).
-func del(o *fastjson.Object, k string) {
-	for o.Get(k) != nil {
-		o.Del(k)
+// rewrite appends o without the members drop names (every one of them: a
+// client may repeat a member), then add (members, comma-separated). The
+// members kept are written back as parsed: their values byte for byte,
+// their names escaped anew where they need it (fastjson's own marshalling
+// of unescaped names is Go's quoting, not JSON's).
+func rewrite(dst []byte, o *fastjson.Object, drop func(k string) bool, add string) []byte {
+	dst = append(dst, '{')
+	n := 0
+	o.Visit(func(k []byte, v *fastjson.Value) {
+		if drop(string(k)) {
+			return
+		}
+		if n > 0 {
+			dst = append(dst, ',')
+		}
+		n++
+		dst = appendString(dst, k)
+		dst = append(dst, ':')
+		dst = v.MarshalTo(dst)
+	})
+	if n > 0 {
+		dst = append(dst, ',')
 	}
+	dst = append(dst, add...)
+	return append(dst, '}')
 }
 
-// set makes v the one member named k.
-func set(o *fastjson.Object, k string, v *fastjson.Value) {
-	del(o, k)
-	o.Set(k, v)
+// appendString appends s as a JSON string: quotes, backslashes and
+// control characters escaped, every other byte as it is.
+func appendString(dst, s []byte) []byte {
+	const hex = "0123456789abcdef"
+	dst = append(dst, '"')
+	for _, c := range s {
+		switch {
+		case c == '"' || c == '\\':
+			dst = append(dst, '\\', c)
+		case c < 0x20:
+			dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&15])
+		default:
+			dst = append(dst, c)
+		}
+	}
+	return append(dst, '"')
 }
 
 // Usage reads a JSON answer's prompt tokens and the cached tokens its
