@@ -201,3 +201,18 @@ func TestBenchCommandsPointToKvcaBench(t *testing.T) {
 		}
 	}
 }
+
+// TestBackendRoleFromConfig: a --config file's backends carry their role
+// option as on the command line; a bad one is refused by name.
+func TestBackendRoleFromConfig(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "kvca.yaml")
+	os.WriteFile(cfg, []byte("backend: [\"http://a:1#llama,role=decode\", \"http://b:1#role=prefil\"]\n"), 0o644)
+	_, err := run("serve", "--config", cfg)
+	if err == nil || !strings.Contains(err.Error(), `role "prefil" is not one of prefill, decode, both`) {
+		t.Fatalf("got %v", err)
+	}
+	_, err = run("serve", "--backend", "http://a:1#role=decode", "--pd-protocol", "nixl")
+	if err == nil || !strings.Contains(err.Error(), "--pd-protocol") {
+		t.Fatalf("got %v", err)
+	}
+}
