@@ -34,7 +34,12 @@ type Config struct {
 	PrefillOverhead time.Duration // per request; default 5ms
 	PrefillPerToken time.Duration // per uncached prompt token; default 50µs
 	DecodePerToken  time.Duration // per output token; default 10ms
-	TimeScale       float64       // multiplies every simulated duration; default 1
+	// TransferPerToken is what a decode request of a disaggregated fleet
+	// (vLLM's kv_transfer_params with do_remote_prefill) waits per prompt
+	// token its cache lacks, in place of their prefill: the KV cache read
+	// from the prefill worker. Default 5µs.
+	TransferPerToken time.Duration
+	TimeScale        float64 // multiplies every simulated duration; default 1
 
 	DefaultMaxTokens int // output tokens when the request sets no limit; default 16
 
@@ -146,6 +151,9 @@ func New(cfg Config) *Engine {
 	}
 	if cfg.PrefillPerToken == 0 {
 		cfg.PrefillPerToken = 50 * time.Microsecond
+	}
+	if cfg.TransferPerToken == 0 {
+		cfg.TransferPerToken = 5 * time.Microsecond
 	}
 	if cfg.DecodePerToken == 0 {
 		cfg.DecodePerToken = 10 * time.Millisecond

@@ -48,6 +48,10 @@ type job struct {
 	store  bool
 	tool   []byte
 	respID []byte
+	// A disaggregated fleet's legs (vLLM's kv_transfer_params): a prefill
+	// for a remote decode answers one token and the transfer; a decode of
+	// a remote prefill reads the KV cache it lacks instead of computing it.
+	remoteDecode, remotePrefill bool
 }
 
 // api is the request family an engine answers.
@@ -148,6 +152,14 @@ func (e *Engine) complete(ctx *fasthttp.RequestCtx, path string) {
 		e.badRequestAPI(ctx, a, param, err.Error())
 		return
 	}
+	remoteDecode, remotePrefill := false, false
+	if kv := v.Get("kv_transfer_params"); kv != nil && kv.Type() == fastjson.TypeObject {
+		remoteDecode, remotePrefill = kv.GetBool("do_remote_decode"), kv.GetBool("do_remote_prefill")
+	}
+	if remoteDecode && stream {
+		e.badRequestAPI(ctx, a, "stream", "a prefill for a remote decode does not stream")
+		return
+	}
 	var prio int64
 	if pv := v.Get("priority"); pv != nil {
 		if prio, err = pv.Int64(); err != nil {
@@ -216,6 +228,7 @@ func (e *Engine) complete(ctx *fasthttp.RequestCtx, path string) {
 	j.arrived = arrived
 	j.killAfter = f.KillAfterChunks
 	j.prio = prio
+	j.remoteDecode, j.remotePrefill = remoteDecode, remotePrefill
 	j.conn = ctx.Conn()
 
 	if stream && j.killAfter > 0 {
@@ -255,6 +268,9 @@ func (e *Engine) respond(ctx *fasthttp.RequestCtx, j *job) {
 	e.mSuccess.Inc()
 	j.finished()
 	j.out = j.appendAnswer(j.out[:0])
+	if j.remoteDecode && len(j.out) > 0 && j.out[len(j.out)-1] == '}' {
+		j.out = j.appendTransfer(j.out[:len(j.out)-1], ctx.LocalAddr())
+	}
 	ctx.SetContentType("application/json")
 	ctx.SetBody(j.out)
 }
@@ -412,6 +428,11 @@ func (j *job) prefill(extra int) (cached int, end time.Time) {
 	e.cache.insert(j.hashes)
 	e.cacheMu.Unlock()
 	d := e.scale(e.cfg.PrefillOverhead + time.Duration(j.promptTokens-cached+extra)*e.cfg.PrefillPerToken)
+	if j.remotePrefill && extra == 0 {
+		// The prefill worker computed the prompt: what this engine lacks
+		// of it is read from there.
+		d = e.scale(time.Duration(j.promptTokens-cached) * e.cfg.TransferPerToken)
+	}
 	return cached, e.sched.reservePrefill(j.slot, time.Now(), d)
 }
 
@@ -586,4 +607,28 @@ func (e *Engine) fail(ctx *fasthttp.RequestCtx, status int, typ, param, msg stri
 	ctx.SetStatusCode(status)
 	ctx.SetContentType("application/json")
 	ctx.SetBody(b)
+}
+
+// appendTransfer closes a prefill answer with the kv_transfer_params a
+// vLLM prefill worker gives its decode worker: this engine, the prompt's
+// blocks, where to read them.
+func (j *job) appendTransfer(b []byte, local net.Addr) []byte {
+	host, port := "127.0.0.1", 0
+	if a, ok := local.(*net.TCPAddr); ok {
+		host, port = a.IP.String(), a.Port
+	}
+	b = append(b, `,"kv_transfer_params":{"do_remote_decode":false,"do_remote_prefill":true,"remote_engine_id":`...)
+	b = appendJSONString(b, j.e.cfg.Name)
+	b = append(b, `,"remote_block_ids":[`...)
+	for i := range j.hashes {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, int64(i), 10)
+	}
+	b = append(b, `],"remote_host":`...)
+	b = appendJSONString(b, host)
+	b = append(b, `,"remote_port":`...)
+	b = strconv.AppendInt(b, int64(port), 10)
+	return append(b, "}}"...)
 }

@@ -108,6 +108,7 @@ func Flags() []cli.Flag {
 		&cli.GenericFlag{Name: "prefill-overhead", Value: cliflag.Duration(5 * time.Millisecond), Usage: "engine prefill cost per request (before time-scale)", EnvVars: env("prefill-overhead")},
 		&cli.GenericFlag{Name: "prefill-per-token", Value: cliflag.Duration(50 * time.Microsecond), Usage: "engine prefill cost per uncached token (before time-scale)", EnvVars: env("prefill-per-token")},
 		&cli.GenericFlag{Name: "decode-per-token", Value: cliflag.Duration(10 * time.Millisecond), Usage: "engine decode time per output token (before time-scale)", EnvVars: env("decode-per-token")},
+		&cli.GenericFlag{Name: "transfer-per-token", Value: cliflag.Duration(5 * time.Microsecond), Usage: "engine: with --pd-prefill, a decode leg's wait per prompt token its cache lacks, read from the prefill worker (before time-scale)", EnvVars: env("transfer-per-token")},
 		&cli.StringFlag{Name: "engine-command", Usage: "run each engine as this `COMMAND` instead of a mock (split at spaces; " + PortPlaceholder + " becomes its port on 127.0.0.1, " + NamePlaceholder + " its name): any OpenAI-compatible server exporting vLLM's or SGLang's /metrics, e.g. an independent vLLM simulator; hit rate and load are read from its /metrics, its durations are its own (not scaled by --time-scale), --block-tokens should match its block size; the precise policy needs mocks", EnvVars: env("engine-command")},
 		&cli.IntFlag{Name: "pd-prefill", Usage: "a disaggregated fleet: the first N engines are prefill workers, the others decode workers (the proxy is given their roles; docs/disaggregation.md); 0: every engine aggregated", EnvVars: env("pd-prefill")},
 		&cli.StringFlag{Name: "engine-ready-path", Value: "/health", Usage: "with --engine-command: path polled until the engine answers 200", EnvVars: env("engine-ready-path")},
@@ -192,7 +193,7 @@ func SpecFromCLI(c *cli.Context) (Spec, error) {
 		Engine: mock.Config{
 			CacheTokens: c.Int("cache-tokens"), BlockTokens: c.Int("block-tokens"), MaxSeqs: c.Int("max-seqs"), Priority: c.Bool("engine-priority"),
 			PrefillOverhead: c.Duration("prefill-overhead"), PrefillPerToken: c.Duration("prefill-per-token"),
-			DecodePerToken: c.Duration("decode-per-token"), TimeScale: s.TimeScale,
+			DecodePerToken: c.Duration("decode-per-token"), TransferPerToken: c.Duration("transfer-per-token"), TimeScale: s.TimeScale,
 		},
 		Policies:        policies,
 		MaxInFlight:     c.Int("max-in-flight"),

@@ -39,6 +39,7 @@ func mockCommand() *cli.Command {
 			&cli.GenericFlag{Name: "prefill-overhead", Value: cliflag.Duration(d.PrefillOverhead), Usage: "fixed prefill cost per request", EnvVars: mockEnv("prefill-overhead")},
 			&cli.GenericFlag{Name: "prefill-per-token", Value: cliflag.Duration(d.PrefillPerToken), Usage: "prefill cost per uncached prompt token", EnvVars: mockEnv("prefill-per-token")},
 			&cli.GenericFlag{Name: "decode-per-token", Value: cliflag.Duration(d.DecodePerToken), Usage: "decode time per output token", EnvVars: mockEnv("decode-per-token")},
+			&cli.GenericFlag{Name: "transfer-per-token", Value: cliflag.Duration(d.TransferPerToken), Usage: "a disaggregated fleet's decode request (vLLM's kv_transfer_params with do_remote_prefill) waits this per prompt token it lacks, in place of their prefill; a prefill request (do_remote_decode) answers with the transfer", EnvVars: mockEnv("transfer-per-token")},
 			&cli.Float64Flag{Name: "time-scale", Value: d.TimeScale, Usage: "multiply every simulated duration (0.01: 100× faster)", EnvVars: mockEnv("time-scale")},
 			&cli.IntFlag{Name: "default-max-tokens", Value: d.DefaultMaxTokens, Usage: "output tokens when a request sets no max_tokens", EnvVars: mockEnv("default-max-tokens")},
 			&cli.Float64Flag{Name: "error-rate", Usage: "fraction of completions answered HTTP 500", EnvVars: mockEnv("error-rate")},
@@ -57,6 +58,7 @@ func mockCommand() *cli.Command {
 				PrefillOverhead:  c.Duration("prefill-overhead"),
 				PrefillPerToken:  c.Duration("prefill-per-token"),
 				DecodePerToken:   c.Duration("decode-per-token"),
+				TransferPerToken: c.Duration("transfer-per-token"),
 				TimeScale:        c.Float64("time-scale"),
 				DefaultMaxTokens: c.Int("default-max-tokens"),
 				Faults: mock.Faults{
