@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvca/kvca/bench/mock"
 	"github.com/kvca/kvca/internal/testkit"
 )
 
@@ -612,4 +613,42 @@ func TestPassthroughSkipsPrefillWorkers(t *testing.T) {
 		t.Fatalf("%d at the decode worker, want 4", len(d))
 	}
 	waitPDIdle(t, f.s)
+}
+
+// TestVLLMWithMockEngines: kvca in front of two of the bench's mock
+// engines, one prefill worker and one decode worker, speaking vLLM's
+// protocol end to end: a conversation's turns are answered through both
+// legs, and the prefill worker finds the history it prefilled.
+func TestVLLMWithMockEngines(t *testing.T) {
+	t.Parallel()
+	p := startEngine(t, mock.Config{Name: "p", BlockTokens: 16})
+	d := startEngine(t, mock.Config{Name: "d", BlockTokens: 16})
+	s := startProxy(t, func(c *Config) {
+		c.Backends = []string{p.URL() + "#role=prefill", d.URL() + "#role=decode"}
+		c.PD.Threshold = 0
+		c.RouteHeader = true
+	})
+	for turn := range 3 {
+		body := strings.Replace(longChat(90, turn, true), `"model":"m"`, `"model":"mock"`, 1)
+		resp, err := client.Post("http://"+s.Addr()+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		events, err := readAllEvents(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 || len(events) < 2 {
+			t.Fatalf("turn %d: %d %v %d events", turn, resp.StatusCode, err, len(events))
+		}
+		if r := routeOf(resp.Header.Get("X-Kvca-Route")); r["pd"] != "disaggregated" {
+			t.Fatalf("turn %d: route %q", turn, resp.Header.Get("X-Kvca-Route"))
+		}
+	}
+	waitPDIdle(t, s)
+	ps, ds := p.Stats(), d.Stats()
+	if ps.Requests != 3 || ds.Requests != 3 {
+		t.Fatalf("requests: prefill %d, decode %d; want 3 each", ps.Requests, ds.Requests)
+	}
+	if ps.HitTokens == 0 {
+		t.Fatal("the prefill worker found none of the history it prefilled")
+	}
 }
