@@ -575,13 +575,7 @@ func (s *Server) checkCached(c *call, prompt int64) {
 		return
 	}
 	c.engineCached = cached
-	bpt := 0.0
-	if prompt > 0 && c.info.CBRLen > 0 {
-		bpt = float64(c.info.CBRLen) / float64(prompt)
-	}
-	if bpt < 0.25 || bpt > 64 {
-		bpt, _ = s.cal.BytesPerTokenOf(c.info.Model)
-	}
+	bpt := s.bytesPerToken(c, int64(prompt))
 	bs := float64(s.cfg.Table.BlockSize)
 	pred := c.dec.Cached
 	s.fleet().sched.CheckCached(c.dec.Backend, sched.Check{
@@ -811,3 +805,17 @@ type timeoutError string
 func (e timeoutError) Error() string   { return string(e) }
 func (e timeoutError) Timeout() bool   { return true }
 func (e timeoutError) Temporary() bool { return true }
+
+// bytesPerToken is the request's own CBR bytes per prompt token, from
+// its answer's prompt tokens, else (none reported, or a ratio no
+// tokenizer gives) the model's calibrated ratio.
+func (s *Server) bytesPerToken(c *call, prompt int64) float64 {
+	bpt := 0.0
+	if prompt > 0 && c.info.CBRLen > 0 {
+		bpt = float64(c.info.CBRLen) / float64(prompt)
+	}
+	if bpt < 0.25 || bpt > 64 {
+		bpt, _ = s.cal.BytesPerTokenOf(c.info.Model)
+	}
+	return bpt
+}

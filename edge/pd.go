@@ -605,13 +605,7 @@ func (c *call) pdCheck(answer []byte, at time.Time) {
 	if !ok {
 		return
 	}
-	bpt := 0.0
-	if prompt > 0 && c.info.CBRLen > 0 {
-		bpt = float64(c.info.CBRLen) / float64(prompt)
-	}
-	if bpt < 0.25 || bpt > 64 {
-		bpt, _ = s.cal.BytesPerTokenOf(c.info.Model)
-	}
+	bpt := s.bytesPerToken(c, int64(prompt))
 	bs := float64(s.cfg.Table.BlockSize)
 	pred := p.cachedP
 	s.fleet().sched.CheckCached(p.pu.b, sched.Check{

@@ -90,7 +90,7 @@ func (kvcaPolicy) Pick(s *Scheduler, r *Request, d *Decision) bool {
 // longest known prefix); false if there is none. With overload (kvca-cost,
 // session-hash), holders that are really overloaded give the request up
 // (yields), and false then means none kept it (counted in d.Overflowed);
-// without it (kvca, the seed's Phase 2), a holder keeps it whatever its
+// without it (kvca, Phase 2 of the two dispatch phases), a holder keeps it whatever its
 // load.
 func phase2(s *Scheduler, r *Request, elig chain.Set, d *Decision, overload bool) bool {
 	div, prev := s.Table.Prefix(r.Chain, r.Now)

@@ -11,7 +11,7 @@ import (
 // where the engine may still hold part of it, rather than to the least
 // loaded holder of the prompt. Past its capacity, and predicted slower
 // than another holder of the prompt, it gives the request up (kvca-cost);
-// under kvca, the seed's Phase 2, it never does.
+// under kvca, Phase 2 of the two dispatch phases, it never does.
 func TestFollowupReturnsToTheDepartedHolder(t *testing.T) {
 	for _, policy := range []string{"kvca-cost", "kvca"} {
 		s := newFixed(t, 3, policy)
