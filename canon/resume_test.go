@@ -349,7 +349,8 @@ func TestResumeNoAllocs(t *testing.T) {
 
 // Likely estimates how much of a body the resumer remembers from each
 // remembered run's ends: a follow-up's whole history, a body seen before
-// up to its prompt's end, nothing of an unrelated one or of another hasher's, and (the
+// up to its prompt's end, an earlier turn and a body leaving a run inside
+// it up to about where they leave it, nothing of an unrelated one or of another hasher's, and (the
 // estimate's known blind spot) all of a body changed only inside a run.
 func TestLikely(t *testing.T) {
 	p := newPair(canon.Options{}, 64<<20, 64)
@@ -363,12 +364,27 @@ func TestLikely(t *testing.T) {
 	if got := p.r.Likely(canon.Chat, tag, conv[4]); got < len(conv[4])-64 {
 		t.Errorf("a body seen before: %d of %d", got, len(conv[4]))
 	}
+	// An earlier turn again (a retry, a regenerated answer, a replayed
+	// session): the remembered run goes on where the body's messages end,
+	// so the run's last bytes say nothing; all but its closing fields are
+	// still found.
+	if got := p.r.Likely(canon.Chat, tag, conv[2]); got < len(conv[2])-200 || got > len(conv[2]) {
+		t.Errorf("an earlier body of the conversation: %d of %d", got, len(conv[2]))
+	}
+	at := len(conv[2]) + 500 // inside a later message: a run of the tree
+	fork := append(bytes.Clone(conv[3][:at]), bytes.Repeat([]byte("x"), 5000)...)
+	if got := p.r.Likely(canon.Chat, tag, fork); got < at-2*64 || got > at {
+		t.Errorf("a body leaving the run at %d: %d", at, got)
+	}
 	next := conv[5]
 	if got, hist := p.r.Likely(canon.Chat, tag, next), len(conv[4])-64; got < hist || got > len(next)-3000 {
 		t.Errorf("a follow-up: %d of %d, its history %d", got, len(next), hist)
 	}
-	if got := p.r.Likely(canon.Chat, tag, bodies.Conversation(2, 500)[1]); got > 200 {
-		t.Errorf("an unrelated body: %d", got)
+	// Another conversation with the same system prompt: about the bytes
+	// they share.
+	other := bodies.Conversation(2, 500)[1]
+	if got, shared := p.r.Likely(canon.Chat, tag, other), prefixLen(conv[4], other); got < shared-2*64 || got > shared {
+		t.Errorf("a body sharing %d bytes: %d", shared, got)
 	}
 	if got := p.r.Likely(canon.Chat, chain.NewHasher(testKey, 128).ResumeTag(), conv[4]); got != 0 {
 		t.Errorf("another hasher's body: %d", got)
@@ -386,4 +402,12 @@ func TestLikely(t *testing.T) {
 	if none.Likely(canon.Chat, tag, conv[4]) != 0 {
 		t.Error("a nil resumer remembers something")
 	}
+}
+
+func prefixLen(a, b []byte) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
 }

@@ -466,6 +466,25 @@ func (r *Resumer) drop(l *rzNode) {
 // compares.
 const likelySample = 64
 
+// sampledPrefix estimates where b leaves a (their first likelySample bytes
+// equal, their last at len(a) not): the largest offset whose sample is
+// equal, found by bisection, so about a sample per doubling of len(a).
+func sampledPrefix(a, b []byte) int {
+	lo, hi := 0, (len(a)-1)/likelySample // samples [0,lo] equal, hi's not
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		o := mid * likelySample
+		if bytes.Equal(a[o:o+likelySample], b[o:o+likelySample]) {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	o := lo * likelySample
+	e := min(o+2*likelySample, len(a), len(b))
+	return o + commonPrefix(a[o:e], b[o:e])
+}
+
 // Likely estimates, without comparing every byte, how much of body a
 // lookup would find remembered: it follows the tree comparing each run's
 // first and last bytes only. It decides where to plan a large body (a body
@@ -491,8 +510,14 @@ func (r *Resumer) Likely(api API, tag uint64, body []byte) int {
 		rest := body[pos:]
 		seg := k.seg[:min(len(k.seg), len(rest))] // the body may end inside the run
 		s := min(likelySample, len(seg))
-		if !bytes.Equal(seg[:s], rest[:s]) || !bytes.Equal(seg[len(seg)-s:], rest[len(seg)-s:len(seg)]) {
+		if !bytes.Equal(seg[:s], rest[:s]) {
 			return pos + commonPrefix(seg[:s], rest[:s])
+		}
+		if !bytes.Equal(seg[len(seg)-s:], rest[len(seg)-s:len(seg)]) {
+			// The body leaves the run inside it: an agent's next turn
+			// ends the run's last message with other bytes (the request's
+			// fields after its messages). Bisect on samples for where.
+			return pos + sampledPrefix(seg, rest)
 		}
 		if len(seg) < len(k.seg) {
 			return len(body)

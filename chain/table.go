@@ -424,11 +424,18 @@ func (t *Table) touch(chain []uint64, b int, now int64, mode touchMode) {
 				return
 			}
 		}
-		if slot != nil {
-			defer slot.Store(mark)
-		}
 	}
 	epoch := t.removals.Load()
+	whole, recAt := chain, now
+	if mode == touchConfirm {
+		// An agent's next turn resends the chain its last answer
+		// confirmed: those blocks were written within the slack, so only
+		// the new ones are. The record then dates the whole chain at the
+		// older time, the earliest any of its blocks holds.
+		if k, at := t.wholePrefix(chain, b, gen, now, epoch); k > 0 {
+			chain, recAt = chain[k:], at
+		}
+	}
 	// A chain of at least two blocks per shard is taken a shard at a
 	// time, in chain order within each shard (each shard keeps its own LRU
 	// order): one lock per shard rather than one per block, which was half
@@ -450,8 +457,13 @@ func (t *Table) touch(chain []uint64, b int, now int64, mode touchMode) {
 			checking = t.touchShard(t.shardOf(h), chain, one[:], b, gen, now, mode, checking)
 		}
 	}
-	if mode == touchConfirm && len(chain) > 0 {
-		t.recordWhole(chain, b, gen, now, epoch)
+	if mode == touchConfirm && len(whole) > 0 {
+		t.recordWhole(whole, b, gen, recAt, epoch)
+	}
+	if slot != nil {
+		// Dated as the record is: a skip within the slack of a touch
+		// that itself kept older blocks would add its slack to theirs.
+		slot.Store(mark&^0xffffffff | uint64(uint32(recAt)))
 	}
 }
 
@@ -655,11 +667,10 @@ func (t *Table) evictTail(sh *shard, now int64) {
 func (t *Table) Forget(chain []uint64, b int) int {
 	t.removing()
 	defer t.removing()
-	if len(chain) > 0 {
-		for _, m := range [...]touchMode{touchConfirm, touchPredict} {
-			slot, _ := t.recentSlot(chain[len(chain)-1], b, t.gens[b].Load(), 0, m)
-			slot.Store(0)
-		}
+	// Every touch record goes, not only this chain's: a longer or shorter
+	// chain through the dropped blocks must not skip its next touch either.
+	for i := range t.recent {
+		t.recent[i].Store(0)
 	}
 	n := 0
 	for _, h := range chain {

@@ -464,21 +464,30 @@ func TestTouchSlack(t *testing.T) {
 	if got := tb.Lookup(23, t0+ttl+5); got != set(0) {
 		t.Fatalf("a touch beyond the slack was skipped: %v", got)
 	}
-	tb.Touch(ch, 1, t0+12) // another backend: its own record
-	if got := tb.Lookup(22, t0+12); got != set(0, 1) {
-		t.Fatalf("another backend's touch: %v", got)
-	}
-	tb.Forget(ch, 1)
-	tb.Touch(ch, 1, t0+13)
-	if got := tb.Lookup(21, t0+13); got != set(0, 1) {
-		t.Fatalf("a touch right after Forget: %v", got)
-	}
 	// A peer's older touch walks (and changes nothing newer), then the
 	// next local touch within slack of t0+11 is still skipped.
 	tb.TouchAt(ch, 0, t0+1)
 	tb.Touch(ch, 0, t0+21)
 	if got := tb.Lookup(23, t0+ttl+15); got.Has(0) {
 		t.Fatalf("the record moved back to an older touch: %v at t0+ttl+15", got)
+	}
+	tb.Touch(ch, 1, t0+22) // another backend: its own record
+	if got := tb.Lookup(22, t0+22); got != set(0, 1) {
+		t.Fatalf("another backend's touch: %v", got)
+	}
+	tb.Forget(ch, 1)
+	tb.Touch(ch, 1, t0+23)
+	if got := tb.Lookup(21, t0+23); got != set(0, 1) {
+		t.Fatalf("a touch right after Forget: %v", got)
+	}
+	// A removal of a block inside a longer chain: that chain's next touch
+	// within the slack writes the block again.
+	long := []uint64{21, 22, 23, 24, 25}
+	tb.Touch(long, 0, t0+24)
+	tb.Forget(ch[1:2], 0)
+	tb.Touch(long, 0, t0+25)
+	if got := tb.Lookup(22, t0+25); !got.Has(0) {
+		t.Fatalf("a touch within the slack after a removal inside the chain: %v", got)
 	}
 }
 

@@ -59,7 +59,9 @@ type evLoop struct {
 	now      int64       // unix ns, at the last wake-up
 	scanAt   int64       // when deadlines are next checked
 	bufs     [8][][]byte // free buffers by size class (bufClass)
+	bufLow   [8]int      // the fewest free in each class since trimAt
 	bufBytes int
+	trimAt   int64 // when buffers free since the last trim are dropped
 	iov      [2]unix.Iovec
 	msg      unix.Msghdr  // rawWritev's, over iov
 	small    [8192]byte   // rawWritev's, for a head and a short body
@@ -338,6 +340,10 @@ func (l *evLoop) run() {
 		}
 		if l.now >= l.scanAt {
 			l.scanAt = l.now + int64(deadlineTick)
+			if l.now >= l.trimAt {
+				l.trimAt = l.now + int64(bufTrimEvery)
+				l.trimBufs()
+			}
 			if l.acceptAt != 0 && l.now >= l.acceptAt && !draining {
 				l.resumeAccept()
 			}
@@ -599,10 +605,32 @@ func (l *evLoop) getBuf(n int) []byte {
 	if list := l.bufs[k]; len(list) > 0 {
 		b := list[len(list)-1]
 		l.bufs[k] = list[:len(list)-1]
+		l.bufLow[k] = min(l.bufLow[k], len(list)-1)
 		l.bufBytes -= cap(b)
 		return b[:cap(b)]
 	}
+	l.bufLow[k] = 0
 	return make([]byte, loopBufSize<<k)
+}
+
+// trimBufs drops the free buffers no request took since the last trim:
+// the pool keeps what the loop's traffic really holds at once (64
+// connections posting 1 MB bodies need 64 MB of them; allocating and
+// zeroing a megabyte a request was a tenth of kvca's CPU), and gives back
+// a burst's buffers a trim interval or two after it ends. The least
+// recently freed go: the list is taken from its end.
+func (l *evLoop) trimBufs() {
+	for k := range l.bufs {
+		list := l.bufs[k]
+		n := min(l.bufLow[k], len(list))
+		for _, b := range list[:n] {
+			l.bufBytes -= cap(b)
+		}
+		kept := copy(list, list[n:])
+		clear(list[kept:])
+		l.bufs[k] = list[:kept]
+		l.bufLow[k] = kept
+	}
 }
 
 func (l *evLoop) putBuf(b []byte) {
@@ -625,8 +653,12 @@ func bufClass(n int) int {
 	return -1
 }
 
-// maxPooledBytes bounds the free buffers a loop keeps.
-const maxPooledBytes = 32 << 20
+// maxPooledBytes bounds the free buffers a loop keeps; trimBufs gives
+// back, every bufTrimEvery, those no request took.
+const maxPooledBytes = 256 << 20
+
+// bufTrimEvery is how long a free buffer may stay unused in the pool.
+const bufTrimEvery = 2 * time.Second
 
 // sockaddr returns a fresh socket address for a connect.
 func (u *upstream) sockaddr() syscall.Sockaddr {

@@ -4,24 +4,30 @@
 //
 //	go run ./scripts/compare/genbody -out DIR
 //
-// writes DIR/{1k,4k,128k,512k,1m}-{stream,nostream}.json, each exactly
-// 1024, 4096, 131072, 524288 or 1048576 bytes long:
+// writes DIR/{1k,4k,128k,512k,1m,tool512k,tool1m}-{stream,nostream}.json,
+// each exactly 1024, 4096, 131072, 524288 or 1048576 bytes long:
 //
 //   - 1k: a short system prompt and one user message;
 //   - 4k: a system prompt plus three turns (user, assistant, user, assistant,
 //     user), the shape of a short agent conversation;
 //   - 128k: a long system prompt (a pasted document) plus three turns;
-//   - 512k, 1m: an agent's late turn: a 20 KB system prompt and tool
-//     definitions, then 10 or 20 turns of tool results of about 26 KB;
+//   - 512k, 1m: a long conversation of plain messages: a 20 KB system
+//     prompt, then 10 or 20 turns of about 26 KB;
+//   - tool512k, tool1m: an agent's late turn: tool definitions, a system
+//     prompt of source code, then turns of an assistant tool call and its
+//     result (source code: escaped newlines, tabs and quotes, some
+//     non-ASCII text), each result about 20 KB;
 //
 // and DIR/agent-{stream,nostream}.seq, one agent session's requests in
-// order (30 turns growing from about 20 KB to about 800 KB, each turn
-// resending the last one's messages plus a tool call and its result),
+// order (40 turns of the tool shape growing from about 35 KB to about
+// 830 KB, each resending the last one's messages plus a tool call and
+// its result),
 // separated by the record separator byte 0x1e, which JSON text never holds
 // raw; agent-*.json is its last request.
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -30,15 +36,36 @@ import (
 )
 
 type message struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
+	Role       string     `json:"role"`
+	Content    string     `json:"content"`
+	ToolCalls  []toolCall `json:"tool_calls,omitempty"`
+	ToolCallID string     `json:"tool_call_id,omitempty"`
+}
+
+type toolCall struct {
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
 }
 
 type request struct {
 	Model     string    `json:"model"`
 	Messages  []message `json:"messages"`
+	Tools     []tool    `json:"tools,omitempty"`
 	MaxTokens int       `json:"max_tokens"`
 	Stream    bool      `json:"stream"`
+}
+
+type tool struct {
+	Type     string `json:"type"`
+	Function struct {
+		Name        string          `json:"name"`
+		Description string          `json:"description"`
+		Parameters  json.RawMessage `json:"parameters"`
+	} `json:"function"`
 }
 
 // words is a small fixed vocabulary; text is drawn from it with a fixed
@@ -86,33 +113,162 @@ var shapes = []shape{
 	{name: "1m", size: 1048576, turns: 20, sys: 20000, turn: 26000},
 }
 
-// agentTurns and agentResult shape the agent session: each turn adds an
-// assistant tool call and a tool result of about agentResult bytes.
+// The agent shape: what a coding agent sends late in a session. Tool
+// definitions with JSON schemas, a long system prompt, then turns of an
+// assistant tool call (its arguments a JSON string inside the JSON) and the
+// tool's result: source code, so the strings are full of escaped newlines,
+// tabs and quotes, with some non-ASCII text.
 const (
-	agentTurns  = 30
-	agentSystem = 20000
-	agentResult = 26000
+	agentTurns  = 40    // requests in the replayed session
+	agentSystem = 28000 // system prompt bytes: the first request is about 35 KB
+	agentResult = 19000 // tool result bytes before escaping: the last is about 830 KB
 )
+
+// agentShapes are single agent-shaped bodies of an exact size.
+var agentShapes = []struct {
+	name string
+	size int
+}{
+	{"tool512k", 524288},
+	{"tool1m", 1048576},
+}
+
+var codeLines = []string{
+	"func (s *Server) handle(w http.ResponseWriter, r *http.Request) {",
+	"\tif err := s.check(r.Context(), \"request\"); err != nil {",
+	"\t\treturn fmt.Errorf(\"handle %s: %w\", r.URL.Path, err)",
+	"\t}",
+	"\tfor i := 0; i < len(items) && !done; i++ {",
+	"\t\tout = append(out, items[i].Name+\"\\t\"+items[i].Value)",
+	"// résumé of the cache → the block table keeps one entry per block",
+	"\tbuf := make([]byte, 0, 4<<10) // 4 KiB, \"enough\" for a header",
+	"}",
+	"",
+	"\tswitch v := x.(type) {",
+	"\tcase string:",
+	"\t\tlog.Printf(\"%q -> %d\\n\", v, len(v))",
+	"\tdefault:",
+	"\t\tpanic(`unexpected type`)",
+	"\t}",
+	"--- FAIL: TestRoute (0.01s)",
+	"    route_test.go:42: got backend \"b\", want \"a\" — retry 3/3",
+}
+
+// code returns about n bytes of source text, lines joined by newlines.
+func (r *rng) code(n int) string {
+	b := make([]byte, 0, n+128)
+	for len(b) < n {
+		line := codeLines[r.next()%uint64(len(codeLines))]
+		b = append(b, line...)
+		if r.next()%3 == 0 {
+			b = append(b, " // "...)
+			b = append(b, r.text(24+int(r.next()%40))...)
+		}
+		b = append(b, '\n')
+	}
+	return string(b)
+}
+
+var toolNames = []string{"read_file", "grep", "run_tests", "edit_file", "list_dir", "git_diff"}
+
+// agentTools are the session's tool definitions, about 3 KB in all.
+func agentTools(r *rng) []tool {
+	out := make([]tool, len(toolNames))
+	for i, name := range toolNames {
+		out[i].Type = "function"
+		out[i].Function.Name = name
+		out[i].Function.Description = "Run " + name + " in the repository. " + r.text(300)
+		out[i].Function.Parameters = json.RawMessage(`{"type":"object","properties":{"path":{"type":"string","description":"a path relative to the repository root"},"start_line":{"type":"integer","minimum":1},"end_line":{"type":"integer"},"pattern":{"type":"string"}},"required":["path"],"additionalProperties":false}`)
+	}
+	return out
+}
+
+// agentTurn appends turn t: an assistant tool call and its result.
+func agentTurn(r *rng, req *request, t, result int) {
+	var call toolCall
+	call.ID = fmt.Sprintf("call_%04d_%08x", t, r.next())
+	call.Type = "function"
+	call.Function.Name = toolNames[r.next()%uint64(len(toolNames))]
+	call.Function.Arguments = fmt.Sprintf(`{"path":"internal/pkg%d/file_%d.go","start_line":1,"end_line":%d,"pattern":"func (\\w+)\\("}`, t%7, t, 200+t)
+	req.Messages = append(req.Messages,
+		message{Role: "assistant", Content: "Let me look at " + r.text(80), ToolCalls: []toolCall{call}},
+		message{Role: "tool", ToolCallID: call.ID, Content: r.code(result)})
+}
+
+// agentStart is the session's first request.
+func agentStart(r *rng, stream bool) request {
+	req := request{Model: "mock", MaxTokens: 16, Stream: stream, Tools: agentTools(r)}
+	req.Messages = append(req.Messages,
+		message{Role: "system", Content: "You are a coding agent working in a Go repository.\n\n" + r.code(agentSystem)},
+		message{Role: "user", Content: "The test TestRoute fails after the last change. Find why and fix it. " + r.text(400)})
+	return req
+}
 
 // agentSession is one agent session's requests in order.
 func agentSession(stream bool) ([][]byte, error) {
 	r := rng(7)
-	req := request{Model: "mock", MaxTokens: 16, Stream: stream}
-	req.Messages = append(req.Messages,
-		message{Role: "system", Content: "You are a coding agent. Tools: read_file, run_tests, edit. " + r.text(agentSystem)},
-		message{Role: "user", Content: "Fix the failing test in package " + r.text(200)})
+	req := agentStart(&r, stream)
 	var out [][]byte
 	for t := 0; t < agentTurns; t++ {
-		b, err := json.Marshal(req)
+		b, err := marshal(req)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, b)
-		req.Messages = append(req.Messages,
-			message{Role: "assistant", Content: "Calling read_file on " + r.text(300)},
-			message{Role: "user", Content: "Tool result: " + r.text(agentResult)})
+		agentTurn(&r, &req, t, agentResult)
 	}
 	return out, nil
+}
+
+// agentBody is an agent-shaped request of exactly size bytes: turns are
+// added until the next would pass size, then the last tool result is
+// padded with plain words.
+func agentBody(name string, size int, stream bool) ([]byte, error) {
+	r := rng(uint64(size))
+	req := agentStart(&r, stream)
+	for t := 0; ; t++ {
+		next := req
+		next.Messages = append([]message(nil), req.Messages...)
+		agentTurn(&r, &next, t, agentResult)
+		b, err := marshal(next)
+		if err != nil {
+			return nil, err
+		}
+		if len(b) > size {
+			break
+		}
+		req = next
+	}
+	last := &req.Messages[len(req.Messages)-1]
+	base := last.Content
+	pad := 0
+	for i := 0; i < 4; i++ {
+		b, err := marshal(req)
+		if err != nil {
+			return nil, err
+		}
+		d := size - len(b)
+		if d == 0 {
+			return b, nil
+		}
+		pad += d
+		if pad < 1 {
+			return nil, fmt.Errorf("%s: fixed part longer than %d bytes", name, size)
+		}
+		last.Content = base + r.text(pad)
+	}
+	return nil, fmt.Errorf("%s: could not reach exactly %d bytes", name, size)
+}
+
+// marshal is JSON as JavaScript and most SDKs send it: <, > and & raw.
+func marshal(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 func build(s shape, stream bool) ([]byte, error) {
@@ -162,6 +318,23 @@ func main() {
 			name := s.name + "-nostream.json"
 			if stream {
 				name = s.name + "-stream.json"
+			}
+			if err := os.WriteFile(filepath.Join(*out, name), b, 0o644); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(1)
+			}
+		}
+	}
+	for _, a := range agentShapes {
+		for _, stream := range []bool{false, true} {
+			b, err := agentBody(a.name, a.size, stream)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "genbody:", err)
+				os.Exit(1)
+			}
+			name := a.name + "-nostream.json"
+			if stream {
+				name = a.name + "-stream.json"
 			}
 			if err := os.WriteFile(filepath.Join(*out, name), b, 0o644); err != nil {
 				fmt.Fprintln(os.Stderr, err)
