@@ -49,8 +49,15 @@ func TestGroupedTouchMatchesBlockByBlock(t *testing.T) {
 			for range rng.IntN(200) {
 				ch = append(ch, rng.Uint64())
 			}
-			if len(used) > 0 && rng.IntN(2) == 0 {
+			switch r := rng.IntN(4); {
+			case len(used) > 0 && r < 2:
 				ch = used[rng.IntN(len(used))] // an exact repeat: its record counts
+			case len(used) > 0 && r == 2:
+				// An earlier chain's next turn: its record covers a prefix.
+				ch = slices.Clone(used[rng.IntN(len(used))])
+				for range 1 + rng.IntN(60) {
+					ch = append(ch, rng.Uint64())
+				}
 			}
 			used = append(used, ch)
 			for _, h := range ch {

@@ -426,14 +426,16 @@ func (t *Table) touch(chain []uint64, b int, now int64, mode touchMode) {
 		}
 	}
 	epoch := t.removals.Load()
+	// An agent's next turn resends the chain its last answer confirmed:
+	// a prediction leaves those blocks alone, and a confirmation within
+	// the slack need not write them again; only the new ones are written.
+	// The record then dates the whole chain at the older time, the
+	// earliest any of its blocks holds.
 	whole, recAt := chain, now
-	if mode == touchConfirm {
-		// An agent's next turn resends the chain its last answer
-		// confirmed: those blocks were written within the slack, so only
-		// the new ones are. The record then dates the whole chain at the
-		// older time, the earliest any of its blocks holds.
-		if k, at := t.wholePrefix(chain, b, gen, now, epoch); k > 0 {
-			chain, recAt = chain[k:], at
+	if k, at := t.wholePrefix(chain, b, gen, now, epoch, mode); k > 0 {
+		chain = chain[k:]
+		if mode == touchConfirm {
+			recAt = at
 		}
 	}
 	// A chain of at least two blocks per shard is taken a shard at a

@@ -82,15 +82,19 @@ func (t *Table) wholeHolder(chain []uint64, now int64) (int, bool) {
 }
 
 // wholePrefix returns the length of the longest proper prefix of chain
-// that a record says b's answer confirmed whole within the touch slack of
-// now, on generation gen, with nothing removed since epoch, and the
-// record's time; 0 if there is none. Its blocks all hold b's confirmed
-// location dated then or later, so a confirmation of chain need not write
-// them again: that is the slack's rule (a time may be up to the slack
-// early) applied to a prefix instead of the whole chain. It looks from the
-// end: an agent's next turn follows its last one, whose record is near it.
-func (t *Table) wholePrefix(chain []uint64, b int, gen uint32, now int64, epoch uint64) (int, int64) {
-	if t.slack == 0 || t.noWhole {
+// that a record says b's answer confirmed whole, on generation gen, with
+// nothing removed since epoch, and the record's time; 0 if there is none.
+// Its blocks all hold b's live confirmed location dated then or later, so:
+//   - a prediction of chain has nothing to do there (a prediction never
+//     touches a live confirmed location); any live record serves;
+//   - a confirmation need not write them again if the record is within
+//     the touch slack of now: that is the slack's rule (a time may be up
+//     to the slack early) applied to a prefix instead of the whole chain.
+//
+// It looks from the end: an agent's next turn follows its last one, whose
+// record is near it.
+func (t *Table) wholePrefix(chain []uint64, b int, gen uint32, now int64, epoch uint64, mode touchMode) (int, int64) {
+	if t.noWhole || (mode == touchConfirm && t.slack == 0) || mode == touchPin {
 		return 0, 0
 	}
 	for k := len(chain) - 1; k > 0; k-- {
@@ -101,13 +105,16 @@ func (t *Table) wholePrefix(chain []uint64, b int, gen uint32, now int64, epoch 
 			continue
 		}
 		rb, rgen, at, rep := int(sl.b.Load()), sl.gen.Load(), sl.at.Load(), sl.epoch.Load()
-		if sl.seq.Load() != seq {
-			continue
+		if sl.seq.Load() != seq || rb != b || rgen != gen || rep != epoch || at > now {
+			return 0, 0 // the latest record on this chain does not serve
 		}
-		if rb == b && rgen == gen && rep == epoch && at <= now && now-at <= t.slack {
-			return k, at
+		if mode == touchConfirm && now-at > t.slack {
+			return 0, 0
 		}
-		return 0, 0 // the latest record on this chain does not serve
+		if mode == touchPredict && !t.live(makeLoc(at, gen, false, b), now) {
+			return 0, 0
+		}
+		return k, at
 	}
 	return 0, 0
 }
