@@ -56,10 +56,10 @@ type evLoop struct {
 	gen      int32
 	id       int // the loop's index: its keep-alive pool in each upstream
 	events   [128]syscall.EpollEvent
-	now      int64       // unix ns, at the last wake-up
-	scanAt   int64       // when deadlines are next checked
-	bufs     [8][][]byte // free buffers by size class (bufClass)
-	bufLow   [8]int      // the fewest free in each class since trimAt
+	now      int64        // unix ns, at the last wake-up
+	scanAt   int64        // when deadlines are next checked
+	bufs     [11][][]byte // free buffers by size class (bufClass): 16 KB to 16 MB
+	bufLow   [11]int      // the fewest free in each class since trimAt
 	bufBytes int
 	trimAt   int64 // when buffers free since the last trim are dropped
 	iov      [2]unix.Iovec

@@ -31,10 +31,14 @@
 #   CONNS [32]        wrk connections;  THREADS [1] wrk threads
 #   PROXY_CPUS [nproc] nginx worker_processes = HAProxy nbthread = GOMAXPROCS
 #                     of kvca and of the bare forwarder
-#   BODIES [1k-nostream 1k-stream 4k-nostream 4k-stream 128k-nostream 128k-stream]
-#                     also: 512k-*, 1m-* (an agent's late turn) and agent-*
-#                     (one agent session's 30 growing requests, 20 KB to
-#                     790 KB, replayed in order by each wrk thread)
+#   BODIES [1k-nostream 1k-stream 4k-nostream 4k-stream 128k-nostream 128k-stream
+#           tool512k-nostream tool1m-nostream agent-nostream]
+#                     also: 512k-*, 1m-* (a long conversation of plain
+#                     messages), tool512k-*, tool1m-* (an agent's late turn:
+#                     tool definitions, tool calls and results of source
+#                     code) and agent-* (one agent session's 40 growing
+#                     requests of that shape, 34 KB to 833 KB, replayed in
+#                     order by each wrk thread)
 #   TARGETS [direct nginx haproxy bare epoll loopkvca kvca]
 #                     (kvca_fasthttp is dropped with TLS=1, where kvca is
 #                     fasthttp anyway; bare, the
@@ -73,7 +77,7 @@ WARMUP=${WARMUP:-1}
 CONNS=${CONNS:-32}
 THREADS=${THREADS:-1}
 PROXY_CPUS=${PROXY_CPUS:-$(nproc)}
-BODIES=${BODIES:-"1k-nostream 1k-stream 4k-nostream 4k-stream 128k-nostream 128k-stream"}
+BODIES=${BODIES:-"1k-nostream 1k-stream 4k-nostream 4k-stream 128k-nostream 128k-stream tool512k-nostream tool1m-nostream agent-nostream"}
 TARGETS=${TARGETS:-"direct nginx haproxy bare epoll loopkvca kvca"}
 BASE_PORT=${BASE_PORT:-18780}
 TLS=${TLS:-0}
@@ -607,7 +611,7 @@ if [[ $OUT != "-" ]]; then
 		io_note=" Its public listener is served as deployed by default (\`--io auto\`): by its event loops (one per core, epoll, no goroutine per connection), TLS included."
 		echo "- kvca: \`kvca serve --policy kvca --health-interval 0 --log-level warn${KVCA_ARGS:+ $KVCA_ARGS}\`, GOMAXPROCS=$PROXY_CPUS, one backend; it reads, canonicalises and hashes every body, which nginx and HAProxy do not.$memo_note$io_note"
 		[[ " $TARGETS " != *" kvca_fasthttp "* ]] || echo "- kvca_fasthttp: the same with \`--io fasthttp\`: fasthttp's server and a goroutine per connection, as kvca served everything before its event loops."
-		echo "- Bodies: from \`scripts/compare/genbody\` (deterministic): 1k = system prompt + one user message; 4k = system prompt plus three user turns with two assistant answers; 128k = a ~110 KB system prompt plus three turns. Each is exactly 1024, 4096 or 131072 bytes; \`-stream\` sets \`\"stream\":true\`."
+		echo "- Bodies: from \`scripts/compare/genbody\` (deterministic): 1k = system prompt + one user message; 4k = system prompt plus three user turns with two assistant answers; 128k = a ~110 KB system prompt plus three turns; 512k and 1m = a 20 KB system prompt and turns of about 26 KB of plain text; tool512k and tool1m = an agent's late turn: six tool definitions, a system prompt of source code, then turns of an assistant tool call (arguments a JSON string) and its result (source code: escaped newlines, tabs and quotes, some non-ASCII); each is exactly 1024, 4096, 131072, 524288 or 1048576 bytes. agent = one agent session of that shape, 40 requests from 34 KB to 833 KB, each resending the last one's messages plus a tool call and its result, replayed in order (each request is the session's next turn). \`-stream\` sets \`\"stream\":true\`."
 		[[ $TLS != 1 ]] || echo "- TLS: nginx, HAProxy and kvca terminate TLS 1.2/1.3 with the same throwaway P-256 certificate (openssl); wrk speaks HTTPS over keep-alive connections, so handshakes are rare and the cost measured is record encryption; the backend (and the direct target) stay plain HTTP."
 		echo "- CPU per request: utime+stime of the proxy's processes (nginx master and workers, HAProxy's process, kvca's and the bare forwarder's process) from /proc/PID/stat before and after the measured run, divided by the requests wrk completed."
 		echo
