@@ -134,3 +134,29 @@ func TestMemoInThePath(t *testing.T) {
 		t.Fatal("--cbr-memo-bytes 0 still made a memo")
 	}
 }
+
+// BenchmarkReplayPath replays an agent session's 40 growing turns in order,
+// over and over, as a benchmark client replaying one session does: each
+// request resends the last one's history, found by the resumer, and its
+// chain extends the one the last answer confirmed.
+func BenchmarkReplayPath(b *testing.B) {
+	session := bodies.Conversation(40, 10000) // 10 KB a message, 800 KB at the end
+	for _, policy := range []string{"kvca", "kvca-cost"} {
+		s := newOfflineServer(b, policy)
+		b.Run(policy, func(b *testing.B) {
+			var n int64
+			for _, body := range session {
+				n += int64(len(body))
+			}
+			b.SetBytes(n / int64(len(session)))
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if err := routeOnce(s, session[i%len(session)]); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+	}
+}
