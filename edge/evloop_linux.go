@@ -405,8 +405,8 @@ func (l *evLoop) wait() int {
 		return int(r)
 	}
 	ms := int(deadlineTick / time.Millisecond)
-	if l.nCli == 0 && len(l.fds) == 0 && l.acceptAt == 0 {
-		ms = -1
+	if l.nCli == 0 && len(l.fds) == 0 && l.acceptAt == 0 && l.bufBytes == 0 {
+		ms = -1 // nothing to time out, no free buffers to give back
 	}
 	n, err := syscall.EpollWait(l.ep, l.events[:], ms)
 	if err != nil {
