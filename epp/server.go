@@ -92,6 +92,9 @@ func New(p Proxy, cfg Config) *Server {
 		// Envoy keeps its ext_proc connection open with pings; allow
 		// them rather than closing the connection on a "too many pings".
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		// The server's own codec: the bodies without the default one's
+		// copies (codec.go).
+		grpc.ForceServerCodecV2(codec{}),
 	)
 	s.health = newHealthService(p.Ready)
 	extprocv3.RegisterExternalProcessorServer(s.gs, s)

@@ -44,7 +44,10 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) (err err
 		s.count.ends[how].Add(1)
 	}()
 	for {
-		req, rerr := srv.Recv()
+		// RecvMsg rather than Recv: the same, but the message is ours to
+		// give the codec (codec.go decodes body messages aliasing).
+		req := new(extprocv3.ProcessingRequest)
+		rerr := srv.RecvMsg(req)
 		if rerr == io.EOF {
 			// Envoy closed its side: complete only if the answer was.
 			st.end(!st.completeAtClose())
@@ -227,7 +230,7 @@ func (st *stream) release() error {
 			continue
 		}
 		if err := splitChunk(c, last && !st.trailers, func(p []byte, e bool) error {
-			return st.send(requestBodyResponse(streamed(p, e), nil))
+			return st.srv.SendMsg(&streamedBody{body: p, end: e})
 		}); err != nil {
 			return err
 		}
@@ -298,7 +301,7 @@ func (st *stream) responseBody(b *extprocv3.HttpBody) error {
 	if st.respMode == ModeFullDuplex {
 		// Envoy forwards to the client only what comes back.
 		if err := splitChunk(b.GetBody(), b.GetEndOfStream(), func(p []byte, e bool) error {
-			return st.send(responseBodyResponse(streamed(p, e)))
+			return st.srv.SendMsg(&streamedBody{response: true, body: p, end: e})
 		}); err != nil {
 			return err
 		}
