@@ -6,6 +6,7 @@ import (
 	"io"
 	"runtime/debug"
 	"strconv"
+	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc/codes"
@@ -19,7 +20,7 @@ var errDone = errors.New("answered")
 // Process serves one ext_proc stream: one HTTP request and its response.
 func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) (err error) {
 	st := &stream{
-		srv: srv, ctx: srv.Context(), proxy: s.proxy,
+		srv: srv, ctx: srv.Context(), proxy: s.proxy, count: &s.count,
 		reqMode: s.cfg.RequestBodyMode, respMode: s.cfg.ResponseBodyMode, noWait: s.cfg.SendBodyWithoutWaiting,
 	}
 	defer func() {
@@ -42,6 +43,7 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) (err err
 			how = endCancelled
 		}
 		s.count.ends[how].Add(1)
+		s.count.handling.Update(st.handling.Seconds())
 	}()
 	for {
 		// RecvMsg rather than Recv: the same, but the message is ours to
@@ -61,7 +63,10 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) (err err
 			return rerr
 		}
 		s.count.msgs[kindOf(req)].Add(1)
-		if herr := st.handle(req); herr != nil {
+		t0 := time.Now()
+		herr := st.handle(req)
+		st.handling += time.Since(t0)
+		if herr != nil {
 			if herr == errDone {
 				return nil
 			}
@@ -76,6 +81,12 @@ type stream struct {
 	srv   extprocv3.ExternalProcessor_ProcessServer
 	ctx   context.Context
 	proxy Proxy
+	count *counters
+
+	// handling is the time spent handling the stream's messages, from
+	// each one's arrival to its answers sent: the picker's and the
+	// lifecycle's work, not the waits for the gateway.
+	handling time.Duration
 
 	reqMode, respMode BodyMode
 	noWait            bool // STREAMED body sent before the headers' answer
@@ -155,6 +166,7 @@ func (st *stream) requestBody(b *extprocv3.HttpBody) error {
 		return status.Error(codes.InvalidArgument, "request body before request headers")
 	}
 	if st.picked {
+		st.count.bodyIn[bodyRequest].Add(uint64(len(b.GetBody())))
 		// The pick was made on the headers alone (STREAMED, Envoy
 		// waiting): each chunk is acknowledged as it comes.
 		return st.send(requestBodyResponse(nil, nil))
@@ -165,6 +177,7 @@ func (st *stream) requestBody(b *extprocv3.HttpBody) error {
 		// end_of_stream when trailers follow or, PARTIAL, when cut).
 		end = true
 	}
+	st.count.bodyIn[bodyRequest].Add(uint64(len(b.GetBody())))
 	if st.defers() {
 		st.held = append(st.held, b.GetBody())
 	}
@@ -230,7 +243,7 @@ func (st *stream) release() error {
 			continue
 		}
 		if err := splitChunk(c, last && !st.trailers, func(p []byte, e bool) error {
-			return st.srv.SendMsg(&streamedBody{body: p, end: e})
+			return st.sendBody(bodyRequest, p, e)
 		}); err != nil {
 			return err
 		}
@@ -294,6 +307,7 @@ func (st *stream) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv3
 
 func (st *stream) responseBody(b *extprocv3.HttpBody) error {
 	end := b.GetEndOfStream() || st.respMode == ModeBuffered || st.respMode == ModePartial
+	st.count.bodyIn[bodyResponse].Add(uint64(len(b.GetBody())))
 	if st.respSeen && !st.respEnded {
 		st.x.ResponseBody(b.GetBody(), end)
 		st.respEnded = end
@@ -301,7 +315,7 @@ func (st *stream) responseBody(b *extprocv3.HttpBody) error {
 	if st.respMode == ModeFullDuplex {
 		// Envoy forwards to the client only what comes back.
 		if err := splitChunk(b.GetBody(), b.GetEndOfStream(), func(p []byte, e bool) error {
-			return st.srv.SendMsg(&streamedBody{response: true, body: p, end: e})
+			return st.sendBody(bodyResponse, p, e)
 		}); err != nil {
 			return err
 		}
@@ -362,4 +376,19 @@ func (st *stream) answerPanic() {
 	_ = st.send(immediate(&Answer{Status: 500, Body: []byte("endpoint picker: internal error\n")}))
 }
 
-func (st *stream) send(r *extprocv3.ProcessingResponse) error { return st.srv.Send(r) }
+func (st *stream) send(r *extprocv3.ProcessingResponse) error {
+	st.count.sent[sentKind(r)].Add(1)
+	return st.srv.Send(r)
+}
+
+// sendBody streams a body chunk back to the gateway (FULL_DUPLEX_STREAMED),
+// the chunk framed, not copied (codec.go).
+func (st *stream) sendBody(body int, chunk []byte, end bool) error {
+	kind := sentRequestBody
+	if body == bodyResponse {
+		kind = sentResponseBody
+	}
+	st.count.sent[kind].Add(1)
+	st.count.bodyOut[body].Add(uint64(len(chunk)))
+	return st.srv.SendMsg(&streamedBody{response: body == bodyResponse, body: chunk, end: end})
+}
