@@ -21,7 +21,8 @@ import (
 // Here a message received is read once into a buffer of its own, and a
 // body message is decoded by hand with its body aliasing that buffer (no
 // pool: the chunk lives as long as the stream holds it, and the gateway
-// gets it back from the same bytes). Any other message, and a body
+// gets it back from the same bytes); a request body chunk goes into the
+// stream's buffer for the whole body when it has one (inbound). Any other message, and a body
 // message with a field this decoder does not know, goes through
 // proto.Unmarshal. A streamed body sent back (a streamedBody) is
 // encoded as its few bytes of framing around the body itself, which
@@ -59,19 +60,128 @@ func (codec) Marshal(v any) (mem.BufferSlice, error) {
 }
 
 func (codec) Unmarshal(data mem.BufferSlice, v any) error {
+	m, ok := v.(*inbound)
+	if ok && m.intoBody(data) {
+		return nil
+	}
 	// A buffer of the message's own: what is decoded from it may alias
 	// it, since gRPC frees data when this returns.
 	b := data.Materialize()
-	if m, ok := v.(*extprocv3.ProcessingRequest); ok {
-		if decodeBody(b, m) {
+	var pm proto.Message
+	switch {
+	case ok:
+		if decodeBody(b, &m.req) {
 			return nil
 		}
-	}
-	pm, ok := v.(proto.Message)
-	if !ok {
-		return fmt.Errorf("epp codec: cannot unmarshal a %T", v)
+		pm = &m.req
+	default:
+		if pm, ok = v.(proto.Message); !ok {
+			return fmt.Errorf("epp codec: cannot unmarshal a %T", v)
+		}
 	}
 	return proto.Unmarshal(b, pm)
+}
+
+// inbound is a stream's next message as the codec decodes it. A request
+// body chunk goes straight into body, when the stream has one with room
+// for it, right after the chunks before it: the request's body is then
+// contiguous, read once out of gRPC's frames, and the lifecycle takes
+// it in one piece.
+type inbound struct {
+	req extprocv3.ProcessingRequest
+	// body is the request body so far (nil: none); expect, its length to
+	// be (Content-Length) while the first chunk is awaited, 0 after.
+	body   *[]byte
+	expect int
+	placed bool // this message's chunk went into body
+}
+
+// arenaSpan bounds the request body buffer made from Content-Length to
+// this many times the first chunk: the buffer is made before the bytes
+// come, and a client must not make the picker hold much more memory
+// than it has sent.
+const arenaSpan = 8
+
+// intoBody decodes a request body message whose body is its first
+// field into m.body, copying the chunk once out of data; false, m.body
+// unchanged, for any other message or when the chunk does not fit.
+func (m *inbound) intoBody(data mem.BufferSlice) bool {
+	m.placed = false
+	if m.body == nil {
+		return false
+	}
+	var hb [24]byte
+	n := data.Len()
+	head := hb[:copyAt(data, 0, hb[:min(n, len(hb))])]
+	num, typ, k := protowire.ConsumeTag(head)
+	if k < 0 || num != fReqRequestBody || typ != protowire.BytesType {
+		return false
+	}
+	httpLen, k2 := protowire.ConsumeVarint(head[k:])
+	if k2 < 0 {
+		return false
+	}
+	top := k + k2
+	num, typ, k3 := protowire.ConsumeTag(head[top:])
+	if k3 < 0 || num != fBodyBody || typ != protowire.BytesType {
+		return false
+	}
+	l, k4 := protowire.ConsumeVarint(head[top+k3:])
+	if k4 < 0 {
+		return false
+	}
+	off := top + k3 + k4
+	httpEnd := uint64(top) + httpLen
+	if uint64(off)+l > httpEnd || httpEnd > uint64(n) {
+		return false
+	}
+	chunk := int(l)
+	buf := *m.body
+	if m.expect > 0 {
+		// The first chunk: the buffer for the whole body, if in bounds.
+		if m.expect >= chunk && m.expect <= arenaSpan*chunk {
+			buf = make([]byte, 0, m.expect)
+		}
+		m.expect = 0
+	}
+	if cap(buf)-len(buf) < chunk {
+		return false
+	}
+	dst := buf[len(buf) : len(buf)+chunk : len(buf)+chunk]
+	copyAt(data, off, dst)
+	rest := make([]byte, n-off-chunk)
+	copyAt(data, off+chunk, rest)
+	split := int(httpEnd) - off - chunk
+	h := decodeHTTPBody(rest[:split])
+	if h == nil || h.Body != nil {
+		return false
+	}
+	h.Body = dst
+	if !decodeFields(rest[split:], &m.req, h) {
+		return false
+	}
+	*m.body = buf[:len(buf)+chunk]
+	m.placed = true
+	return true
+}
+
+// copyAt copies data from offset off into dst, as much as fits; it
+// returns the bytes copied.
+func copyAt(data mem.BufferSlice, off int, dst []byte) int {
+	n := 0
+	for _, b := range data {
+		d := b.ReadOnlyData()
+		if off >= len(d) {
+			off -= len(d)
+			continue
+		}
+		n += copy(dst[n:], d[off:])
+		off = 0
+		if n == len(dst) {
+			break
+		}
+	}
+	return n
 }
 
 // Field numbers of the messages decodeBody and streamedBody handle.
@@ -99,8 +209,14 @@ const (
 // protocol_config, the body aliasing b; it reports false, m untouched,
 // for anything else.
 func decodeBody(b []byte, m *extprocv3.ProcessingRequest) bool {
+	return decodeFields(b, m, nil)
+}
+
+// decodeFields is decodeBody, or with given set the fields of a request
+// body message other than its body, which is given.
+func decodeFields(b []byte, m *extprocv3.ProcessingRequest, given *extprocv3.HttpBody) bool {
 	var (
-		body     *extprocv3.HttpBody
+		body     = given
 		response bool
 		observe  bool
 		pc       []byte

@@ -22,6 +22,7 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) (err err
 	st := &stream{
 		srv: srv, ctx: srv.Context(), proxy: s.proxy, count: &s.count,
 		reqMode: s.cfg.RequestBodyMode, respMode: s.cfg.ResponseBodyMode, noWait: s.cfg.SendBodyWithoutWaiting,
+		maxBody: s.cfg.MaxMessageBytes,
 	}
 	defer func() {
 		// A panic in the lifecycle or here ends this stream, not the
@@ -47,9 +48,11 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) (err err
 	}()
 	for {
 		// RecvMsg rather than Recv: the same, but the message is ours to
-		// give the codec (codec.go decodes body messages aliasing).
-		req := new(extprocv3.ProcessingRequest)
-		rerr := srv.RecvMsg(req)
+		// give the codec (codec.go), with the request body's buffer. One
+		// for the stream: a message decoded into it replaces, never
+		// changes, what the one before held.
+		rerr := srv.RecvMsg(&st.in)
+		req := &st.in.req
 		if rerr == io.EOF {
 			// Envoy closed its side: complete only if the answer was.
 			st.end(!st.completeAtClose())
@@ -94,6 +97,14 @@ type stream struct {
 	x         Exchange
 	subset    []string
 	hasSubset bool
+
+	in      inbound // the next message, as the codec decodes it
+	maxBody int     // bound on a request body buffer made from Content-Length
+	// body is the request body the codec put together (inbound), given
+	// to the lifecycle at its end in one piece; given is how much of it
+	// went to the lifecycle already.
+	body  []byte
+	given int
 
 	headersAnswered bool     // the request headers' answer was sent
 	bodyEnded       bool     // Body(…, true) was called
@@ -147,6 +158,11 @@ func (st *stream) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.
 	case h.GetEndOfStream():
 		return st.endBodyAndPick(nil, true)
 	case st.defers():
+		// The chunks are held until the pick anyway: with a length said,
+		// the codec puts them together as they come.
+		if n, err := strconv.Atoi(headersOf(h.GetHeaders()).get("content-length")); err == nil && n > 0 && n <= st.maxBody {
+			st.in.body, st.in.expect = &st.body, n
+		}
 		return nil
 	case st.reqMode == ModeBuffered || st.reqMode == ModePartial:
 		// Envoy holds the headers until the body's answer, which can
@@ -181,6 +197,10 @@ func (st *stream) requestBody(b *extprocv3.HttpBody) error {
 	if st.defers() {
 		st.held = append(st.held, b.GetBody())
 	}
+	if st.in.placed && !end {
+		// In the body buffer: the lifecycle takes it whole at the end.
+		return nil
+	}
 	return st.endBodyAndPick(b.GetBody(), end)
 }
 
@@ -200,7 +220,7 @@ func (st *stream) requestTrailers() error {
 // the held chunks follow), else in this body chunk's answer (BUFFERED).
 func (st *stream) endBodyAndPick(chunk []byte, end bool) error {
 	if !st.bodyEnded {
-		if ans := st.x.Body(chunk, end); ans != nil {
+		if ans := st.lifecycleBody(chunk, end); ans != nil {
 			return st.answer(ans)
 		}
 		st.bodyEnded = end
@@ -225,6 +245,31 @@ func (st *stream) endBodyAndPick(chunk []byte, end bool) error {
 		return err
 	}
 	return st.release()
+}
+
+// lifecycleBody gives the lifecycle the request body up to chunk. A
+// chunk in the body buffer (the codec put it there) goes with the rest
+// of the buffer, in one piece: the lifecycle keeps the body, and one
+// piece of the whole body's length is one copy where chunk by chunk its
+// buffer grew and was copied again several times. A body over the
+// lifecycle's limit is then answered at its end (the buffer is bounded,
+// inbound), not at the chunk that crosses the limit. A chunk elsewhere
+// follows what the buffer holds, and the buffer takes no more.
+func (st *stream) lifecycleBody(chunk []byte, end bool) *Answer {
+	if st.in.placed {
+		whole := st.body[st.given:]
+		st.given = len(st.body)
+		return st.x.Body(whole, end)
+	}
+	st.in.body = nil
+	if st.given < len(st.body) {
+		held := st.body[st.given:]
+		st.given = len(st.body)
+		if ans := st.x.Body(held, false); ans != nil {
+			return ans
+		}
+	}
+	return st.x.Body(chunk, end)
 }
 
 // release answers the request chunks held for the pick. In
