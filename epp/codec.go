@@ -2,7 +2,10 @@ package epp
 
 import (
 	"fmt"
+	"strings"
+	"unicode/utf8"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -22,30 +25,25 @@ import (
 // body message is decoded by hand with its body aliasing that buffer (no
 // pool: the chunk lives as long as the stream holds it, and the gateway
 // gets it back from the same bytes); a request body chunk goes into the
-// stream's buffer for the whole body when it has one (inbound). Any other message, and a body
-// message with a field this decoder does not know, goes through
-// proto.Unmarshal. A streamed body sent back (a streamedBody) is
+// stream's buffer for the whole body when it has one (inbound). Any
+// other message, and a body message with a field this decoder does not
+// know, goes through proto.Unmarshal. A streamed body sent back (a streamedBody) is
 // encoded as its few bytes of framing around the body itself, which
-// gRPC then writes into its frames; other messages use the marshalling
-// code generated with go-control-plane (SizeVT, MarshalToSizedBufferVTStrict),
-// or proto.Marshal for messages without it (the health service's).
+// gRPC then writes into its frames, the pick's answer with its metadata
+// written by hand (pickAnswer); other messages go through proto.Marshal
+// into a buffer of their own (gRPC's default took a pooled one, zeroed
+// to its tier's size).
 type codec struct{}
 
 func (codec) Name() string { return "proto" }
-
-// vtMessage is a message with go-control-plane's generated marshalling.
-type vtMessage interface {
-	SizeVT() int
-	MarshalToSizedBufferVTStrict(b []byte) (int, error)
-}
 
 func (codec) Marshal(v any) (mem.BufferSlice, error) {
 	switch m := v.(type) {
 	case *streamedBody:
 		return m.encode(), nil
-	case vtMessage:
-		b := make([]byte, m.SizeVT())
-		if _, err := m.MarshalToSizedBufferVTStrict(b); err != nil {
+	case *pickAnswer:
+		b, err := m.encode()
+		if err != nil {
 			return nil, err
 		}
 		return mem.BufferSlice{mem.SliceBuffer(b)}, nil
@@ -186,10 +184,20 @@ func copyAt(data mem.BufferSlice, off int, dst []byte) int {
 
 // Field numbers of the messages decodeBody and streamedBody handle.
 const (
-	fReqRequestBody    = 4  // ProcessingRequest.request_body
-	fReqResponseBody   = 5  // ProcessingRequest.response_body
-	fReqObservability  = 10 // ProcessingRequest.observability_mode
-	fReqProtocolConfig = 11 // ProcessingRequest.protocol_config
+	fReqRequestBody     = 4  // ProcessingRequest.request_body
+	fReqResponseBody    = 5  // ProcessingRequest.response_body
+	fReqRequestHeaders  = 2  // ProcessingRequest.request_headers
+	fReqResponseHeaders = 3  // ProcessingRequest.response_headers
+	fReqMetadata        = 8  // ProcessingRequest.metadata_context
+	fReqObservability   = 10 // ProcessingRequest.observability_mode
+	fReqProtocolConfig  = 11 // ProcessingRequest.protocol_config
+
+	fHeadersHeaders = 1 // HttpHeaders.headers
+	fHeadersEnd     = 3 // HttpHeaders.end_of_stream
+	fMapHeaders     = 1 // HeaderMap.headers
+	fValueKey       = 1 // HeaderValue.key
+	fValueValue     = 2 // HeaderValue.value
+	fValueRaw       = 3 // HeaderValue.raw_value
 
 	fBodyBody         = 1 // HttpBody.body, StreamedBodyResponse.body
 	fBodyEnd          = 2 // HttpBody.end_of_stream, StreamedBodyResponse.end_of_stream
@@ -204,10 +212,10 @@ const (
 	fMutationStreamed   = 3 // BodyMutation.streamed_response
 )
 
-// decodeBody decodes b into m when it is a request or response body
-// message with no field but the body's, observability_mode and
-// protocol_config, the body aliasing b; it reports false, m untouched,
-// for anything else.
+// decodeBody decodes b into m when it is a body or headers message with
+// no field but the body's or the headers', metadata_context,
+// observability_mode and protocol_config, a body aliasing b; it reports
+// false, m untouched, for anything else (proto.Unmarshal's then).
 func decodeBody(b []byte, m *extprocv3.ProcessingRequest) bool {
 	return decodeFields(b, m, nil)
 }
@@ -216,10 +224,11 @@ func decodeBody(b []byte, m *extprocv3.ProcessingRequest) bool {
 // body message other than its body, which is given.
 func decodeFields(b []byte, m *extprocv3.ProcessingRequest, given *extprocv3.HttpBody) bool {
 	var (
-		body     = given
-		response bool
-		observe  bool
-		pc       []byte
+		body      = given
+		kind      = protowire.Number(fReqRequestBody)
+		headers   *extprocv3.HttpHeaders
+		observe   bool
+		pc, mdRaw []byte
 	)
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
@@ -227,36 +236,43 @@ func decodeFields(b []byte, m *extprocv3.ProcessingRequest, given *extprocv3.Htt
 			return false
 		}
 		b = b[n:]
-		switch {
-		case (num == fReqRequestBody || num == fReqResponseBody) && typ == protowire.BytesType && body == nil:
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return false
-			}
-			b = b[n:]
-			if body = decodeHTTPBody(v); body == nil {
-				return false
-			}
-			response = num == fReqResponseBody
-		case num == fReqObservability && typ == protowire.VarintType:
+		if typ == protowire.VarintType && num == fReqObservability {
 			v, n := protowire.ConsumeVarint(b)
 			if n < 0 {
 				return false
 			}
 			b = b[n:]
 			observe = v != 0
-		case num == fReqProtocolConfig && typ == protowire.BytesType && pc == nil:
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
+			continue
+		}
+		if typ != protowire.BytesType {
+			return false
+		}
+		v, n := protowire.ConsumeBytes(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		switch {
+		case (num == fReqRequestBody || num == fReqResponseBody) && body == nil && headers == nil:
+			if body = decodeHTTPBody(v); body == nil {
 				return false
 			}
-			b = b[n:]
+			kind = num
+		case (num == fReqRequestHeaders || num == fReqResponseHeaders) && body == nil && headers == nil:
+			if headers = decodeHTTPHeaders(v); headers == nil {
+				return false
+			}
+			kind = num
+		case num == fReqProtocolConfig && pc == nil:
 			pc = v
+		case num == fReqMetadata && mdRaw == nil:
+			mdRaw = v
 		default:
 			return false
 		}
 	}
-	if body == nil {
+	if body == nil && headers == nil {
 		return false
 	}
 	var cfg *extprocv3.ProtocolConfiguration
@@ -266,12 +282,135 @@ func decodeFields(b []byte, m *extprocv3.ProcessingRequest, given *extprocv3.Htt
 			return false
 		}
 	}
+	var md *corev3.Metadata
+	if mdRaw != nil {
+		md = &corev3.Metadata{}
+		if proto.Unmarshal(mdRaw, md) != nil {
+			return false
+		}
+	}
 	m.Reset()
-	m.ObservabilityMode, m.ProtocolConfig = observe, cfg
-	if response {
-		m.Request = &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: body}
-	} else {
+	m.ObservabilityMode, m.ProtocolConfig, m.MetadataContext = observe, cfg, md
+	switch kind {
+	case fReqRequestBody:
 		m.Request = &extprocv3.ProcessingRequest_RequestBody{RequestBody: body}
+	case fReqResponseBody:
+		m.Request = &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: body}
+	case fReqRequestHeaders:
+		m.Request = &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: headers}
+	case fReqResponseHeaders:
+		m.Request = &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: headers}
+	}
+	return true
+}
+
+// decodeHTTPHeaders decodes an HttpHeaders, raw values aliasing b, the
+// names in one string; nil when b holds a field it does not know (the
+// attributes), a name or value that is not UTF-8 (protobuf refuses
+// those), or is malformed.
+func decodeHTTPHeaders(b []byte) *extprocv3.HttpHeaders {
+	h := &extprocv3.HttpHeaders{}
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return nil
+		}
+		b = b[n:]
+		switch {
+		case num == fHeadersHeaders && typ == protowire.BytesType && h.Headers == nil:
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return nil
+			}
+			b = b[n:]
+			if h.Headers = decodeHeaderMap(v); h.Headers == nil {
+				return nil
+			}
+		case num == fHeadersEnd && typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return nil
+			}
+			b = b[n:]
+			h.EndOfStream = v != 0
+		default:
+			return nil
+		}
+	}
+	return h
+}
+
+// decodeHeaderMap decodes a HeaderMap: its header values in one
+// allocation, their names in one string, raw values aliasing b.
+func decodeHeaderMap(b []byte) *corev3.HeaderMap {
+	count, size := 0, 0
+	ok := eachHeader(b, func(key, _, _ []byte) {
+		count++
+		size += len(key)
+	})
+	if !ok {
+		return nil
+	}
+	var all strings.Builder
+	all.Grow(size)
+	eachHeader(b, func(key, _, _ []byte) { all.Write(key) })
+	names := all.String()
+	vals := make([]corev3.HeaderValue, count)
+	out := &corev3.HeaderMap{Headers: make([]*corev3.HeaderValue, count)}
+	i := 0
+	eachHeader(b, func(key, value, raw []byte) {
+		vals[i].Key, names = names[:len(key)], names[len(key):]
+		if len(value) > 0 {
+			vals[i].Value = string(value)
+		}
+		vals[i].RawValue = raw
+		out.Headers[i] = &vals[i]
+		i++
+	})
+	return out
+}
+
+// eachHeader calls f with the fields of each HeaderValue of a HeaderMap
+// in b; false when b is not a HeaderMap of HeaderValues this decoder
+// knows, f then maybe called for some.
+func eachHeader(b []byte, f func(key, value, raw []byte)) bool {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 || num != fMapHeaders || typ != protowire.BytesType {
+			return false
+		}
+		v, m := protowire.ConsumeBytes(b[n:])
+		if m < 0 {
+			return false
+		}
+		b = b[n+m:]
+		var key, value, raw []byte
+		for len(v) > 0 {
+			num, typ, n := protowire.ConsumeTag(v)
+			if n < 0 || typ != protowire.BytesType {
+				return false
+			}
+			x, m := protowire.ConsumeBytes(v[n:])
+			if m < 0 {
+				return false
+			}
+			v = v[n+m:]
+			// proto3 scalars: the last occurrence wins.
+			switch num {
+			case fValueKey:
+				key = x
+			case fValueValue:
+				value = x
+			case fValueRaw:
+				raw = x[:len(x):len(x)]
+			default:
+				return false
+			}
+		}
+		if !utf8.Valid(key) || !utf8.Valid(value) {
+			return false
+		}
+		f(key, value, raw)
 	}
 	return true
 }
@@ -326,6 +465,63 @@ type streamedBody struct {
 	response bool // the response's body, not the request's
 	body     []byte
 	end      bool
+}
+
+// pickAnswer is a ProcessingResponse carrying the pick, resp, with dest
+// as its dynamic metadata (pickMetadata). The generated marshalling
+// hands a structpb.Struct to protobuf's reflection, and building one
+// takes two maps: the codec writes the metadata's few bytes itself.
+type pickAnswer struct {
+	resp *extprocv3.ProcessingResponse // without dynamic metadata
+	dest string
+}
+
+// Field numbers of the pick's dynamic metadata.
+const (
+	fRespDynamicMetadata = 8 // ProcessingResponse.dynamic_metadata
+	fStructFields        = 1 // Struct.fields, a map: entries of key 1, value 2
+	fValueString         = 3 // Value.string_value
+	fValueStruct         = 5 // Value.struct_value
+)
+
+func (p *pickAnswer) encode() ([]byte, error) {
+	b, err := proto.MarshalOptions{}.MarshalAppend(make([]byte, 0, 256+2*len(p.dest)), p.resp)
+	if err != nil {
+		return nil, err
+	}
+	// A message's fields may come in any order: the metadata follows.
+	return appendPickMetadata(b, p.dest), nil
+}
+
+// appendPickMetadata appends pickMetadata(dest) as a ProcessingResponse's
+// dynamic_metadata field: {DestinationNamespace: {DestinationHeader: dest}}.
+func appendPickMetadata(b []byte, dest string) []byte {
+	tb := protowire.BytesType
+	value := protowire.SizeTag(fValueString) + protowire.SizeBytes(len(dest))
+	entry := protowire.SizeTag(1) + protowire.SizeBytes(len(DestinationHeader)) + protowire.SizeTag(2) + protowire.SizeBytes(value)
+	inner := protowire.SizeTag(fStructFields) + protowire.SizeBytes(entry)
+	outerValue := protowire.SizeTag(fValueStruct) + protowire.SizeBytes(inner)
+	outerEntry := protowire.SizeTag(1) + protowire.SizeBytes(len(DestinationNamespace)) + protowire.SizeTag(2) + protowire.SizeBytes(outerValue)
+	outer := protowire.SizeTag(fStructFields) + protowire.SizeBytes(outerEntry)
+
+	b = protowire.AppendTag(b, fRespDynamicMetadata, tb)
+	b = protowire.AppendVarint(b, uint64(outer))
+	b = protowire.AppendTag(b, fStructFields, tb)
+	b = protowire.AppendVarint(b, uint64(outerEntry))
+	b = protowire.AppendTag(b, 1, tb)
+	b = protowire.AppendString(b, DestinationNamespace)
+	b = protowire.AppendTag(b, 2, tb)
+	b = protowire.AppendVarint(b, uint64(outerValue))
+	b = protowire.AppendTag(b, fValueStruct, tb)
+	b = protowire.AppendVarint(b, uint64(inner))
+	b = protowire.AppendTag(b, fStructFields, tb)
+	b = protowire.AppendVarint(b, uint64(entry))
+	b = protowire.AppendTag(b, 1, tb)
+	b = protowire.AppendString(b, DestinationHeader)
+	b = protowire.AppendTag(b, 2, tb)
+	b = protowire.AppendVarint(b, uint64(value))
+	b = protowire.AppendTag(b, fValueString, tb)
+	return protowire.AppendString(b, dest)
 }
 
 // encode is the message's wire form: the framing of the nested messages,

@@ -2,6 +2,7 @@ package epp
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -76,7 +77,19 @@ func TestCodecDecodesBodies(t *testing.T) {
 			MetadataContext: &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{"a": {}}},
 			Request:         &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: chunk(5)}}},
 		"headers": {Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
-			Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":path", RawValue: []byte("/x")}}}}}},
+			Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+				{Key: ":path", RawValue: []byte("/x")}, {Key: "x-old", Value: "v"}, {Key: "x-empty"}, {Key: ":method", RawValue: []byte("POST")}}}}}},
+		"response headers": {
+			MetadataContext: &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{"envoy.lb": {Fields: map[string]*structpb.Value{"k": structpb.NewStringValue("v")}}}},
+			Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{EndOfStream: true,
+				Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":status", RawValue: []byte("200")}}}}}},
+		"no headers": {Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{EndOfStream: true}}},
+		"attributes": {
+			Attributes: map[string]*structpb.Struct{"a": {}},
+			Request:    &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{}}},
+		"header attributes": {Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+			Attributes: map[string]*structpb.Struct{"a": {}}}}},
+		"trailers": {Request: &extprocv3.ProcessingRequest_RequestTrailers{RequestTrailers: &extprocv3.HttpTrailers{}}},
 	}
 	for name, want := range msgs {
 		b, err := proto.Marshal(want)
@@ -91,7 +104,7 @@ func TestCodecDecodesBodies(t *testing.T) {
 			t.Errorf("%s: decoded as %v, want %v", name, got, want)
 		}
 		fast := decodeBody(b, &extprocv3.ProcessingRequest{})
-		wantFast := want.GetMetadataContext() == nil && want.GetRequestHeaders() == nil
+		wantFast := want.GetAttributes() == nil && want.GetRequestHeaders().GetAttributes() == nil && want.GetRequestTrailers() == nil
 		if fast != wantFast {
 			t.Errorf("%s: decoded by hand %v, want %v", name, fast, wantFast)
 		}
@@ -105,9 +118,39 @@ func TestCodecDecodesBodies(t *testing.T) {
 	if i := bytes.Index(b, body); i < 0 || &b[i] != &body[0] {
 		t.Error("the body was copied, not aliased")
 	}
+	// A name that is not UTF-8 is refused, as protobuf refuses it.
+	bad := []byte{0x12, 0x08, 0x0a, 0x06, 0x0a, 0x04, 0x0a, 0x02, 0xff, 0xfe}
+	if err := (codec{}).Unmarshal(mem.BufferSlice{mem.SliceBuffer(bad)}, &extprocv3.ProcessingRequest{}); err == nil {
+		t.Error("a header name that is not UTF-8 was accepted")
+	}
 	// Cut anywhere, the message may be malformed: the hand decoder
 	// declines it or decodes what is there, and never panics.
 	for i := range 40 {
 		decodeBody(b[:i], &extprocv3.ProcessingRequest{})
+	}
+}
+
+// TestCodecPickAnswer: the pick's answer, its metadata written by hand,
+// decodes as the ProcessingResponse with pickMetadata.
+func TestCodecPickAnswer(t *testing.T) {
+	for _, dest := range []string{"10.0.0.1:8000", "10.0.0.1:8000,10.0.0.2:8000", strings.Repeat("x", 300)} {
+		for _, r := range []*extprocv3.ProcessingResponse{
+			requestHeadersResponse(pickMutation(dest, [][2]string{{"X-Prefiller-Host-Port", "10.0.0.9:8000"}}), nil),
+			requestBodyResponse(pickMutation(dest, nil), nil),
+		} {
+			out, err := codec{}.Marshal(&pickAnswer{resp: r, dest: dest})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := &extprocv3.ProcessingResponse{}
+			if err := proto.Unmarshal(out.Materialize(), got); err != nil {
+				t.Fatal(err)
+			}
+			want := proto.Clone(r).(*extprocv3.ProcessingResponse)
+			want.DynamicMetadata = pickMetadata(dest)
+			if !proto.Equal(got, want) {
+				t.Errorf("decodes as %v, want %v", got, want)
+			}
+		}
 	}
 }

@@ -153,14 +153,15 @@ func (st *stream) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.
 		return status.Error(codes.InvalidArgument, "request headers twice on one stream")
 	}
 	st.subset, st.hasSubset = subsetHint(req.GetMetadataContext())
-	st.x = st.proxy.Begin(headersOf(h.GetHeaders()))
+	hs := headersOf(h.GetHeaders())
+	st.x = st.proxy.Begin(hs)
 	switch {
 	case h.GetEndOfStream():
 		return st.endBodyAndPick(nil, true)
 	case st.defers():
 		// The chunks are held until the pick anyway: with a length said,
 		// the codec puts them together as they come.
-		if n, err := strconv.Atoi(headersOf(h.GetHeaders()).get("content-length")); err == nil && n > 0 && n <= st.maxBody {
+		if n, err := strconv.Atoi(hs.get("content-length")); err == nil && n > 0 && n <= st.maxBody {
 			st.in.body, st.in.expect = &st.body, n
 		}
 		return nil
@@ -238,10 +239,10 @@ func (st *stream) endBodyAndPick(chunk []byte, end bool) error {
 		add = rh.RequestHeaders()
 	}
 	if st.headersAnswered {
-		return st.send(requestBodyResponse(pickMutation(dest, add), pickMetadata(dest)))
+		return st.sendPick(requestBodyResponse(pickMutation(dest, add), nil), dest)
 	}
 	st.headersAnswered = true
-	if err := st.send(requestHeadersResponse(pickMutation(dest, add), pickMetadata(dest))); err != nil {
+	if err := st.sendPick(requestHeadersResponse(pickMutation(dest, add), nil), dest); err != nil {
 		return err
 	}
 	return st.release()
@@ -424,6 +425,13 @@ func (st *stream) answerPanic() {
 func (st *stream) send(r *extprocv3.ProcessingResponse) error {
 	st.count.sent[sentKind(r)].Add(1)
 	return st.srv.Send(r)
+}
+
+// sendPick sends r, the pick's answer, with the pick as its dynamic
+// metadata (pickMetadata), which the codec writes by hand (pickAnswer).
+func (st *stream) sendPick(r *extprocv3.ProcessingResponse, dest string) error {
+	st.count.sent[sentKind(r)].Add(1)
+	return st.srv.SendMsg(&pickAnswer{resp: r, dest: dest})
 }
 
 // sendBody streams a body chunk back to the gateway (FULL_DUPLEX_STREAMED),
