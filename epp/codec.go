@@ -97,8 +97,9 @@ type inbound struct {
 // arenaSpan bounds the request body buffer made from Content-Length to
 // this many times the first chunk: the buffer is made before the bytes
 // come, and a client must not make the picker hold much more memory
-// than it has sent.
-const arenaSpan = 8
+// than it has sent. Sixteen: Envoy's chunks of 64 KiB then cover bodies
+// of up to 1 MiB.
+const arenaSpan = 16
 
 // intoBody decodes a request body message whose body is its first
 // field into m.body, copying the chunk once out of data; false, m.body
