@@ -18,7 +18,7 @@ func bodyOf(n int) []byte {
 // fullDuplex sends body in chunks of the sizes given (the last one takes
 // the rest) with a Content-Length of length (0: none), and returns the
 // body streamed back and what the lifecycle took.
-func fullDuplex(t *testing.T, body []byte, length int, sizes ...int) (back []byte, lifecycle []byte, calls int) {
+func fullDuplex(t *testing.T, body []byte, length int, sizes ...int) (back []byte, lifecycle []byte, calls, pieces int) {
 	t.Helper()
 	p := startPicker(t, newProxy(0), epp.Config{})
 	s := p.open()
@@ -40,7 +40,11 @@ func fullDuplex(t *testing.T, body []byte, length int, sizes ...int) (back []byt
 	destination(t, r, r.GetRequestHeaders().GetResponse())
 	for n := 0; ; n++ {
 		sb := s.recv().GetRequestBody().GetResponse().GetBodyMutation().GetStreamedResponse()
+		if len(sb.GetBody()) > 64<<10 {
+			t.Fatalf("piece %d of %d bytes", n, len(sb.GetBody()))
+		}
 		back = append(back, sb.GetBody()...)
+		pieces++
 		if sb.GetEndOfStream() {
 			break
 		}
@@ -53,14 +57,18 @@ func fullDuplex(t *testing.T, body []byte, length int, sizes ...int) (back []byt
 	if !snap.BodyEnd {
 		t.Error("the lifecycle's body did not end")
 	}
-	return back, snap.Body, snap.BodyCalls
+	return back, snap.Body, snap.BodyCalls, pieces
 }
 
 // With a Content-Length, the chunks are put together as they come and
-// the lifecycle takes the body in one piece; the same bytes go back.
+// the lifecycle takes the body in one piece; the same bytes go back, in
+// as few pieces as Envoy takes rather than cut where the chunks came.
 func TestFullDuplexBodyInOnePiece(t *testing.T) {
 	body := bodyOf(300 << 10)
-	back, got, calls := fullDuplex(t, body, len(body), 64<<10, 64<<10, 64<<10, 64<<10)
+	back, got, calls, pieces := fullDuplex(t, body, len(body), 64<<10, 64<<10, 64<<10, 64<<10)
+	if want := (len(body) + 61999) / 62000; pieces != want {
+		t.Errorf("the body came back in %d pieces, want %d", pieces, want)
+	}
 	if !bytes.Equal(back, body) || !bytes.Equal(got, body) {
 		t.Fatalf("%d bytes back, lifecycle %d, want the %d sent", len(back), len(got), len(body))
 	}
@@ -74,7 +82,7 @@ func TestFullDuplexBodyInOnePiece(t *testing.T) {
 // goes chunk by chunk, as without a length.
 func TestFullDuplexBodyLengthBeyondBound(t *testing.T) {
 	body := bodyOf(100 << 10)
-	back, got, calls := fullDuplex(t, body, len(body), 1000, 50<<10)
+	back, got, calls, _ := fullDuplex(t, body, len(body), 1000, 50<<10)
 	if !bytes.Equal(back, body) || !bytes.Equal(got, body) {
 		t.Fatalf("%d bytes back, lifecycle %d, want the %d sent", len(back), len(got), len(body))
 	}
@@ -87,7 +95,7 @@ func TestFullDuplexBodyLengthBeyondBound(t *testing.T) {
 // first, then the chunks beyond it, in order.
 func TestFullDuplexBodyOutgrowsLength(t *testing.T) {
 	body := bodyOf(200 << 10)
-	back, got, calls := fullDuplex(t, body, 100<<10, 40<<10, 40<<10, 40<<10, 40<<10)
+	back, got, calls, _ := fullDuplex(t, body, 100<<10, 40<<10, 40<<10, 40<<10, 40<<10)
 	if !bytes.Equal(back, body) || !bytes.Equal(got, body) {
 		t.Fatalf("%d bytes back, lifecycle %d, want the %d sent", len(back), len(got), len(body))
 	}

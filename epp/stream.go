@@ -276,10 +276,23 @@ func (st *stream) lifecycleBody(chunk []byte, end bool) *Answer {
 // release answers the request chunks held for the pick. In
 // FULL_DUPLEX_STREAMED Envoy forwards only the body the picker streams
 // back, so each chunk goes back as it came (end of stream on the last
-// only when no trailers follow); in STREAMED each chunk gets its answer.
+// only when no trailers follow), or the whole body in pieces when the
+// codec put it together; in STREAMED each chunk gets its answer.
 func (st *stream) release() error {
 	held := st.held
 	st.held = nil
+	total := 0
+	for _, c := range held {
+		total += len(c)
+	}
+	if st.reqMode == ModeFullDuplex && total > 0 && total == len(st.body) {
+		// Every chunk is in the body buffer, one after the other: the
+		// body goes back in as few pieces as Envoy takes, not cut where
+		// the chunks came (a 64 KiB chunk was two pieces).
+		return splitChunk(st.body, !st.trailers, func(p []byte, e bool) error {
+			return st.sendBody(bodyRequest, p, e)
+		})
+	}
 	for i, c := range held {
 		last := i == len(held)-1
 		if st.reqMode != ModeFullDuplex {
