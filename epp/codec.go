@@ -193,6 +193,10 @@ const (
 	fReqObservability   = 10 // ProcessingRequest.observability_mode
 	fReqProtocolConfig  = 11 // ProcessingRequest.protocol_config
 
+	fConfigRequestMode  = 1 // ProtocolConfiguration.request_body_mode
+	fConfigResponseMode = 2 // ProtocolConfiguration.response_body_mode
+	fConfigNoWait       = 3 // ProtocolConfiguration.send_body_without_waiting_for_header_response
+
 	fHeadersHeaders = 1 // HttpHeaders.headers
 	fHeadersEnd     = 3 // HttpHeaders.end_of_stream
 	fMapHeaders     = 1 // HeaderMap.headers
@@ -278,8 +282,7 @@ func decodeFields(b []byte, m *extprocv3.ProcessingRequest, given *extprocv3.Htt
 	}
 	var cfg *extprocv3.ProtocolConfiguration
 	if pc != nil {
-		cfg = &extprocv3.ProtocolConfiguration{}
-		if proto.Unmarshal(pc, cfg) != nil {
+		if cfg = decodeProtocolConfig(pc); cfg == nil {
 			return false
 		}
 	}
@@ -303,6 +306,33 @@ func decodeFields(b []byte, m *extprocv3.ProcessingRequest, given *extprocv3.Htt
 		m.Request = &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: headers}
 	}
 	return true
+}
+
+// decodeProtocolConfig decodes a ProtocolConfiguration, three varints
+// (Envoy sends it with every stream's first message); nil for anything
+// else, protobuf's then.
+func decodeProtocolConfig(b []byte) *extprocv3.ProtocolConfiguration {
+	pc := &extprocv3.ProtocolConfiguration{}
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 || typ != protowire.VarintType || num < fConfigRequestMode || num > fConfigNoWait {
+			return nil
+		}
+		v, m := protowire.ConsumeVarint(b[n:])
+		if m < 0 {
+			return nil
+		}
+		b = b[n+m:]
+		switch num {
+		case fConfigRequestMode:
+			pc.RequestBodyMode = BodyMode(int32(v))
+		case fConfigResponseMode:
+			pc.ResponseBodyMode = BodyMode(int32(v))
+		case fConfigNoWait:
+			pc.SendBodyWithoutWaitingForHeaderResponse = v != 0
+		}
+	}
+	return pc
 }
 
 // decodeHTTPHeaders decodes an HttpHeaders, raw values aliasing b, the

@@ -70,6 +70,9 @@ func TestCodecDecodesBodies(t *testing.T) {
 		"empty end":     {Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{EndOfStream: true}}},
 		"flags": {ObservabilityMode: true, Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{
 			Body: chunk(10), EndOfStreamWithoutMessage: true, GrpcMessageCompressed: true, DrainComplete: true}}},
+		"headers with protocol config": {
+			ProtocolConfig: &extprocv3.ProtocolConfiguration{RequestBodyMode: filterv3.ProcessingMode_BUFFERED, ResponseBodyMode: full},
+			Request:        &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{}}},
 		"protocol config": {
 			ProtocolConfig: &extprocv3.ProtocolConfiguration{RequestBodyMode: full, ResponseBodyMode: full, SendBodyWithoutWaitingForHeaderResponse: true},
 			Request:        &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: chunk(5)}}},
