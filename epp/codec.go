@@ -130,10 +130,11 @@ func (m *inbound) intoBody(data mem.BufferSlice) bool {
 		return false
 	}
 	off := top + k3 + k4
-	httpEnd := uint64(top) + httpLen
-	if uint64(off)+l > httpEnd || httpEnd > uint64(n) {
+	// Lengths as sent, checked before any sum that could wrap.
+	if httpLen > uint64(n) || l > httpLen || uint64(off)+l > uint64(top)+httpLen || uint64(top)+httpLen > uint64(n) {
 		return false
 	}
+	httpEnd := uint64(top) + httpLen
 	chunk := int(l)
 	buf := *m.body
 	if m.expect > 0 {
@@ -601,8 +602,8 @@ func (s *streamedBody) encode() mem.BufferSlice {
 	return out
 }
 
-// message is the streamedBody as a ProcessingResponse, for tests and for
-// anything that needs the generated type.
+// message is the ProcessingResponse the streamedBody's encoding stands
+// for.
 func (s *streamedBody) message() *extprocv3.ProcessingResponse {
 	c := streamed(s.body, s.end)
 	if s.response {

@@ -9,6 +9,7 @@ import (
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 )
@@ -154,6 +155,24 @@ func TestCodecPickAnswer(t *testing.T) {
 			if !proto.Equal(got, want) {
 				t.Errorf("decodes as %v, want %v", got, want)
 			}
+		}
+	}
+}
+
+// TestCodecBodyBufferRefusesBadLengths: lengths beyond the message, or
+// large enough to wrap a sum, leave the body buffer alone.
+func TestCodecBodyBufferRefusesBadLengths(t *testing.T) {
+	huge := protowire.AppendVarint(nil, 1<<64-5)
+	for name, msg := range map[string][]byte{
+		"body beyond":     {0x22, 0x05, 0x0a, 0x10, 'a', 'b', 'c'},
+		"message beyond":  {0x22, 0x40, 0x0a, 0x02, 'a', 'b'},
+		"wrapping body":   append(append([]byte{0x22, 0x0c, 0x0a}, huge...), 'a'),
+		"wrapping header": append(append([]byte{0x22}, huge...), 0x0a, 0x01, 'a'),
+	} {
+		var body []byte
+		m := &inbound{body: &body, expect: 100}
+		if m.intoBody(mem.BufferSlice{mem.SliceBuffer(msg)}) || m.placed || body != nil {
+			t.Errorf("%s: put %q into the body buffer", name, body)
 		}
 	}
 }

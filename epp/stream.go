@@ -109,7 +109,7 @@ type stream struct {
 	headersAnswered bool     // the request headers' answer was sent
 	bodyEnded       bool     // Body(…, true) was called
 	picked          bool     // the pick was sent: the request phase is over
-	held            [][]byte // request chunks held for the answer after the pick (Envoy's buffers, not copies)
+	held            [][]byte // request chunks held for the answer after the pick (the messages' buffers, not copies)
 	trailers        bool     // request trailers came: they, not the body, end the request
 	respSeen        bool     // response headers arrived
 	respEnded       bool     // ResponseBody(…, true) was called
@@ -257,6 +257,9 @@ func (st *stream) endBodyAndPick(chunk []byte, end bool) error {
 // inbound), not at the chunk that crosses the limit. A chunk elsewhere
 // follows what the buffer holds, and the buffer takes no more.
 func (st *stream) lifecycleBody(chunk []byte, end bool) *Answer {
+	if end {
+		st.in.body = nil // nothing follows an end
+	}
 	if st.in.placed {
 		whole := st.body[st.given:]
 		st.given = len(st.body)
