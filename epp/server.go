@@ -42,6 +42,12 @@ type Config struct {
 	// SendBodyWithoutWaiting is assumed with the modes above: Envoy
 	// sends a STREAMED body without waiting for the headers' answer.
 	SendBodyWithoutWaiting bool
+	// StreamWorkers is how many goroutines serve streams and are kept
+	// for the next one (a stream beyond them gets a goroutine of its
+	// own): a stream's goroutine grows its stack through the request's
+	// lifecycle, and a new goroutine per stream paid that growth on
+	// every request. Default 64; negative: a goroutine per stream.
+	StreamWorkers int
 	// Logger receives stream failures. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -59,6 +65,9 @@ func (c *Config) defaults() {
 	if c.ResponseBodyMode == ModeNone {
 		c.ResponseBodyMode = ModeFullDuplex
 	}
+	if c.StreamWorkers == 0 {
+		c.StreamWorkers = 64
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -74,7 +83,7 @@ type Server struct {
 	gs     *grpc.Server
 	health *healthService
 
-	count counters // streams and messages (metrics.go)
+	count counters // streams, messages, bytes and handling time (metrics.go)
 
 	pollOnce sync.Once
 	stopOnce sync.Once
@@ -86,13 +95,21 @@ type Server struct {
 func New(p Proxy, cfg Config) *Server {
 	cfg.defaults()
 	s := &Server{proxy: p, cfg: cfg, stop: make(chan struct{})}
-	s.gs = grpc.NewServer(
+	s.count.init()
+	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes),
 		grpc.MaxSendMsgSize(cfg.MaxMessageBytes),
 		// Envoy keeps its ext_proc connection open with pings; allow
 		// them rather than closing the connection on a "too many pings".
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-	)
+		// The server's own codec: the bodies without the default one's
+		// copies (codec.go).
+		grpc.ForceServerCodecV2(codec{}),
+	}
+	if cfg.StreamWorkers > 0 {
+		opts = append(opts, grpc.NumStreamWorkers(uint32(cfg.StreamWorkers)))
+	}
+	s.gs = grpc.NewServer(opts...)
 	s.health = newHealthService(p.Ready)
 	extprocv3.RegisterExternalProcessorServer(s.gs, s)
 	healthgrpc.RegisterHealthServer(s.gs, s.health)

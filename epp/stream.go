@@ -6,6 +6,7 @@ import (
 	"io"
 	"runtime/debug"
 	"strconv"
+	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc/codes"
@@ -19,8 +20,9 @@ var errDone = errors.New("answered")
 // Process serves one ext_proc stream: one HTTP request and its response.
 func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) (err error) {
 	st := &stream{
-		srv: srv, ctx: srv.Context(), proxy: s.proxy,
+		srv: srv, ctx: srv.Context(), proxy: s.proxy, count: &s.count,
 		reqMode: s.cfg.RequestBodyMode, respMode: s.cfg.ResponseBodyMode, noWait: s.cfg.SendBodyWithoutWaiting,
+		maxBody: s.cfg.MaxMessageBytes,
 	}
 	defer func() {
 		// A panic in the lifecycle or here ends this stream, not the
@@ -42,9 +44,15 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) (err err
 			how = endCancelled
 		}
 		s.count.ends[how].Add(1)
+		s.count.handling.Update(st.handling.Seconds())
 	}()
 	for {
-		req, rerr := srv.Recv()
+		// RecvMsg rather than Recv: the same, but the message is ours to
+		// give the codec (codec.go), with the request body's buffer. One
+		// for the stream: a message decoded into it replaces, never
+		// changes, what the one before held.
+		rerr := srv.RecvMsg(&st.in)
+		req := &st.in.req
 		if rerr == io.EOF {
 			// Envoy closed its side: complete only if the answer was.
 			st.end(!st.completeAtClose())
@@ -58,7 +66,10 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) (err err
 			return rerr
 		}
 		s.count.msgs[kindOf(req)].Add(1)
-		if herr := st.handle(req); herr != nil {
+		t0 := time.Now()
+		herr := st.handle(req)
+		st.handling += time.Since(t0)
+		if herr != nil {
 			if herr == errDone {
 				return nil
 			}
@@ -73,6 +84,12 @@ type stream struct {
 	srv   extprocv3.ExternalProcessor_ProcessServer
 	ctx   context.Context
 	proxy Proxy
+	count *counters
+
+	// handling is the time spent handling the stream's messages, from
+	// each one's arrival to its answers sent: the picker's and the
+	// lifecycle's work, not the waits for the gateway.
+	handling time.Duration
 
 	reqMode, respMode BodyMode
 	noWait            bool // STREAMED body sent before the headers' answer
@@ -81,10 +98,18 @@ type stream struct {
 	subset    []string
 	hasSubset bool
 
+	in      inbound // the next message, as the codec decodes it
+	maxBody int     // bound on a request body buffer made from Content-Length
+	// body is the request body the codec put together (inbound), given
+	// to the lifecycle at its end in one piece; given is how much of it
+	// went to the lifecycle already.
+	body  []byte
+	given int
+
 	headersAnswered bool     // the request headers' answer was sent
 	bodyEnded       bool     // Body(…, true) was called
 	picked          bool     // the pick was sent: the request phase is over
-	held            [][]byte // request chunks held for the answer after the pick (Envoy's buffers, not copies)
+	held            [][]byte // request chunks held for the answer after the pick (the messages' buffers, not copies)
 	trailers        bool     // request trailers came: they, not the body, end the request
 	respSeen        bool     // response headers arrived
 	respEnded       bool     // ResponseBody(…, true) was called
@@ -128,11 +153,17 @@ func (st *stream) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.
 		return status.Error(codes.InvalidArgument, "request headers twice on one stream")
 	}
 	st.subset, st.hasSubset = subsetHint(req.GetMetadataContext())
-	st.x = st.proxy.Begin(headersOf(h.GetHeaders()))
+	hs := headersOf(h.GetHeaders())
+	st.x = st.proxy.Begin(hs)
 	switch {
 	case h.GetEndOfStream():
 		return st.endBodyAndPick(nil, true)
 	case st.defers():
+		// The chunks are held until the pick anyway: with a length said,
+		// the codec puts them together as they come.
+		if n, err := strconv.Atoi(hs.get("content-length")); err == nil && n > 0 && n <= st.maxBody {
+			st.in.body, st.in.expect = &st.body, n
+		}
 		return nil
 	case st.reqMode == ModeBuffered || st.reqMode == ModePartial:
 		// Envoy holds the headers until the body's answer, which can
@@ -152,6 +183,7 @@ func (st *stream) requestBody(b *extprocv3.HttpBody) error {
 		return status.Error(codes.InvalidArgument, "request body before request headers")
 	}
 	if st.picked {
+		st.count.bodyIn[bodyRequest].Add(uint64(len(b.GetBody())))
 		// The pick was made on the headers alone (STREAMED, Envoy
 		// waiting): each chunk is acknowledged as it comes.
 		return st.send(requestBodyResponse(nil, nil))
@@ -162,8 +194,13 @@ func (st *stream) requestBody(b *extprocv3.HttpBody) error {
 		// end_of_stream when trailers follow or, PARTIAL, when cut).
 		end = true
 	}
+	st.count.bodyIn[bodyRequest].Add(uint64(len(b.GetBody())))
 	if st.defers() {
 		st.held = append(st.held, b.GetBody())
+	}
+	if st.in.placed && !end {
+		// In the body buffer: the lifecycle takes it whole at the end.
+		return nil
 	}
 	return st.endBodyAndPick(b.GetBody(), end)
 }
@@ -184,7 +221,7 @@ func (st *stream) requestTrailers() error {
 // the held chunks follow), else in this body chunk's answer (BUFFERED).
 func (st *stream) endBodyAndPick(chunk []byte, end bool) error {
 	if !st.bodyEnded {
-		if ans := st.x.Body(chunk, end); ans != nil {
+		if ans := st.lifecycleBody(chunk, end); ans != nil {
 			return st.answer(ans)
 		}
 		st.bodyEnded = end
@@ -202,22 +239,63 @@ func (st *stream) endBodyAndPick(chunk []byte, end bool) error {
 		add = rh.RequestHeaders()
 	}
 	if st.headersAnswered {
-		return st.send(requestBodyResponse(pickMutation(dest, add), pickMetadata(dest)))
+		return st.sendPick(requestBodyResponse(pickMutation(dest, add), nil), dest)
 	}
 	st.headersAnswered = true
-	if err := st.send(requestHeadersResponse(pickMutation(dest, add), pickMetadata(dest))); err != nil {
+	if err := st.sendPick(requestHeadersResponse(pickMutation(dest, add), nil), dest); err != nil {
 		return err
 	}
 	return st.release()
 }
 
+// lifecycleBody gives the lifecycle the request body up to chunk. A
+// chunk in the body buffer (the codec put it there) goes with the rest
+// of the buffer, in one piece: the lifecycle keeps the body, and one
+// piece of the whole body's length is one copy where chunk by chunk its
+// buffer grew and was copied again several times. A body over the
+// lifecycle's limit is then answered at its end (the buffer is bounded,
+// inbound), not at the chunk that crosses the limit. A chunk elsewhere
+// follows what the buffer holds, and the buffer takes no more.
+func (st *stream) lifecycleBody(chunk []byte, end bool) *Answer {
+	if end {
+		st.in.body = nil // nothing follows an end
+	}
+	if st.in.placed {
+		whole := st.body[st.given:]
+		st.given = len(st.body)
+		return st.x.Body(whole, end)
+	}
+	st.in.body = nil
+	if st.given < len(st.body) {
+		held := st.body[st.given:]
+		st.given = len(st.body)
+		if ans := st.x.Body(held, false); ans != nil {
+			return ans
+		}
+	}
+	return st.x.Body(chunk, end)
+}
+
 // release answers the request chunks held for the pick. In
 // FULL_DUPLEX_STREAMED Envoy forwards only the body the picker streams
 // back, so each chunk goes back as it came (end of stream on the last
-// only when no trailers follow); in STREAMED each chunk gets its answer.
+// only when no trailers follow), or the whole body in pieces when the
+// codec put it together; in STREAMED each chunk gets its answer.
 func (st *stream) release() error {
 	held := st.held
 	st.held = nil
+	total := 0
+	for _, c := range held {
+		total += len(c)
+	}
+	if st.reqMode == ModeFullDuplex && total > 0 && total == len(st.body) {
+		// Every chunk is in the body buffer, one after the other: the
+		// body goes back in as few pieces as Envoy takes, not cut where
+		// the chunks came (a 64 KiB chunk was two pieces).
+		return splitChunk(st.body, !st.trailers, func(p []byte, e bool) error {
+			return st.sendBody(bodyRequest, p, e)
+		})
+	}
 	for i, c := range held {
 		last := i == len(held)-1
 		if st.reqMode != ModeFullDuplex {
@@ -227,7 +305,7 @@ func (st *stream) release() error {
 			continue
 		}
 		if err := splitChunk(c, last && !st.trailers, func(p []byte, e bool) error {
-			return st.send(requestBodyResponse(streamed(p, e), nil))
+			return st.sendBody(bodyRequest, p, e)
 		}); err != nil {
 			return err
 		}
@@ -291,6 +369,7 @@ func (st *stream) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv3
 
 func (st *stream) responseBody(b *extprocv3.HttpBody) error {
 	end := b.GetEndOfStream() || st.respMode == ModeBuffered || st.respMode == ModePartial
+	st.count.bodyIn[bodyResponse].Add(uint64(len(b.GetBody())))
 	if st.respSeen && !st.respEnded {
 		st.x.ResponseBody(b.GetBody(), end)
 		st.respEnded = end
@@ -298,7 +377,7 @@ func (st *stream) responseBody(b *extprocv3.HttpBody) error {
 	if st.respMode == ModeFullDuplex {
 		// Envoy forwards to the client only what comes back.
 		if err := splitChunk(b.GetBody(), b.GetEndOfStream(), func(p []byte, e bool) error {
-			return st.send(responseBodyResponse(streamed(p, e)))
+			return st.sendBody(bodyResponse, p, e)
 		}); err != nil {
 			return err
 		}
@@ -359,4 +438,26 @@ func (st *stream) answerPanic() {
 	_ = st.send(immediate(&Answer{Status: 500, Body: []byte("endpoint picker: internal error\n")}))
 }
 
-func (st *stream) send(r *extprocv3.ProcessingResponse) error { return st.srv.Send(r) }
+func (st *stream) send(r *extprocv3.ProcessingResponse) error {
+	st.count.sent[sentKind(r)].Add(1)
+	return st.srv.Send(r)
+}
+
+// sendPick sends r, the pick's answer, with the pick as its dynamic
+// metadata (pickMetadata), which the codec writes by hand (pickAnswer).
+func (st *stream) sendPick(r *extprocv3.ProcessingResponse, dest string) error {
+	st.count.sent[sentKind(r)].Add(1)
+	return st.srv.SendMsg(&pickAnswer{resp: r, dest: dest})
+}
+
+// sendBody streams a body chunk back to the gateway (FULL_DUPLEX_STREAMED),
+// the chunk framed, not copied (codec.go).
+func (st *stream) sendBody(body int, chunk []byte, end bool) error {
+	kind := sentRequestBody
+	if body == bodyResponse {
+		kind = sentResponseBody
+	}
+	st.count.sent[kind].Add(1)
+	st.count.bodyOut[body].Add(uint64(len(chunk)))
+	return st.srv.SendMsg(&streamedBody{response: body == bodyResponse, body: chunk, end: end})
+}

@@ -38,7 +38,8 @@ func pickMutation(dest string, add [][2]string) *extprocv3.CommonResponse {
 }
 
 // pickMetadata is the pick as dynamic metadata, the same value as the
-// header: the protocol forbids the two to differ.
+// header: the protocol forbids the two to differ. The codec writes its
+// bytes itself (appendPickMetadata); this is the message they encode.
 func pickMetadata(dest string) *structpb.Struct {
 	return &structpb.Struct{Fields: map[string]*structpb.Value{
 		DestinationNamespace: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
@@ -79,7 +80,8 @@ func responseBodyResponse(c *extprocv3.CommonResponse) *extprocv3.ProcessingResp
 }
 
 // streamed is a chunk given back to Envoy in FULL_DUPLEX_STREAMED mode,
-// where Envoy forwards only what the processor returns.
+// where Envoy forwards only what the processor returns: the message a
+// streamedBody encodes (codec.go).
 func streamed(chunk []byte, end bool) *extprocv3.CommonResponse {
 	return &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{
 		Mutation: &extprocv3.BodyMutation_StreamedResponse{StreamedResponse: &extprocv3.StreamedBodyResponse{Body: chunk, EndOfStream: end}},

@@ -39,22 +39,24 @@ func serveArgs() []string {
 }
 
 // StartKvca starts the kvca binary at path as `kvca serve` with both its
-// listener and its endpoint picker on free loopback ports and the
-// backends given, and waits until both answer ready. The ports are
+// listener and its endpoint picker on free loopback ports, the backends
+// given and extra arguments after the bench's own (a later flag wins:
+// `--admin-listen 127.0.0.1:6060 --pprof` to profile kvca during a run),
+// and waits until both answer ready. The ports are
 // found free then given to kvca, so another process may take one in
 // between: a start that fails is tried again on other ports.
-func StartKvca(ctx context.Context, path string, backends []string, stderr io.Writer) (*Process, error) {
+func StartKvca(ctx context.Context, path string, backends, extra []string, stderr io.Writer) (*Process, error) {
 	var err error
 	for range 3 {
 		var p *Process
-		if p, err = startKvca(ctx, path, backends, stderr); err == nil {
+		if p, err = startKvca(ctx, path, backends, extra, stderr); err == nil {
 			return p, nil
 		}
 	}
 	return nil, err
 }
 
-func startKvca(ctx context.Context, path string, backends []string, stderr io.Writer) (*Process, error) {
+func startKvca(ctx context.Context, path string, backends, extra []string, stderr io.Writer) (*Process, error) {
 	ports, err := freePorts(2)
 	if err != nil {
 		return nil, err
@@ -65,6 +67,7 @@ func startKvca(ctx context.Context, path string, backends []string, stderr io.Wr
 		args = append(args, "--backend", b)
 	}
 	args = append(args, serveArgs()...)
+	args = append(args, extra...)
 	cmd := exec.Command(path, args...)
 	cmd.Stdout, cmd.Stderr = stderr, stderr
 	// KVCA_* variables of the operator's shell would change what is

@@ -35,7 +35,27 @@ const (
 	Picker = "picker"
 )
 
-var modes = []string{Direct, Proxy, Picker}
+var allModes = []string{Direct, Proxy, Picker}
+
+// selectModes is the modes asked for, in their run order; all of them
+// when none is.
+func selectModes(asked []string) ([]string, error) {
+	if len(asked) == 0 {
+		return allModes, nil
+	}
+	for _, m := range asked {
+		if !slices.Contains(allModes, m) {
+			return nil, fmt.Errorf("pickercost: mode %q: want %s", m, strings.Join(allModes, ", "))
+		}
+	}
+	var out []string
+	for _, m := range allModes {
+		if slices.Contains(asked, m) {
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
 
 // Target is a running kvca: its listener, its ext_proc server and the
 // process whose CPU time is read.
@@ -57,6 +77,10 @@ type Config struct {
 	Concurrency int
 	// Timeout bounds one request. Default 30s.
 	Timeout time.Duration
+	// Modes are the modes to run, each in the order of the modes
+	// (direct, proxy, picker). Default all three: a run of one mode
+	// serves to profile kvca in it, not to compare.
+	Modes []string
 	// Progress receives a line per phase; nil: none.
 	Progress io.Writer
 }
@@ -72,7 +96,7 @@ type Row struct {
 	// spends idle, and shows whether anything else ran in it.
 	CPU      time.Duration
 	P50, P99 time.Duration
-	Added    time.Duration // P50 less direct's
+	Added    time.Duration // P50 less direct's (0 when direct did not run)
 	PickP50  time.Duration // picker mode only
 }
 
@@ -120,6 +144,10 @@ func Run(ctx context.Context, cfg Config, t Target, engines []*mock.Engine) ([]R
 	if cfg.Progress == nil {
 		cfg.Progress = io.Discard
 	}
+	modes, err := selectModes(cfg.Modes)
+	if err != nil {
+		return nil, err
+	}
 	if len(engines) == 0 {
 		return nil, errors.New("pickercost: no engines")
 	}
@@ -166,8 +194,8 @@ func Run(ctx context.Context, cfg Config, t Target, engines []*mock.Engine) ([]R
 		}
 		// A warm-up of each mode's own requests opens the connections and
 		// fills the pools before anything is counted.
-		for mi, mode := range modes {
-			warm := phaseBodies(c, size, min(4*cfg.Concurrency, n), phaseSeed(si, mi, 2))
+		for _, mode := range modes {
+			warm := phaseBodies(c, size, min(4*cfg.Concurrency, n), phaseSeed(si, slices.Index(allModes, mode), 2))
 			if _, err := runPhase(ctx, cfg, warm, send(mode), 0); err != nil {
 				return rows, fmt.Errorf("pickercost: %s %s warm-up: %w", mode, SizeName(size), err)
 			}
@@ -188,7 +216,7 @@ func Run(ctx context.Context, cfg Config, t Target, engines []*mock.Engine) ([]R
 				if round == 1 {
 					half = n - n/2
 				}
-				bodies := phaseBodies(c, size, half, phaseSeed(si, mi, round))
+				bodies := phaseBodies(c, size, half, phaseSeed(si, slices.Index(allModes, modes[mi]), round))
 				r, err := runPhase(ctx, cfg, bodies, send(modes[mi]), t.PID)
 				if err != nil {
 					return rows, fmt.Errorf("pickercost: %s %s: %w", modes[mi], SizeName(size), err)
@@ -199,7 +227,7 @@ func Run(ctx context.Context, cfg Config, t Target, engines []*mock.Engine) ([]R
 				}
 			}
 		}
-		var direct time.Duration
+		direct := time.Duration(-1)
 		for mi, mode := range modes {
 			g := got[mi]
 			r := Row{
@@ -210,7 +238,9 @@ func Run(ctx context.Context, cfg Config, t Target, engines []*mock.Engine) ([]R
 			if mode == Direct {
 				direct = r.P50
 			}
-			r.Added = r.P50 - direct
+			if direct >= 0 {
+				r.Added = r.P50 - direct
+			}
 			fmt.Fprintf(cfg.Progress, "pickercost: %s %s, %d requests of %d B on average: p50 %v, kvca CPU %v/request\n",
 				SizeName(size), mode, r.Requests, r.MeanBody, r.P50.Round(time.Microsecond), r.CPU.Round(time.Microsecond))
 			rows = append(rows, r)
@@ -402,10 +432,14 @@ func Table(w io.Writer, rows []Row) error {
 	if _, err := fmt.Fprintln(w, "| size | mode | requests | kvca CPU µs/req | p50 ms | p99 ms | added p50 ms | pick p50 ms |\n|---|---|---:|---:|---:|---:|---:|---:|"); err != nil {
 		return err
 	}
+	direct := map[int]bool{}
+	for _, r := range rows {
+		direct[r.Size] = direct[r.Size] || r.Mode == Direct
+	}
 	for _, r := range rows {
 		cpu := strconv.FormatFloat(float64(r.CPU)/float64(time.Microsecond), 'f', 0, 64)
 		added, pick := "–", "–"
-		if r.Mode != Direct {
+		if r.Mode != Direct && direct[r.Size] {
 			added = ms(r.Added)
 		}
 		if r.Mode == Picker {

@@ -81,7 +81,7 @@ func TestRunMeasuresEveryMode(t *testing.T) {
 		t.Fatalf("%d rows, want 6", len(rows))
 	}
 	for i, r := range rows {
-		if r.Mode != modes[i%3] || r.Requests != 10 || r.P50 <= 0 || r.P99 < r.P50 {
+		if r.Mode != allModes[i%3] || r.Requests != 10 || r.P50 <= 0 || r.P99 < r.P50 {
 			t.Errorf("row %d: %+v", i, r)
 		}
 		if r.Added != r.P50-rows[i/3*3].P50 {
@@ -98,6 +98,34 @@ func TestRunMeasuresEveryMode(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
 	if len(lines) != 8 || !strings.HasPrefix(lines[0], "| size | mode | requests | kvca CPU µs/req |") || !strings.HasPrefix(lines[7], "| 100KB | picker | 10 |") {
 		t.Errorf("table:\n%s", b.String())
+	}
+}
+
+// TestRunSomeModes: the modes asked for run in their order, alone, with
+// no added latency where direct did not run; an unknown mode is refused.
+func TestRunSomeModes(t *testing.T) {
+	engines := startEngines(t, 2)
+	target := fakeKvca(t, engines)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rows, err := Run(ctx, Config{Sizes: []int{1 << 10}, Requests: 6, Concurrency: 2, Modes: []string{Picker, Proxy}}, target, engines)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 2 || rows[0].Mode != Proxy || rows[1].Mode != Picker || rows[1].Added != 0 {
+		t.Fatalf("rows %+v, want proxy then picker, nothing added", rows)
+	}
+	var b strings.Builder
+	if err := Table(&b, rows); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(b.String()), "\n")[2:] {
+		if cols := strings.Split(line, "|"); len(cols) != 10 || strings.TrimSpace(cols[7]) != "–" {
+			t.Errorf("table without direct shows an added latency: %s", line)
+		}
+	}
+	if _, err := Run(ctx, Config{Sizes: []int{1 << 10}, Modes: []string{"envoy"}}, target, engines); err == nil || !strings.Contains(err.Error(), `"envoy"`) {
+		t.Errorf("an unknown mode: %v", err)
 	}
 }
 
@@ -131,7 +159,7 @@ func TestRunFailsOnAFailedRequest(t *testing.T) {
 // start at once rather than after the readiness wait.
 func TestStartKvcaReportsAnEarlyExit(t *testing.T) {
 	start := time.Now()
-	_, err := StartKvca(context.Background(), "/bin/false", []string{"http://127.0.0.1:9"}, nil)
+	_, err := StartKvca(context.Background(), "/bin/false", []string{"http://127.0.0.1:9"}, nil, nil)
 	if err == nil || !strings.Contains(err.Error(), "exited during start-up") {
 		t.Fatalf("StartKvca(/bin/false) = %v", err)
 	}

@@ -38,6 +38,8 @@ non-zero if any request failed.`,
 			&cli.IntFlag{Name: "concurrency", Value: 8, Usage: "requests in flight at once", EnvVars: env("concurrency")},
 			&cli.IntFlag{Name: "engines", Value: 3, Usage: "mock engines behind kvca", EnvVars: env("engines")},
 			&cli.GenericFlag{Name: "timeout", Value: cliflag.Duration(30 * time.Second), Usage: "bound on one request", EnvVars: env("timeout")},
+			&cli.StringFlag{Name: "modes", Value: "direct,proxy,picker", Usage: "comma-separated modes to run (one alone: to profile kvca in it)", EnvVars: env("modes")},
+			&cli.StringSliceFlag{Name: "kvca-arg", Usage: "an argument added to kvca serve's, after the bench's own (repeatable; e.g. --kvca-arg=--admin-listen=127.0.0.1:6060 --kvca-arg=--pprof to profile it)", EnvVars: env("kvca-arg")},
 		},
 		Action: func(c *cli.Context) error {
 			sizes, err := pickercost.ParseSizes(c.String("sizes"))
@@ -65,7 +67,7 @@ non-zero if any request failed.`,
 			for _, e := range engines {
 				backends = append(backends, e.URL())
 			}
-			kvca, err := pickercost.StartKvca(ctx, c.String("kvca"), backends, os.Stderr)
+			kvca, err := pickercost.StartKvca(ctx, c.String("kvca"), backends, c.StringSlice("kvca-arg"), os.Stderr)
 			if err != nil {
 				return err
 			}
@@ -76,6 +78,7 @@ non-zero if any request failed.`,
 				Requests:    c.Int("requests"),
 				Concurrency: c.Int("concurrency"),
 				Timeout:     c.Duration("timeout"),
+				Modes:       strings.Split(c.String("modes"), ","),
 				Progress:    os.Stderr,
 			}, kvca.Target, engines)
 			if err != nil {

@@ -1,0 +1,613 @@
+package epp
+
+import (
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+)
+
+// codec is the picker server's gRPC codec (the server's own, not
+// registered for the process): protobuf, as gRPC's default, but without
+// the copies of the bodies the default makes. Every body crosses gRPC
+// twice, in from the gateway and back in the streamed body answers, and
+// the default codec copied each one twice on the way in (the frames
+// into a pooled buffer, then out of it into the message) and once on
+// the way out, into a pooled buffer zeroed to its tier's size (1 MiB for
+// a 64 KiB chunk).
+//
+// Here a message received is read once into a buffer of its own, and a
+// body message is decoded by hand with its body aliasing that buffer (no
+// pool: the chunk lives as long as the stream holds it, and the gateway
+// gets it back from the same bytes); a request body chunk goes into the
+// stream's buffer for the whole body when it has one (inbound). Any
+// other message, and a body message with a field this decoder does not
+// know, goes through proto.Unmarshal. A streamed body sent back (a streamedBody) is
+// encoded as its few bytes of framing around the body itself, which
+// gRPC then writes into its frames, the pick's answer with its metadata
+// written by hand (pickAnswer); other messages go through proto.Marshal
+// into a buffer of their own (gRPC's default took a pooled one, zeroed
+// to its tier's size).
+type codec struct{}
+
+func (codec) Name() string { return "proto" }
+
+func (codec) Marshal(v any) (mem.BufferSlice, error) {
+	switch m := v.(type) {
+	case *streamedBody:
+		return m.encode(), nil
+	case *pickAnswer:
+		b, err := m.encode()
+		if err != nil {
+			return nil, err
+		}
+		return mem.BufferSlice{mem.SliceBuffer(b)}, nil
+	case proto.Message:
+		b, err := proto.Marshal(m)
+		if err != nil {
+			return nil, err
+		}
+		return mem.BufferSlice{mem.SliceBuffer(b)}, nil
+	}
+	return nil, fmt.Errorf("epp codec: cannot marshal a %T", v)
+}
+
+func (codec) Unmarshal(data mem.BufferSlice, v any) error {
+	m, ok := v.(*inbound)
+	if ok && m.intoBody(data) {
+		return nil
+	}
+	// A buffer of the message's own: what is decoded from it may alias
+	// it, since gRPC frees data when this returns.
+	b := data.Materialize()
+	var pm proto.Message
+	switch {
+	case ok:
+		if decodeBody(b, &m.req) {
+			return nil
+		}
+		pm = &m.req
+	default:
+		if pm, ok = v.(proto.Message); !ok {
+			return fmt.Errorf("epp codec: cannot unmarshal a %T", v)
+		}
+	}
+	return proto.Unmarshal(b, pm)
+}
+
+// inbound is a stream's next message as the codec decodes it. A request
+// body chunk goes straight into body, when the stream has one with room
+// for it, right after the chunks before it: the request's body is then
+// contiguous, read once out of gRPC's frames, and the lifecycle takes
+// it in one piece.
+type inbound struct {
+	req extprocv3.ProcessingRequest
+	// body is the request body so far (nil: none); expect, its length to
+	// be (Content-Length) while the first chunk is awaited, 0 after.
+	body   *[]byte
+	expect int
+	placed bool // this message's chunk went into body
+}
+
+// arenaSpan bounds the request body buffer made from Content-Length to
+// this many times the first chunk: the buffer is made before the bytes
+// come, and a client must not make the picker hold much more memory
+// than it has sent. Sixteen: Envoy's chunks of 64 KiB then cover bodies
+// of up to 1 MiB.
+const arenaSpan = 16
+
+// intoBody decodes a request body message whose body is its first
+// field into m.body, copying the chunk once out of data; false, m.body
+// unchanged, for any other message or when the chunk does not fit.
+func (m *inbound) intoBody(data mem.BufferSlice) bool {
+	m.placed = false
+	if m.body == nil {
+		return false
+	}
+	var hb [24]byte
+	n := data.Len()
+	head := hb[:copyAt(data, 0, hb[:min(n, len(hb))])]
+	num, typ, k := protowire.ConsumeTag(head)
+	if k < 0 || num != fReqRequestBody || typ != protowire.BytesType {
+		return false
+	}
+	httpLen, k2 := protowire.ConsumeVarint(head[k:])
+	if k2 < 0 {
+		return false
+	}
+	top := k + k2
+	num, typ, k3 := protowire.ConsumeTag(head[top:])
+	if k3 < 0 || num != fBodyBody || typ != protowire.BytesType {
+		return false
+	}
+	l, k4 := protowire.ConsumeVarint(head[top+k3:])
+	if k4 < 0 {
+		return false
+	}
+	off := top + k3 + k4
+	// Lengths as sent, checked before any sum that could wrap.
+	if httpLen > uint64(n) || l > httpLen || uint64(off)+l > uint64(top)+httpLen || uint64(top)+httpLen > uint64(n) {
+		return false
+	}
+	httpEnd := uint64(top) + httpLen
+	chunk := int(l)
+	buf := *m.body
+	if m.expect > 0 {
+		// The first chunk: the buffer for the whole body, if in bounds.
+		if m.expect >= chunk && m.expect <= arenaSpan*chunk {
+			buf = make([]byte, 0, m.expect)
+		}
+		m.expect = 0
+	}
+	if cap(buf)-len(buf) < chunk {
+		return false
+	}
+	dst := buf[len(buf) : len(buf)+chunk : len(buf)+chunk]
+	copyAt(data, off, dst)
+	rest := make([]byte, n-off-chunk)
+	copyAt(data, off+chunk, rest)
+	split := int(httpEnd) - off - chunk
+	h := decodeHTTPBody(rest[:split])
+	if h == nil || h.Body != nil {
+		return false
+	}
+	h.Body = dst
+	if !decodeFields(rest[split:], &m.req, h) {
+		return false
+	}
+	*m.body = buf[:len(buf)+chunk]
+	m.placed = true
+	return true
+}
+
+// copyAt copies data from offset off into dst, as much as fits; it
+// returns the bytes copied.
+func copyAt(data mem.BufferSlice, off int, dst []byte) int {
+	n := 0
+	for _, b := range data {
+		d := b.ReadOnlyData()
+		if off >= len(d) {
+			off -= len(d)
+			continue
+		}
+		n += copy(dst[n:], d[off:])
+		off = 0
+		if n == len(dst) {
+			break
+		}
+	}
+	return n
+}
+
+// Field numbers of the messages decodeBody and streamedBody handle.
+const (
+	fReqRequestBody     = 4  // ProcessingRequest.request_body
+	fReqResponseBody    = 5  // ProcessingRequest.response_body
+	fReqRequestHeaders  = 2  // ProcessingRequest.request_headers
+	fReqResponseHeaders = 3  // ProcessingRequest.response_headers
+	fReqMetadata        = 8  // ProcessingRequest.metadata_context
+	fReqObservability   = 10 // ProcessingRequest.observability_mode
+	fReqProtocolConfig  = 11 // ProcessingRequest.protocol_config
+
+	fConfigRequestMode  = 1 // ProtocolConfiguration.request_body_mode
+	fConfigResponseMode = 2 // ProtocolConfiguration.response_body_mode
+	fConfigNoWait       = 3 // ProtocolConfiguration.send_body_without_waiting_for_header_response
+
+	fHeadersHeaders = 1 // HttpHeaders.headers
+	fHeadersEnd     = 3 // HttpHeaders.end_of_stream
+	fMapHeaders     = 1 // HeaderMap.headers
+	fValueKey       = 1 // HeaderValue.key
+	fValueValue     = 2 // HeaderValue.value
+	fValueRaw       = 3 // HeaderValue.raw_value
+
+	fBodyBody         = 1 // HttpBody.body, StreamedBodyResponse.body
+	fBodyEnd          = 2 // HttpBody.end_of_stream, StreamedBodyResponse.end_of_stream
+	fBodyEndNoMessage = 3 // HttpBody.end_of_stream_without_message
+	fBodyCompressed   = 4 // HttpBody.grpc_message_compressed
+	fBodyDrain        = 5 // HttpBody.drain_complete
+
+	fRespRequestBody    = 3 // ProcessingResponse.request_body
+	fRespResponseBody   = 4 // ProcessingResponse.response_body
+	fBodyRespResponse   = 1 // BodyResponse.response
+	fCommonBodyMutation = 3 // CommonResponse.body_mutation
+	fMutationStreamed   = 3 // BodyMutation.streamed_response
+)
+
+// decodeBody decodes b into m when it is a body or headers message with
+// no field but the body's or the headers', metadata_context,
+// observability_mode and protocol_config, a body aliasing b; it reports
+// false, m untouched, for anything else (proto.Unmarshal's then).
+func decodeBody(b []byte, m *extprocv3.ProcessingRequest) bool {
+	return decodeFields(b, m, nil)
+}
+
+// decodeFields is decodeBody, or with given set the fields of a request
+// body message other than its body, which is given.
+func decodeFields(b []byte, m *extprocv3.ProcessingRequest, given *extprocv3.HttpBody) bool {
+	var (
+		body      = given
+		kind      = protowire.Number(fReqRequestBody)
+		headers   *extprocv3.HttpHeaders
+		observe   bool
+		pc, mdRaw []byte
+	)
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		if typ == protowire.VarintType && num == fReqObservability {
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return false
+			}
+			b = b[n:]
+			observe = v != 0
+			continue
+		}
+		if typ != protowire.BytesType {
+			return false
+		}
+		v, n := protowire.ConsumeBytes(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		switch {
+		case (num == fReqRequestBody || num == fReqResponseBody) && body == nil && headers == nil:
+			if body = decodeHTTPBody(v); body == nil {
+				return false
+			}
+			kind = num
+		case (num == fReqRequestHeaders || num == fReqResponseHeaders) && body == nil && headers == nil:
+			if headers = decodeHTTPHeaders(v); headers == nil {
+				return false
+			}
+			kind = num
+		case num == fReqProtocolConfig && pc == nil:
+			pc = v
+		case num == fReqMetadata && mdRaw == nil:
+			mdRaw = v
+		default:
+			return false
+		}
+	}
+	if body == nil && headers == nil {
+		return false
+	}
+	var cfg *extprocv3.ProtocolConfiguration
+	if pc != nil {
+		if cfg = decodeProtocolConfig(pc); cfg == nil {
+			return false
+		}
+	}
+	var md *corev3.Metadata
+	if mdRaw != nil {
+		md = &corev3.Metadata{}
+		if proto.Unmarshal(mdRaw, md) != nil {
+			return false
+		}
+	}
+	m.Reset()
+	m.ObservabilityMode, m.ProtocolConfig, m.MetadataContext = observe, cfg, md
+	switch kind {
+	case fReqRequestBody:
+		m.Request = &extprocv3.ProcessingRequest_RequestBody{RequestBody: body}
+	case fReqResponseBody:
+		m.Request = &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: body}
+	case fReqRequestHeaders:
+		m.Request = &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: headers}
+	case fReqResponseHeaders:
+		m.Request = &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: headers}
+	}
+	return true
+}
+
+// decodeProtocolConfig decodes a ProtocolConfiguration, three varints
+// (Envoy sends it with every stream's first message); nil for anything
+// else, protobuf's then.
+func decodeProtocolConfig(b []byte) *extprocv3.ProtocolConfiguration {
+	pc := &extprocv3.ProtocolConfiguration{}
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 || typ != protowire.VarintType || num < fConfigRequestMode || num > fConfigNoWait {
+			return nil
+		}
+		v, m := protowire.ConsumeVarint(b[n:])
+		if m < 0 {
+			return nil
+		}
+		b = b[n+m:]
+		switch num {
+		case fConfigRequestMode:
+			pc.RequestBodyMode = BodyMode(int32(v))
+		case fConfigResponseMode:
+			pc.ResponseBodyMode = BodyMode(int32(v))
+		case fConfigNoWait:
+			pc.SendBodyWithoutWaitingForHeaderResponse = v != 0
+		}
+	}
+	return pc
+}
+
+// decodeHTTPHeaders decodes an HttpHeaders, raw values aliasing b, the
+// names in one string; nil when b holds a field it does not know (the
+// attributes), a name or value that is not UTF-8 (protobuf refuses
+// those), or is malformed.
+func decodeHTTPHeaders(b []byte) *extprocv3.HttpHeaders {
+	h := &extprocv3.HttpHeaders{}
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return nil
+		}
+		b = b[n:]
+		switch {
+		case num == fHeadersHeaders && typ == protowire.BytesType && h.Headers == nil:
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return nil
+			}
+			b = b[n:]
+			if h.Headers = decodeHeaderMap(v); h.Headers == nil {
+				return nil
+			}
+		case num == fHeadersEnd && typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return nil
+			}
+			b = b[n:]
+			h.EndOfStream = v != 0
+		default:
+			return nil
+		}
+	}
+	return h
+}
+
+// decodeHeaderMap decodes a HeaderMap: its header values in one
+// allocation, their names in one string, raw values aliasing b.
+func decodeHeaderMap(b []byte) *corev3.HeaderMap {
+	count, size := 0, 0
+	ok := eachHeader(b, func(key, _, _ []byte) {
+		count++
+		size += len(key)
+	})
+	if !ok {
+		return nil
+	}
+	var all strings.Builder
+	all.Grow(size)
+	eachHeader(b, func(key, _, _ []byte) { all.Write(key) })
+	names := all.String()
+	vals := make([]corev3.HeaderValue, count)
+	out := &corev3.HeaderMap{Headers: make([]*corev3.HeaderValue, count)}
+	i := 0
+	eachHeader(b, func(key, value, raw []byte) {
+		vals[i].Key, names = names[:len(key)], names[len(key):]
+		if len(value) > 0 {
+			vals[i].Value = string(value)
+		}
+		vals[i].RawValue = raw
+		out.Headers[i] = &vals[i]
+		i++
+	})
+	return out
+}
+
+// eachHeader calls f with the fields of each HeaderValue of a HeaderMap
+// in b; false when b is not a HeaderMap of HeaderValues this decoder
+// knows, f then maybe called for some.
+func eachHeader(b []byte, f func(key, value, raw []byte)) bool {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 || num != fMapHeaders || typ != protowire.BytesType {
+			return false
+		}
+		v, m := protowire.ConsumeBytes(b[n:])
+		if m < 0 {
+			return false
+		}
+		b = b[n+m:]
+		var key, value, raw []byte
+		for len(v) > 0 {
+			num, typ, n := protowire.ConsumeTag(v)
+			if n < 0 || typ != protowire.BytesType {
+				return false
+			}
+			x, m := protowire.ConsumeBytes(v[n:])
+			if m < 0 {
+				return false
+			}
+			v = v[n+m:]
+			// proto3 scalars: the last occurrence wins.
+			switch num {
+			case fValueKey:
+				key = x
+			case fValueValue:
+				value = x
+			case fValueRaw:
+				raw = x[:len(x):len(x)]
+			default:
+				return false
+			}
+		}
+		if !utf8.Valid(key) || !utf8.Valid(value) {
+			return false
+		}
+		f(key, value, raw)
+	}
+	return true
+}
+
+// decodeHTTPBody decodes an HttpBody, its body aliasing b; nil when b
+// holds a field it does not know or is malformed.
+func decodeHTTPBody(b []byte) *extprocv3.HttpBody {
+	h := &extprocv3.HttpBody{}
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return nil
+		}
+		b = b[n:]
+		switch {
+		case num == fBodyBody && typ == protowire.BytesType:
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return nil
+			}
+			b = b[n:]
+			// proto3 bytes: the last occurrence wins, as proto.Unmarshal has it.
+			h.Body = v[:len(v):len(v)]
+		case num >= fBodyEnd && num <= fBodyDrain && typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return nil
+			}
+			b = b[n:]
+			switch num {
+			case fBodyEnd:
+				h.EndOfStream = v != 0
+			case fBodyEndNoMessage:
+				h.EndOfStreamWithoutMessage = v != 0
+			case fBodyCompressed:
+				h.GrpcMessageCompressed = v != 0
+			case fBodyDrain:
+				h.DrainComplete = v != 0
+			}
+		default:
+			return nil
+		}
+	}
+	return h
+}
+
+// streamedBody is a ProcessingResponse that streams a body chunk back to
+// the gateway (FULL_DUPLEX_STREAMED): request_body or response_body, a
+// CommonResponse whose only field is a BodyMutation's streamed_response.
+// The codec encodes it around the chunk without copying it.
+type streamedBody struct {
+	response bool // the response's body, not the request's
+	body     []byte
+	end      bool
+}
+
+// pickAnswer is a ProcessingResponse carrying the pick, resp, with dest
+// as its dynamic metadata (pickMetadata). The generated marshalling
+// hands a structpb.Struct to protobuf's reflection, and building one
+// takes two maps: the codec writes the metadata's few bytes itself.
+type pickAnswer struct {
+	resp *extprocv3.ProcessingResponse // without dynamic metadata
+	dest string
+}
+
+// Field numbers of the pick's dynamic metadata.
+const (
+	fRespDynamicMetadata = 8 // ProcessingResponse.dynamic_metadata
+	fStructFields        = 1 // Struct.fields, a map: entries of key 1, value 2
+	fValueString         = 3 // Value.string_value
+	fValueStruct         = 5 // Value.struct_value
+)
+
+func (p *pickAnswer) encode() ([]byte, error) {
+	b, err := proto.MarshalOptions{}.MarshalAppend(make([]byte, 0, 256+2*len(p.dest)), p.resp)
+	if err != nil {
+		return nil, err
+	}
+	// A message's fields may come in any order: the metadata follows.
+	return appendPickMetadata(b, p.dest), nil
+}
+
+// appendPickMetadata appends pickMetadata(dest) as a ProcessingResponse's
+// dynamic_metadata field: {DestinationNamespace: {DestinationHeader: dest}}.
+func appendPickMetadata(b []byte, dest string) []byte {
+	tb := protowire.BytesType
+	value := protowire.SizeTag(fValueString) + protowire.SizeBytes(len(dest))
+	entry := protowire.SizeTag(1) + protowire.SizeBytes(len(DestinationHeader)) + protowire.SizeTag(2) + protowire.SizeBytes(value)
+	inner := protowire.SizeTag(fStructFields) + protowire.SizeBytes(entry)
+	outerValue := protowire.SizeTag(fValueStruct) + protowire.SizeBytes(inner)
+	outerEntry := protowire.SizeTag(1) + protowire.SizeBytes(len(DestinationNamespace)) + protowire.SizeTag(2) + protowire.SizeBytes(outerValue)
+	outer := protowire.SizeTag(fStructFields) + protowire.SizeBytes(outerEntry)
+
+	b = protowire.AppendTag(b, fRespDynamicMetadata, tb)
+	b = protowire.AppendVarint(b, uint64(outer))
+	b = protowire.AppendTag(b, fStructFields, tb)
+	b = protowire.AppendVarint(b, uint64(outerEntry))
+	b = protowire.AppendTag(b, 1, tb)
+	b = protowire.AppendString(b, DestinationNamespace)
+	b = protowire.AppendTag(b, 2, tb)
+	b = protowire.AppendVarint(b, uint64(outerValue))
+	b = protowire.AppendTag(b, fValueStruct, tb)
+	b = protowire.AppendVarint(b, uint64(inner))
+	b = protowire.AppendTag(b, fStructFields, tb)
+	b = protowire.AppendVarint(b, uint64(entry))
+	b = protowire.AppendTag(b, 1, tb)
+	b = protowire.AppendString(b, DestinationHeader)
+	b = protowire.AppendTag(b, 2, tb)
+	b = protowire.AppendVarint(b, uint64(value))
+	b = protowire.AppendTag(b, fValueString, tb)
+	return protowire.AppendString(b, dest)
+}
+
+// encode is the message's wire form: the framing of the nested messages,
+// the chunk itself, then end_of_stream.
+func (s *streamedBody) encode() mem.BufferSlice {
+	// StreamedBodyResponse: body, then end_of_stream when set.
+	inner := 0
+	if len(s.body) > 0 {
+		inner = protowire.SizeTag(fBodyBody) + protowire.SizeBytes(len(s.body))
+	}
+	if s.end {
+		inner += protowire.SizeTag(fBodyEnd) + 1
+	}
+	mutation := protowire.SizeTag(fMutationStreamed) + protowire.SizeBytes(inner)
+	common := protowire.SizeTag(fCommonBodyMutation) + protowire.SizeBytes(mutation)
+	bodyResp := protowire.SizeTag(fBodyRespResponse) + protowire.SizeBytes(common)
+	field := protowire.Number(fRespRequestBody)
+	if s.response {
+		field = fRespResponseBody
+	}
+	head := make([]byte, 0, 32)
+	head = protowire.AppendTag(head, field, protowire.BytesType)
+	head = protowire.AppendVarint(head, uint64(bodyResp))
+	head = protowire.AppendTag(head, fBodyRespResponse, protowire.BytesType)
+	head = protowire.AppendVarint(head, uint64(common))
+	head = protowire.AppendTag(head, fCommonBodyMutation, protowire.BytesType)
+	head = protowire.AppendVarint(head, uint64(mutation))
+	head = protowire.AppendTag(head, fMutationStreamed, protowire.BytesType)
+	head = protowire.AppendVarint(head, uint64(inner))
+	if len(s.body) == 0 {
+		if s.end {
+			head = protowire.AppendTag(head, fBodyEnd, protowire.VarintType)
+			head = protowire.AppendVarint(head, 1)
+		}
+		return mem.BufferSlice{mem.SliceBuffer(head)}
+	}
+	head = protowire.AppendTag(head, fBodyBody, protowire.BytesType)
+	head = protowire.AppendVarint(head, uint64(len(s.body)))
+	out := mem.BufferSlice{mem.SliceBuffer(head), mem.SliceBuffer(s.body)}
+	if s.end {
+		tail := head[len(head):len(head)]
+		tail = protowire.AppendTag(tail, fBodyEnd, protowire.VarintType)
+		tail = protowire.AppendVarint(tail, 1)
+		out = append(out, mem.SliceBuffer(tail))
+	}
+	return out
+}
+
+// message is the ProcessingResponse the streamedBody's encoding stands
+// for.
+func (s *streamedBody) message() *extprocv3.ProcessingResponse {
+	c := streamed(s.body, s.end)
+	if s.response {
+		return responseBodyResponse(c)
+	}
+	return requestBodyResponse(c, nil)
+}

@@ -1,0 +1,178 @@
+package epp
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// split cuts b into buffers of at most n bytes, as gRPC hands a message
+// read from several frames.
+func split(b []byte, n int) mem.BufferSlice {
+	var out mem.BufferSlice
+	for len(b) > n {
+		out = append(out, mem.SliceBuffer(bytes.Clone(b[:n])))
+		b = b[n:]
+	}
+	return append(out, mem.SliceBuffer(bytes.Clone(b)))
+}
+
+func chunk(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte('a' + i%26)
+	}
+	return b
+}
+
+// TestCodecStreamedBody: the streamed body answers the codec writes
+// around the chunk are the bytes protobuf decodes as the
+// ProcessingResponse they stand for.
+func TestCodecStreamedBody(t *testing.T) {
+	for _, n := range []int{0, 1, 127, 128, 16383, 16384, chunkLimit, 200000} {
+		for _, end := range []bool{false, true} {
+			for _, response := range []bool{false, true} {
+				s := &streamedBody{response: response, body: chunk(n), end: end}
+				out, err := codec{}.Marshal(s)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if n > 0 && &out[1].ReadOnlyData()[0] != &s.body[0] {
+					t.Errorf("%d bytes: the chunk was copied, not framed", n)
+				}
+				got := &extprocv3.ProcessingResponse{}
+				if err := proto.Unmarshal(out.Materialize(), got); err != nil {
+					t.Fatalf("%d bytes, end %v, response %v: %v", n, end, response, err)
+				}
+				if want := s.message(); !proto.Equal(got, want) {
+					t.Errorf("%d bytes, end %v, response %v: decodes as %v, want %v", n, end, response, got, want)
+				}
+			}
+		}
+	}
+}
+
+// TestCodecDecodesBodies: a body message decodes as protobuf decodes it,
+// its body aliasing the message's buffer; a message with any other field
+// goes through protobuf.
+func TestCodecDecodesBodies(t *testing.T) {
+	full := filterv3.ProcessingMode_FULL_DUPLEX_STREAMED
+	msgs := map[string]*extprocv3.ProcessingRequest{
+		"request body":  {Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: chunk(70000), EndOfStream: true}}},
+		"response body": {Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: chunk(300)}}},
+		"empty end":     {Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{EndOfStream: true}}},
+		"flags": {ObservabilityMode: true, Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{
+			Body: chunk(10), EndOfStreamWithoutMessage: true, GrpcMessageCompressed: true, DrainComplete: true}}},
+		"headers with protocol config": {
+			ProtocolConfig: &extprocv3.ProtocolConfiguration{RequestBodyMode: filterv3.ProcessingMode_BUFFERED, ResponseBodyMode: full},
+			Request:        &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{}}},
+		"protocol config": {
+			ProtocolConfig: &extprocv3.ProtocolConfiguration{RequestBodyMode: full, ResponseBodyMode: full, SendBodyWithoutWaitingForHeaderResponse: true},
+			Request:        &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: chunk(5)}}},
+		"metadata": {
+			MetadataContext: &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{"a": {}}},
+			Request:         &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: chunk(5)}}},
+		"headers": {Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+			Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+				{Key: ":path", RawValue: []byte("/x")}, {Key: "x-old", Value: "v"}, {Key: "x-empty"}, {Key: ":method", RawValue: []byte("POST")}}}}}},
+		"response headers": {
+			MetadataContext: &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{"envoy.lb": {Fields: map[string]*structpb.Value{"k": structpb.NewStringValue("v")}}}},
+			Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{EndOfStream: true,
+				Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":status", RawValue: []byte("200")}}}}}},
+		"no headers": {Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{EndOfStream: true}}},
+		"attributes": {
+			Attributes: map[string]*structpb.Struct{"a": {}},
+			Request:    &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{}}},
+		"header attributes": {Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+			Attributes: map[string]*structpb.Struct{"a": {}}}}},
+		"trailers": {Request: &extprocv3.ProcessingRequest_RequestTrailers{RequestTrailers: &extprocv3.HttpTrailers{}}},
+	}
+	for name, want := range msgs {
+		b, err := proto.Marshal(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := &extprocv3.ProcessingRequest{}
+		if err := (codec{}).Unmarshal(split(b, 16384), got); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !proto.Equal(got, want) {
+			t.Errorf("%s: decoded as %v, want %v", name, got, want)
+		}
+		fast := decodeBody(b, &extprocv3.ProcessingRequest{})
+		wantFast := want.GetAttributes() == nil && want.GetRequestHeaders().GetAttributes() == nil && want.GetRequestTrailers() == nil
+		if fast != wantFast {
+			t.Errorf("%s: decoded by hand %v, want %v", name, fast, wantFast)
+		}
+	}
+	b, _ := proto.Marshal(msgs["request body"])
+	m := &extprocv3.ProcessingRequest{}
+	if !decodeBody(b, m) {
+		t.Fatal("a request body message was not decoded by hand")
+	}
+	body := m.GetRequestBody().GetBody()
+	if i := bytes.Index(b, body); i < 0 || &b[i] != &body[0] {
+		t.Error("the body was copied, not aliased")
+	}
+	// A name that is not UTF-8 is refused, as protobuf refuses it.
+	bad := []byte{0x12, 0x08, 0x0a, 0x06, 0x0a, 0x04, 0x0a, 0x02, 0xff, 0xfe}
+	if err := (codec{}).Unmarshal(mem.BufferSlice{mem.SliceBuffer(bad)}, &extprocv3.ProcessingRequest{}); err == nil {
+		t.Error("a header name that is not UTF-8 was accepted")
+	}
+	// Cut anywhere, the message may be malformed: the hand decoder
+	// declines it or decodes what is there, and never panics.
+	for i := range 40 {
+		decodeBody(b[:i], &extprocv3.ProcessingRequest{})
+	}
+}
+
+// TestCodecPickAnswer: the pick's answer, its metadata written by hand,
+// decodes as the ProcessingResponse with pickMetadata.
+func TestCodecPickAnswer(t *testing.T) {
+	for _, dest := range []string{"10.0.0.1:8000", "10.0.0.1:8000,10.0.0.2:8000", strings.Repeat("x", 300)} {
+		for _, r := range []*extprocv3.ProcessingResponse{
+			requestHeadersResponse(pickMutation(dest, [][2]string{{"X-Prefiller-Host-Port", "10.0.0.9:8000"}}), nil),
+			requestBodyResponse(pickMutation(dest, nil), nil),
+		} {
+			out, err := codec{}.Marshal(&pickAnswer{resp: r, dest: dest})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := &extprocv3.ProcessingResponse{}
+			if err := proto.Unmarshal(out.Materialize(), got); err != nil {
+				t.Fatal(err)
+			}
+			want := proto.Clone(r).(*extprocv3.ProcessingResponse)
+			want.DynamicMetadata = pickMetadata(dest)
+			if !proto.Equal(got, want) {
+				t.Errorf("decodes as %v, want %v", got, want)
+			}
+		}
+	}
+}
+
+// TestCodecBodyBufferRefusesBadLengths: lengths beyond the message, or
+// large enough to wrap a sum, leave the body buffer alone.
+func TestCodecBodyBufferRefusesBadLengths(t *testing.T) {
+	huge := protowire.AppendVarint(nil, 1<<64-5)
+	for name, msg := range map[string][]byte{
+		"body beyond":     {0x22, 0x05, 0x0a, 0x10, 'a', 'b', 'c'},
+		"message beyond":  {0x22, 0x40, 0x0a, 0x02, 'a', 'b'},
+		"wrapping body":   append(append([]byte{0x22, 0x0c, 0x0a}, huge...), 'a'),
+		"wrapping header": append(append([]byte{0x22}, huge...), 0x0a, 0x01, 'a'),
+	} {
+		var body []byte
+		m := &inbound{body: &body, expect: 100}
+		if m.intoBody(mem.BufferSlice{mem.SliceBuffer(msg)}) || m.placed || body != nil {
+			t.Errorf("%s: put %q into the body buffer", name, body)
+		}
+	}
+}
