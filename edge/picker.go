@@ -126,13 +126,22 @@ func pickerWake(t *admit.Ticket, seq uint64) {
 	}
 }
 
-// Body takes the next chunk of the request body (copied); a body over
-// --max-body-bytes is answered 413.
+// Body takes the next chunk of the request body; a body over
+// --max-body-bytes is answered 413. A body given whole (its first chunk
+// is its end) is kept as it is, not copied: the caller must leave it
+// unchanged until End. Other chunks are copied.
 func (x *PickExchange) Body(chunk []byte, end bool) *PickAnswer {
 	if len(x.body)+len(chunk) > x.s.cfg.MaxBodyBytes {
 		x.s.m.badRequest("too_large")
 		r := tooLarge(x.s.cfg.MaxBodyBytes)
 		return x.answerReply(&r)
+	}
+	if x.body == nil && end {
+		// The picker's codec puts a body with a Content-Length together
+		// in one buffer: copying it again was a twentieth of the
+		// picker's CPU at 128 KB to 512 KB.
+		x.body = chunk[:len(chunk):len(chunk)] // an append copies
+		return nil
 	}
 	x.body = append(x.body, chunk...)
 	return nil

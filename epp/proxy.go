@@ -57,8 +57,10 @@ type Answer struct {
 // called from one goroutine at a time.
 type Exchange interface {
 	// Body takes the next chunk of the request body (borrowed: copied
-	// if kept); end marks the last. An answer ends the request early
-	// (413 for a body over the limit).
+	// if kept, but a whole body, its first chunk marked end, may be kept
+	// as it is until End: the caller leaves it unchanged); end marks the
+	// last. An answer ends the request early (413 for a body over the
+	// limit).
 	Body(chunk []byte, end bool) *Answer
 	// Pick plans, admits and routes the request. subset, when not nil,
 	// is the endpoints the gateway allows (the subset hint). It returns
