@@ -31,7 +31,7 @@ mid-body and mid-response; and checks the health services. With
 --prefill-endpoints the pool is disaggregated: picks must name decode
 endpoints only and the prefill worker in x-prefiller-host-port. Start the picker first with exactly these endpoints as
 its model servers, e.g.
-  kvca serve --ext-proc 127.0.0.1:9002 --backends 127.0.0.1:18001,127.0.0.1:18002,127.0.0.1:18003
+  kvca serve --ext-proc 127.0.0.1:9002 --backend http://127.0.0.1:18001 --backend http://127.0.0.1:18002 --backend http://127.0.0.1:18003
 Prints PASS or FAIL per check; exits 1 if any failed.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "target", Required: true, Usage: "the picker's ext_proc gRPC address (host:port)", EnvVars: env("target")},
