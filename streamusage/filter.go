@@ -2,7 +2,8 @@ package streamusage
 
 import (
 	"bytes"
-	"encoding/json"
+
+	"github.com/valyala/fastjson"
 )
 
 // MaxHold is the longest event a Filter removes. An event is held back
@@ -256,7 +257,7 @@ func verdict(ev []byte, whole bool) int {
 		}
 		i = skipInline(ev, i+1)
 	}
-	if !choices || !usage || !json.Valid(ev[obj:i]) {
+	if !choices || !usage || fastjson.ValidateBytes(ev[obj:i]) != nil {
 		// Valid: the scan above matched brackets only. An event that
 		// is no JSON is no engine's usage; it goes on as it came.
 		return pass
