@@ -218,6 +218,42 @@ const (
 	fMutationStreamed   = 3 // BodyMutation.streamed_response
 )
 
+// field is one protobuf field as the hand decoders read it: a varint's
+// value in u, or a length-delimited value in v, aliasing the message
+// (its capacity cut at its end: an append never writes into what follows).
+type field struct {
+	num protowire.Number
+	typ protowire.Type
+	u   uint64
+	v   []byte
+}
+
+// nextField consumes the field at the start of *b; false when it is
+// malformed or of a wire type the decoders never take (fixed32, fixed64,
+// groups: protobuf's decoder takes the message then).
+func nextField(b *[]byte) (field, bool) {
+	num, typ, n := protowire.ConsumeTag(*b)
+	if n < 0 {
+		return field{}, false
+	}
+	f := field{num: num, typ: typ}
+	rest := (*b)[n:]
+	switch typ {
+	case protowire.VarintType:
+		f.u, n = protowire.ConsumeVarint(rest)
+	case protowire.BytesType:
+		f.v, n = protowire.ConsumeBytes(rest)
+		f.v = f.v[:len(f.v):len(f.v)]
+	default:
+		return field{}, false
+	}
+	if n < 0 {
+		return field{}, false
+	}
+	*b = rest[n:]
+	return f, true
+}
+
 // decodeBody decodes b into m when it is a body or headers message with
 // no field but the body's or the headers', metadata_context,
 // observability_mode and protocol_config, a body aliasing b; it reports
@@ -237,28 +273,18 @@ func decodeFields(b []byte, m *extprocv3.ProcessingRequest, given *extprocv3.Htt
 		pc, mdRaw []byte
 	)
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
+		f, ok := nextField(&b)
+		if !ok {
 			return false
 		}
-		b = b[n:]
-		if typ == protowire.VarintType && num == fReqObservability {
-			v, n := protowire.ConsumeVarint(b)
-			if n < 0 {
-				return false
-			}
-			b = b[n:]
-			observe = v != 0
+		if f.typ == protowire.VarintType && f.num == fReqObservability {
+			observe = f.u != 0
 			continue
 		}
-		if typ != protowire.BytesType {
+		if f.typ != protowire.BytesType {
 			return false
 		}
-		v, n := protowire.ConsumeBytes(b)
-		if n < 0 {
-			return false
-		}
-		b = b[n:]
+		num, v := f.num, f.v
 		switch {
 		case (num == fReqRequestBody || num == fReqResponseBody) && body == nil && headers == nil:
 			if body = decodeHTTPBody(v); body == nil {
@@ -315,22 +341,19 @@ func decodeFields(b []byte, m *extprocv3.ProcessingRequest, given *extprocv3.Htt
 func decodeProtocolConfig(b []byte) *extprocv3.ProtocolConfiguration {
 	pc := &extprocv3.ProtocolConfiguration{}
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 || typ != protowire.VarintType || num < fConfigRequestMode || num > fConfigNoWait {
+		f, ok := nextField(&b)
+		if !ok || f.typ != protowire.VarintType {
 			return nil
 		}
-		v, m := protowire.ConsumeVarint(b[n:])
-		if m < 0 {
-			return nil
-		}
-		b = b[n+m:]
-		switch num {
+		switch f.num {
 		case fConfigRequestMode:
-			pc.RequestBodyMode = BodyMode(int32(v))
+			pc.RequestBodyMode = BodyMode(int32(f.u))
 		case fConfigResponseMode:
-			pc.ResponseBodyMode = BodyMode(int32(v))
+			pc.ResponseBodyMode = BodyMode(int32(f.u))
 		case fConfigNoWait:
-			pc.SendBodyWithoutWaitingForHeaderResponse = v != 0
+			pc.SendBodyWithoutWaitingForHeaderResponse = f.u != 0
+		default:
+			return nil
 		}
 	}
 	return pc
@@ -343,28 +366,16 @@ func decodeProtocolConfig(b []byte) *extprocv3.ProtocolConfiguration {
 func decodeHTTPHeaders(b []byte) *extprocv3.HttpHeaders {
 	h := &extprocv3.HttpHeaders{}
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return nil
-		}
-		b = b[n:]
+		f, ok := nextField(&b)
 		switch {
-		case num == fHeadersHeaders && typ == protowire.BytesType && h.Headers == nil:
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
+		case !ok:
+			return nil
+		case f.num == fHeadersHeaders && f.typ == protowire.BytesType && h.Headers == nil:
+			if h.Headers = decodeHeaderMap(f.v); h.Headers == nil {
 				return nil
 			}
-			b = b[n:]
-			if h.Headers = decodeHeaderMap(v); h.Headers == nil {
-				return nil
-			}
-		case num == fHeadersEnd && typ == protowire.VarintType:
-			v, n := protowire.ConsumeVarint(b)
-			if n < 0 {
-				return nil
-			}
-			b = b[n:]
-			h.EndOfStream = v != 0
+		case f.num == fHeadersEnd && f.typ == protowire.VarintType:
+			h.EndOfStream = f.u != 0
 		default:
 			return nil
 		}
@@ -407,40 +418,31 @@ func decodeHeaderMap(b []byte) *corev3.HeaderMap {
 // knows, f then maybe called for some.
 func eachHeader(b []byte, f func(key, value, raw []byte)) bool {
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 || num != fMapHeaders || typ != protowire.BytesType {
+		hv, ok := nextField(&b)
+		if !ok || hv.num != fMapHeaders || hv.typ != protowire.BytesType {
 			return false
 		}
-		v, m := protowire.ConsumeBytes(b[n:])
-		if m < 0 {
-			return false
-		}
-		b = b[n+m:]
 		var key, value, raw []byte
-		for len(v) > 0 {
-			num, typ, n := protowire.ConsumeTag(v)
-			if n < 0 || typ != protowire.BytesType {
+		for v := hv.v; len(v) > 0; {
+			x, ok := nextField(&v)
+			if !ok || x.typ != protowire.BytesType {
 				return false
 			}
-			x, m := protowire.ConsumeBytes(v[n:])
-			if m < 0 {
-				return false
-			}
-			v = v[n+m:]
-			// proto3 scalars: the last occurrence wins.
-			switch num {
+			// proto3 scalars: the last occurrence wins, and protobuf
+			// refuses a string that is not UTF-8 in any of them.
+			switch x.num {
 			case fValueKey:
-				key = x
+				key = x.v
 			case fValueValue:
-				value = x
+				value = x.v
 			case fValueRaw:
-				raw = x[:len(x):len(x)]
+				raw = x.v
 			default:
 				return false
 			}
-		}
-		if !utf8.Valid(key) || !utf8.Valid(value) {
-			return false
+			if x.num != fValueRaw && !utf8.Valid(x.v) {
+				return false
+			}
 		}
 		f(key, value, raw)
 	}
@@ -452,27 +454,16 @@ func eachHeader(b []byte, f func(key, value, raw []byte)) bool {
 func decodeHTTPBody(b []byte) *extprocv3.HttpBody {
 	h := &extprocv3.HttpBody{}
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return nil
-		}
-		b = b[n:]
+		f, ok := nextField(&b)
 		switch {
-		case num == fBodyBody && typ == protowire.BytesType:
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return nil
-			}
-			b = b[n:]
+		case !ok:
+			return nil
+		case f.num == fBodyBody && f.typ == protowire.BytesType:
 			// proto3 bytes: the last occurrence wins, as proto.Unmarshal has it.
-			h.Body = v[:len(v):len(v)]
-		case num >= fBodyEnd && num <= fBodyDrain && typ == protowire.VarintType:
-			v, n := protowire.ConsumeVarint(b)
-			if n < 0 {
-				return nil
-			}
-			b = b[n:]
-			switch num {
+			h.Body = f.v
+		case f.num >= fBodyEnd && f.num <= fBodyDrain && f.typ == protowire.VarintType:
+			v := f.u
+			switch f.num {
 			case fBodyEnd:
 				h.EndOfStream = v != 0
 			case fBodyEndNoMessage:

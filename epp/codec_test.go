@@ -176,3 +176,38 @@ func TestCodecBodyBufferRefusesBadLengths(t *testing.T) {
 		}
 	}
 }
+
+// FuzzDecodeBody: whatever bytes arrive, the hand decoder either declines
+// them (protobuf's decoder then has them) or decodes exactly what
+// protobuf decodes from them, and never panics.
+func FuzzDecodeBody(f *testing.F) {
+	full := filterv3.ProcessingMode_FULL_DUPLEX_STREAMED
+	for _, m := range []*extprocv3.ProcessingRequest{
+		{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: chunk(40), EndOfStream: true}}},
+		{ObservabilityMode: true, ProtocolConfig: &extprocv3.ProtocolConfiguration{RequestBodyMode: full},
+			Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: chunk(5), DrainComplete: true}}},
+		{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{EndOfStream: true,
+			Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":path", RawValue: []byte("/x")}, {Key: "a", Value: "b"}}}}}},
+		{MetadataContext: &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{"a": {}}},
+			Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{}}},
+	} {
+		b, err := proto.Marshal(m)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got := &extprocv3.ProcessingRequest{}
+		if !decodeBody(b, got) {
+			return
+		}
+		want := &extprocv3.ProcessingRequest{}
+		if err := proto.Unmarshal(b, want); err != nil {
+			t.Fatalf("decoded by hand, refused by protobuf: %v", err)
+		}
+		if !proto.Equal(got, want) {
+			t.Fatalf("decoded by hand as %v, protobuf decodes %v", got, want)
+		}
+	})
+}
