@@ -239,11 +239,16 @@ func agentBody(name string, size int, stream bool) ([]byte, error) {
 		}
 		req = next
 	}
+	return fit(name, &req, req.Messages[len(req.Messages)-1].Content, size, &r)
+}
+
+// fit makes req exactly size bytes long by giving its last message base
+// followed by as many bytes of words as it takes.
+func fit(name string, req *request, base string, size int, r *rng) ([]byte, error) {
 	last := &req.Messages[len(req.Messages)-1]
-	base := last.Content
-	pad := 0
+	pad := len(last.Content) - len(base)
 	for i := 0; i < 4; i++ {
-		b, err := marshal(req)
+		b, err := marshal(*req)
 		if err != nil {
 			return nil, err
 		}
@@ -282,90 +287,64 @@ func build(s shape, stream bool) ([]byte, error) {
 		req.Messages = append(req.Messages, message{Role: "user", Content: r.text(s.turn + 1)})
 	}
 	// Pad (or cut) the last user message so the body is exactly s.size bytes.
-	last := &req.Messages[len(req.Messages)-1]
-	for i := 0; i < 4; i++ {
-		b, err := json.Marshal(req)
-		if err != nil {
-			return nil, err
-		}
-		d := s.size - len(b)
-		if d == 0 {
-			return b, nil
-		}
-		n := len(last.Content) + d
-		if n < 1 {
-			return nil, fmt.Errorf("%s: fixed part longer than %d bytes", s.name, s.size)
-		}
-		last.Content = r.text(n)
-	}
-	return nil, fmt.Errorf("%s: could not reach exactly %d bytes", s.name, s.size)
+	return fit(s.name, &req, "", s.size, &r)
 }
 
 func main() {
 	out := flag.String("out", ".", "directory to write the bodies into")
 	flag.Parse()
-	if err := os.MkdirAll(*out, 0o755); err != nil {
-		fmt.Fprintln(os.Stderr, err)
+	if err := run(*out); err != nil {
+		fmt.Fprintln(os.Stderr, "genbody:", err)
 		os.Exit(1)
 	}
+}
+
+func run(out string) error {
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
 	for _, s := range shapes {
-		for _, stream := range []bool{false, true} {
-			b, err := build(s, stream)
-			if err != nil {
-				fmt.Fprintln(os.Stderr, "genbody:", err)
-				os.Exit(1)
-			}
-			name := s.name + "-nostream.json"
-			if stream {
-				name = s.name + "-stream.json"
-			}
-			if err := os.WriteFile(filepath.Join(*out, name), b, 0o644); err != nil {
-				fmt.Fprintln(os.Stderr, err)
-				os.Exit(1)
-			}
+		if err := writeBoth(out, s.name, ".json", func(stream bool) ([]byte, error) { return build(s, stream) }); err != nil {
+			return err
 		}
 	}
 	for _, a := range agentShapes {
-		for _, stream := range []bool{false, true} {
-			b, err := agentBody(a.name, a.size, stream)
-			if err != nil {
-				fmt.Fprintln(os.Stderr, "genbody:", err)
-				os.Exit(1)
-			}
-			name := a.name + "-nostream.json"
-			if stream {
-				name = a.name + "-stream.json"
-			}
-			if err := os.WriteFile(filepath.Join(*out, name), b, 0o644); err != nil {
-				fmt.Fprintln(os.Stderr, err)
-				os.Exit(1)
-			}
+		if err := writeBoth(out, a.name, ".json", func(stream bool) ([]byte, error) { return agentBody(a.name, a.size, stream) }); err != nil {
+			return err
 		}
 	}
-	for _, stream := range []bool{false, true} {
+	// The session's requests, then its last request alone.
+	err := writeBoth(out, "agent", ".seq", func(stream bool) ([]byte, error) {
+		seq, err := agentSession(stream)
+		return bytes.Join(seq, []byte{0x1e}), err
+	})
+	if err != nil {
+		return err
+	}
+	return writeBoth(out, "agent", ".json", func(stream bool) ([]byte, error) {
 		seq, err := agentSession(stream)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "genbody:", err)
-			os.Exit(1)
+			return nil, err
 		}
-		name := "agent-nostream"
+		return seq[len(seq)-1], nil
+	})
+}
+
+// writeBoth writes name-nostream+ext and name-stream+ext with what gen
+// makes for each.
+func writeBoth(dir, name, ext string, gen func(stream bool) ([]byte, error)) error {
+	for _, stream := range []bool{false, true} {
+		b, err := gen(stream)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		file := name + "-nostream" + ext
 		if stream {
-			name = "agent-stream"
+			file = name + "-stream" + ext
 		}
-		var all []byte
-		for i, b := range seq {
-			if i > 0 {
-				all = append(all, 0x1e)
-			}
-			all = append(all, b...)
-		}
-		if err := os.WriteFile(filepath.Join(*out, name+".seq"), all, 0o644); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		if err := os.WriteFile(filepath.Join(*out, name+".json"), seq[len(seq)-1], 0o644); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
+		if err := os.WriteFile(filepath.Join(dir, file), b, 0o644); err != nil {
+			return err
 		}
 	}
+	return nil
 }
