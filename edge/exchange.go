@@ -575,19 +575,25 @@ func (s *Server) checkCached(c *call, prompt int64) {
 		return
 	}
 	c.engineCached = cached
-	bpt := s.bytesPerToken(c, int64(prompt))
+	s.holdCached(c, c.dec.Backend, c.dec.Cached, c.lastAccess, prompt, cached, c.now())
+}
+
+// holdCached holds an engine's reported cached-token count against the
+// blocks predicted cached on b (pred, last used at last): the cache
+// check, for an aggregated answer and for a prefill leg's alike.
+func (s *Server) holdCached(c *call, b *sched.Backend, pred int, last, prompt, cached int64, at time.Time) {
+	bpt := s.bytesPerToken(c, prompt)
 	bs := float64(s.cfg.Table.BlockSize)
-	pred := c.dec.Cached
-	s.fleet().sched.CheckCached(c.dec.Backend, sched.Check{
+	s.fleet().sched.CheckCached(b, sched.Check{
 		PredictedBlocks: pred,
 		ReportedBlocks:  int(float64(cached) * bpt / bs),
 		PredictedTokens: int64(float64(pred) * bs / bpt),
 		ReportedTokens:  cached,
 		PromptTokens:    prompt,
 		Tolerance:       sched.Tolerance(pred, bpt, s.cfg.Table.BlockSize, engineBlockTokens),
-		LastAccess:      c.lastAccess,
-		Now:             s.tableNow(c.now()),
-	}, c.now())
+		LastAccess:      last,
+		Now:             s.tableNow(at),
+	}, at)
 }
 
 // usage is what the answer consumed, for the tenant's quota: as the

@@ -600,24 +600,11 @@ func (c *call) legEnded(leg *pdLeg) bool {
 // is held against its backend's (checkCached): the prefill workers' cache
 // is the one prefixes are routed by.
 func (c *call) pdCheck(answer []byte, at time.Time) {
-	s, p := c.s, c.pd
 	prompt, cached, ok := pd.Usage(answer)
 	if !ok {
 		return
 	}
-	bpt := s.bytesPerToken(c, int64(prompt))
-	bs := float64(s.cfg.Table.BlockSize)
-	pred := p.cachedP
-	s.fleet().sched.CheckCached(p.pu.b, sched.Check{
-		PredictedBlocks: pred,
-		ReportedBlocks:  int(float64(cached) * bpt / bs),
-		PredictedTokens: int64(float64(pred) * bs / bpt),
-		ReportedTokens:  cached,
-		PromptTokens:    prompt,
-		Tolerance:       sched.Tolerance(pred, bpt, s.cfg.Table.BlockSize, engineBlockTokens),
-		LastAccess:      p.plast,
-		Now:             s.tableNow(at),
-	}, at)
+	c.s.holdCached(c, c.pd.pu.b, c.pd.cachedP, c.pd.plast, prompt, cached, at)
 }
 
 // pdPrefillAgain follows a failed prefill leg: another prefill worker
