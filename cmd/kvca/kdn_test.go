@@ -178,18 +178,8 @@ func TestKDNWorkflowCommand(t *testing.T) {
 // TestKDNValidateBinary pipes every vector through the real binary, so
 // main's own error printing and exit path are covered too.
 func TestKDNValidateBinary(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the kvca binary")
-	}
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("go tool not on PATH")
-	}
+	bin := kvcaBinary(t)
 	want := loadKDNRejections(t)
-	bin := filepath.Join(t.TempDir(), "kvca")
-	if out, err := exec.Command(goTool, "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
 	for _, v := range loadKDNVectors(t) {
 		t.Run(v.Name, func(t *testing.T) {
 			cmd := exec.Command(bin, "kdn", "validate", "--model", v.Model)

@@ -105,17 +105,7 @@ func kdnGenerations(t *testing.T, bin, stateDir string, backends []string) map[s
 // --state-dir: every start is a new generation for every endpoint, since
 // kvca keeps no block table across a restart.
 func TestKDNGenerationsSurviveRestart(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the kvca binary")
-	}
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("go tool not on PATH")
-	}
-	bin := filepath.Join(t.TempDir(), "kvca")
-	if out, err := exec.Command(goTool, "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := kvcaBinary(t)
 	var backends []string
 	for i := 0; i < 2; i++ {
 		e := mock.New(mock.Config{})

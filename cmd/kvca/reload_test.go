@@ -20,17 +20,7 @@ import (
 // settings that need a restart, and keep the configuration in force when
 // the new one is invalid.
 func TestServeReloadsConfig(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the kvca binary")
-	}
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("go tool not on PATH")
-	}
-	bin := filepath.Join(t.TempDir(), "kvca")
-	if out, err := exec.Command(goTool, "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := kvcaBinary(t)
 	e1 := testkit.Start(t, mock.New(mock.Config{}))
 	e2 := testkit.Start(t, mock.New(mock.Config{}))
 	conf := filepath.Join(t.TempDir(), "kvca.yaml")

@@ -5,7 +5,6 @@ import (
 	"net"
 	"net/http"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,17 +17,7 @@ import (
 // TestServeSIGTERMDrains runs the real binary: on SIGTERM under a live
 // stream it refuses new connections, lets the stream finish, and exits 0.
 func TestServeSIGTERMDrains(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the kvca binary")
-	}
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("go tool not on PATH")
-	}
-	bin := filepath.Join(t.TempDir(), "kvca")
-	if out, err := exec.Command(goTool, "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := kvcaBinary(t)
 	e := testkit.Start(t, mock.New(mock.Config{DecodePerToken: 40 * time.Millisecond, PrefillPerToken: time.Microsecond}))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
@@ -25,17 +24,7 @@ import (
 // usage event); and kvca's cache check holds the engine's cached-token
 // count, as /admin/state and the access log show.
 func TestServeStreamUsage(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the kvca binary")
-	}
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("go tool not on PATH")
-	}
-	bin := filepath.Join(t.TempDir(), "kvca")
-	if out, err := exec.Command(goTool, "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := kvcaBinary(t)
 	e := testkit.Start(t, mock.New(mock.Config{Name: "e0", RecordBodies: true,
 		PrefillOverhead: time.Millisecond, PrefillPerToken: time.Microsecond, DecodePerToken: time.Millisecond}))
 	addr, admin := freeAddr(t), freeAddr(t)
