@@ -19,36 +19,7 @@ import (
 // MUSTs and kvca's own), and every request's load is released once it
 // ended.
 func TestPickerPassesEppCheck(t *testing.T) {
-	cfg := edge.DefaultConfig()
-	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", ""
-	cfg.Backends = []string{"http://127.0.0.1:9"} // replaced by the check's engines
-	cfg.HealthInterval = 0
-	srv, err := edge.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown(context.Background())
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := pickerProxy{srv.Picker()}
-	ps := epp.New(proxy, epp.Config{ReadyEvery: 50 * time.Millisecond})
-	done := make(chan error, 1)
-	go func() { done <- ps.Serve(ln) }()
-	defer func() {
-		ps.Stop()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	}()
-	res, err := eppcheck.Run(context.Background(), eppcheck.Config{Target: ln.Addr().String(), Ready: proxy.SetEndpoints, Wait: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, res := runEppCheck(t, func(*edge.Config) {}, eppcheck.Config{})
 	var report bytes.Buffer
 	if failed := eppcheck.Report(&report, res); failed != 0 || len(res) < 20 {
 		t.Fatalf("%d of %d checks failed:\n%s", failed, len(res), report.String())
@@ -80,11 +51,25 @@ func TestPickerPassesEppCheck(t *testing.T) {
 // pool (prefill workers beside the decode endpoints): picks name decode
 // endpoints, the prefill worker goes in x-prefiller-host-port.
 func TestPickerPassesEppCheckDisaggregated(t *testing.T) {
+	_, res := runEppCheck(t, func(cfg *edge.Config) { cfg.PD.Threshold = 16 },
+		eppcheck.Config{Prefill: []string{"127.0.0.1:0", "127.0.0.1:0"}})
+	var report bytes.Buffer
+	failed := eppcheck.Report(&report, res)
+	if failed != 0 || !strings.Contains(report.String(), "PASS  kvca  disaggregation (buffered)") {
+		t.Fatalf("%d of %d checks failed:\n%s", failed, len(res), report.String())
+	}
+}
+
+// runEppCheck runs the conformance suite, with ec's settings, against
+// kvca's ext_proc server in front of a kvca configured by mod; the
+// server stays up until the test ends.
+func runEppCheck(t *testing.T, mod func(*edge.Config), ec eppcheck.Config) (*edge.Server, []eppcheck.Result) {
+	t.Helper()
 	cfg := edge.DefaultConfig()
 	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", ""
 	cfg.Backends = []string{"http://127.0.0.1:9"} // replaced by the check's engines
 	cfg.HealthInterval = 0
-	cfg.PD.Threshold = 16
+	mod(&cfg)
 	srv, err := edge.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +77,7 @@ func TestPickerPassesEppCheckDisaggregated(t *testing.T) {
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer srv.Shutdown(context.Background())
+	t.Cleanup(func() { srv.Shutdown(context.Background()) })
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -101,20 +86,16 @@ func TestPickerPassesEppCheckDisaggregated(t *testing.T) {
 	ps := epp.New(proxy, epp.Config{ReadyEvery: 50 * time.Millisecond})
 	done := make(chan error, 1)
 	go func() { done <- ps.Serve(ln) }()
-	defer func() {
+	t.Cleanup(func() {
 		ps.Stop()
 		if err := <-done; err != nil {
 			t.Errorf("Serve: %v", err)
 		}
-	}()
-	res, err := eppcheck.Run(context.Background(), eppcheck.Config{Target: ln.Addr().String(), Ready: proxy.SetEndpoints, Wait: 10 * time.Second,
-		Prefill: []string{"127.0.0.1:0", "127.0.0.1:0"}})
+	})
+	ec.Target, ec.Ready, ec.Wait = ln.Addr().String(), proxy.SetEndpoints, 10*time.Second
+	res, err := eppcheck.Run(context.Background(), ec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var report bytes.Buffer
-	failed := eppcheck.Report(&report, res)
-	if failed != 0 || !strings.Contains(report.String(), "PASS  kvca  disaggregation (buffered)") {
-		t.Fatalf("%d of %d checks failed:\n%s", failed, len(res), report.String())
-	}
+	return srv, res
 }
