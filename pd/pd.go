@@ -11,8 +11,8 @@
 //     worker's bootstrap server and a room pairing the two legs.
 //
 // The client's body is never changed in place: every function appends a
-// new body to dst. Bodies are rewritten as JSON (values kept as the client
-// wrote them, names escaped anew where they need it, whitespace dropped;
+// new body to dst. Bodies are rewritten as JSON (names and values kept as
+// the client wrote them, whitespace between members dropped;
 // the members set come last), and a member the client repeated is replaced
 // wherever it appears, so no engine reading the last duplicate sees the
 // client's value.
@@ -83,7 +83,7 @@ func PrefillBody(dst, body []byte, api API) ([]byte, error) {
 	if api == Responses {
 		caps = `"max_output_tokens":1`
 	}
-	return rewrite(dst, o, func(k string) bool {
+	return rewrite(dst, body, o, func(k string) bool {
 		switch k {
 		case "kv_transfer_params", "stream", "stream_options", "min_tokens", "max_tokens", "max_completion_tokens", "max_output_tokens":
 			return true
@@ -119,7 +119,7 @@ func DecodeBody(dst, body, params []byte) ([]byte, error) {
 	if err != nil || t.Type() != fastjson.TypeObject {
 		return dst, ErrNoTransfer
 	}
-	return rewrite(dst, o, func(k string) bool { return k == "kv_transfer_params" },
+	return rewrite(dst, body, o, func(k string) bool { return k == "kv_transfer_params" },
 		`"kv_transfer_params":`+string(params)), nil
 }
 
@@ -137,7 +137,7 @@ func BootstrapBody(dst, body []byte, host string, port int, room uint64) ([]byte
 	add = strconv.AppendInt(add, int64(port), 10)
 	add = append(add, `,"bootstrap_room":`...)
 	add = strconv.AppendUint(add, room, 10)
-	return rewrite(dst, o, func(k string) bool {
+	return rewrite(dst, body, o, func(k string) bool {
 		return k == "bootstrap_host" || k == "bootstrap_port" || k == "bootstrap_room"
 	}, string(add)), nil
 }
@@ -158,15 +158,18 @@ func object(p *fastjson.Parser, body []byte) (*fastjson.Object, error) {
 	return o, nil
 }
 
-// rewrite appends o without the members drop names (every one of them: a
-// client may repeat a member), then add (members, comma-separated). The
-// members kept are written back as parsed: their values byte for byte,
-// their names escaped anew where they need it (fastjson's own marshalling
-// of unescaped names is Go's quoting, not JSON's).
-func rewrite(dst []byte, o *fastjson.Object, drop func(k string) bool, add string) []byte {
+// rewrite appends body's object o without the members drop names (every
+// one of them: a client may repeat a member), then add (members,
+// comma-separated). The members kept are written back as the client wrote
+// them, names and values byte for byte: a name fastjson unescaped cannot
+// always be escaped back to what it was (a lone surrogate escape stays
+// literal text), so the names come from body itself, in o's order.
+func rewrite(dst, body []byte, o *fastjson.Object, drop func(k string) bool, add string) []byte {
 	dst = append(dst, '{')
 	n := 0
+	names := memberNames{b: body, i: openBrace(body)}
 	o.Visit(func(k []byte, v *fastjson.Value) {
+		raw := names.next()
 		if drop(string(k)) {
 			return
 		}
@@ -174,8 +177,9 @@ func rewrite(dst []byte, o *fastjson.Object, drop func(k string) bool, add strin
 			dst = append(dst, ',')
 		}
 		n++
-		dst = appendString(dst, k)
-		dst = append(dst, ':')
+		dst = append(dst, '"')
+		dst = append(dst, raw...)
+		dst = append(dst, '"', ':')
 		dst = v.MarshalTo(dst)
 	})
 	if n > 0 {
@@ -183,6 +187,67 @@ func rewrite(dst []byte, o *fastjson.Object, drop func(k string) bool, add strin
 	}
 	dst = append(dst, add...)
 	return append(dst, '}')
+}
+
+// openBrace is the index just past the '{' that opens body's object.
+func openBrace(b []byte) int {
+	for i, c := range b {
+		if c == '{' {
+			return i + 1
+		}
+	}
+	return len(b)
+}
+
+// memberNames walks the top-level members of an object fastjson parsed,
+// giving each name as written, without its quotes.
+type memberNames struct {
+	b []byte
+	i int
+}
+
+func (m *memberNames) next() []byte {
+	b := m.b
+	for m.i < len(b) && b[m.i] != '"' {
+		m.i++ // whitespace or the comma before the member
+	}
+	start := m.i + 1
+	m.i = stringEnd(b, start)
+	name := b[start:min(m.i, len(b))]
+	m.i++ // past the closing quote
+	// Skip the value: up to the ',' or '}' at this depth.
+	for depth := 0; m.i < len(b); m.i++ {
+		switch b[m.i] {
+		case '"':
+			m.i = stringEnd(b, m.i+1)
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth == 0 {
+				return name
+			}
+			depth--
+		case ',':
+			if depth == 0 {
+				return name
+			}
+		}
+	}
+	return name
+}
+
+// stringEnd is the index of the quote closing the string whose contents
+// start at i (len(b) if none).
+func stringEnd(b []byte, i int) int {
+	for ; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i
+		}
+	}
+	return len(b)
 }
 
 // appendString appends s as a JSON string: quotes, backslashes and

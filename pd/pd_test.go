@@ -118,6 +118,30 @@ func TestDuplicatesReplaced(t *testing.T) {
 	}
 }
 
+// TestNamesAsWritten: the client's member names reach the legs byte for
+// byte, escapes and all, including ones that do not unescape back to
+// themselves (a lone surrogate) and names inside strings with quotes,
+// brackets and commas in the values before them.
+func TestNamesAsWritten(t *testing.T) {
+	t.Parallel()
+	client := ` { "\ud800" : "a\",}]" , "x\"y":[{"z":"]"}], "\u0073tream":true, "\\ud800":1, "caf\u00e9" : {"k\u0062":2}}`
+	want := `{"\ud800":"a\",}]","x\"y":[{"z":"]"}],"\\ud800":1,"caf\u00e9":{"k\u0062":2},`
+	out, err := PrefillBody(nil, []byte(client), Chat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(string(out), want) {
+		t.Errorf("got  %s\nwant %s...", out, want)
+	}
+	out, err = BootstrapBody(nil, []byte(client), "h", 1, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"\ud800":"a\",}]","x\"y":[{"z":"]"}],"\u0073tream":true,"\\ud800":1,"caf\u00e9":{"k\u0062":2},"bootstrap_host":"h"`; !strings.HasPrefix(string(out), want) {
+		t.Errorf("got  %s\nwant %s...", out, want)
+	}
+}
+
 func TestTransferParamsAndDecodeBody(t *testing.T) {
 	t.Parallel()
 	answer := `{"id":"cmpl-1","choices":[{"text":"x","finish_reason":"length"}],` +
