@@ -40,9 +40,15 @@ func CheckResumer(r *Resumer) error {
 				held += rzVariantOverhead + cap(s.v.data)
 			}
 		}
-		for _, k := range n.kids {
+		if len(n.firsts) != len(n.kids) {
+			return fmt.Errorf("%d first bytes for %d kids", len(n.firsts), len(n.kids))
+		}
+		for i, k := range n.kids {
 			if k.parent != n || k.start != n.end() {
 				return fmt.Errorf("kid at %d of node [%d,%d]", k.start, n.start, n.end())
+			}
+			if n.firsts[i] != k.seg[0] {
+				return fmt.Errorf("kid %d starts with %q, noted %q", i, k.seg[0], n.firsts[i])
 			}
 			if err := visit(k); err != nil {
 				return err

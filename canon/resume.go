@@ -1,6 +1,7 @@
 package canon
 
 import (
+	"bytes"
 	"encoding/binary"
 	"sync"
 	"sync/atomic"
@@ -141,6 +142,7 @@ type rzNode struct {
 	start  int
 	parent *rzNode
 	kids   []*rzNode
+	firsts []byte // kids[i].seg[0]: a lookup scans one line, not every kid
 	snaps  []*rzSnap
 	used   atomic.Uint64
 	epoch  uint64
@@ -149,17 +151,18 @@ type rzNode struct {
 
 func (n *rzNode) end() int { return n.start + len(n.seg) }
 
+// kid is the child whose run starts with b. A node where many
+// conversations part (after a shared system prompt) has dozens of kids:
+// reading each kid's first byte would miss the cache once per kid.
 func (n *rzNode) kid(b byte) *rzNode {
-	for _, k := range n.kids {
-		if k.seg[0] == b {
-			return k
-		}
+	if i := bytes.IndexByte(n.firsts, b); i >= 0 {
+		return n.kids[i]
 	}
 	return nil
 }
 
 // slices is what a node's kids and snaps hold, counted in the budget.
-func (n *rzNode) slices() int { return 8 * (cap(n.kids) + cap(n.snaps)) }
+func (n *rzNode) slices() int { return 8*(cap(n.kids)+cap(n.snaps)) + cap(n.firsts) }
 
 // rzLine is the state just after the line of a message (or input item)
 // whose value ends at raw offset off: the chain's length and the

@@ -175,3 +175,36 @@ func warm(c *canon.Canonicalizer, next func()) {
 // buffers of dropped ones (before it, the first touch of fresh heap pages
 // costs more than the copy into them).
 const benchBudget = 8 << 20
+
+// BenchmarkResumeManyConversations: the follow-ups of many conversations
+// that share a system prompt and part after it, each user turn opening
+// with its own word, as a fleet's traffic does: the node where they part
+// has a kid per first byte, and every lookup passes it.
+func BenchmarkResumeManyConversations(b *testing.B) {
+	const convs = 1024
+	const openers = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+	system := map[string]any{"role": "system", "content": benchText(1, 1000)}
+	c, h := servedCanon(canon.NewResumer(benchBudget))
+	var info canon.Info
+	bodies := make([][]byte, convs)
+	stamps := make([]int, convs)
+	for i := range bodies {
+		first := map[string]any{"role": "user", "content": string(openers[i%len(openers)]) + benchText(i+2, 300)}
+		h.Reset()
+		if err := c.Canonicalize(canon.Chat, agentBody([]map[string]any{system, first}), h, &info); err != nil {
+			b.Fatal(err)
+		}
+		bodies[i], stamps[i] = followup([]map[string]any{system, first}, 256)
+	}
+	var n uint64
+	b.ReportAllocs()
+	for b.Loop() {
+		n++
+		i := int(n % convs)
+		stampBody(bodies[i], stamps[i], n)
+		h.Reset()
+		if err := c.Canonicalize(canon.Chat, bodies[i], h, &info); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -126,7 +126,7 @@ func (r *Resumer) newNode() *rzNode {
 // snapshots, and the next such leaf reuses them.
 func (r *Resumer) putNode(n *rzNode) {
 	r.nodes--
-	n.kids, n.snaps = n.kids[:0], n.snaps[:0]
+	n.kids, n.firsts, n.snaps = n.kids[:0], n.firsts[:0], n.snaps[:0]
 	r.free.nodes = append(r.free.nodes, n)
 	r.free.bytes += rzNodeOverhead + n.slices()
 }

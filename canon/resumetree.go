@@ -347,6 +347,7 @@ func (r *Resumer) grow(p *rzPath, root *rzNode, body []byte, end int) {
 		leaf.start, leaf.parent = p.matched, last
 		before := last.slices()
 		last.kids = append(last.kids, leaf)
+		last.firsts = append(last.firsts, leaf.seg[0])
 		r.bytes += last.slices() - before
 		p.nodes = append(p.nodes, leaf)
 		p.epochs = append(p.epochs, leaf.epoch)
@@ -379,10 +380,12 @@ func (r *Resumer) split(n *rzNode, m int) {
 	}
 	before := n.slices() + lower.slices()
 	lower.kids, n.kids = n.kids, lower.kids
+	lower.firsts, n.firsts = n.firsts, lower.firsts
 	for _, k := range lower.kids {
 		k.parent = lower
 	}
 	n.kids = append(n.kids[:0], lower)
+	n.firsts = append(n.firsts[:0], lower.seg[0])
 	cut := len(n.snaps)
 	for cut > 0 && n.snaps[cut-1].off > lower.start {
 		cut--
@@ -449,6 +452,7 @@ func (r *Resumer) drop(l *rzNode) {
 	p := l.parent
 	if i := slices.Index(p.kids, l); i >= 0 {
 		p.kids = slices.Delete(p.kids, i, i+1)
+		p.firsts = slices.Delete(p.firsts, i, i+1)
 	}
 	for _, s := range l.snaps {
 		r.putSnap(s)
