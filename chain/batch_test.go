@@ -22,7 +22,7 @@ func TestGroupedTouchMatchesBlockByBlock(t *testing.T) {
 	for seed := uint64(1); seed <= 4; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 7))
 		c := &clock{t: time.Unix(1000, 0)}
-		cfg := Config{TTL: 200 * time.Millisecond, MaxBlocks: 1 << 22, Now: c.now}
+		cfg := Config{TTL: 200 * time.Millisecond, MaxBlocks: maxShardEntries, Now: c.now} // room for every block in one shard
 		grouped := NewTable(Config{TTL: cfg.TTL, MaxBlocks: cfg.MaxBlocks, Now: c.now, Shards: 64})
 		cfg.Shards = 1
 		single := NewTable(cfg)

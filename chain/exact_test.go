@@ -357,3 +357,49 @@ func TestIndexDeleteAcrossTheWrap(t *testing.T) {
 		t.Fatalf("the wrapped block after its neighbour went: %v", got)
 	}
 }
+
+// TestIndexTags: blocks on one probe run, some sharing their tag (the
+// hash's top byte) and some not, are each found, absent ones are not,
+// and deleting from the run keeps the rest findable.
+func TestIndexTags(t *testing.T) {
+	t.Parallel()
+	tb, _ := newTestTable(time.Hour, 1000) // one shard
+	var blocks []uint64
+	for k, tag := range []uint64{0, 0, 1, 255, 255, 7, 0} {
+		blocks = append(blocks, tag<<56|5<<16|uint64(k+1)) // every one's home is slot 5
+	}
+	for i, h := range blocks {
+		tb.Touch([]uint64{h}, i%4, tb.Now())
+	}
+	for i, h := range blocks {
+		if got := tb.Lookup(h, tb.Now()); got != set(i%4) {
+			t.Fatalf("block %d (%#x): %v, want %v", i, h, got, set(i%4))
+		}
+	}
+	for _, h := range []uint64{0<<56 | 5<<16 | 99, 255<<56 | 5<<16 | 99, 3<<56 | 5<<16 | 99} {
+		if got := tb.Lookup(h, tb.Now()); !got.Empty() {
+			t.Fatalf("absent block %#x found on %v", h, got)
+		}
+	}
+	tb.Forget(blocks[:1], 0)
+	tb.Forget(blocks[3:4], 3)
+	for i, h := range blocks {
+		want := set(i % 4)
+		if i == 0 || i == 3 {
+			want = Set{}
+		}
+		if got := tb.Lookup(h, tb.Now()); got != want {
+			t.Fatalf("after deletes, block %d: %v, want %v", i, got, want)
+		}
+	}
+}
+
+// TestShardsBoundTheSlotIndex: however few shards are asked for, none
+// holds more entries than an index slot can name.
+func TestShardsBoundTheSlotIndex(t *testing.T) {
+	t.Parallel()
+	tb := NewTable(Config{TTL: time.Hour, MaxBlocks: 3*maxShardEntries + 5, Shards: 1})
+	if tb.perShard > maxShardEntries || len(tb.shards) != 4 {
+		t.Fatalf("%d shards of %d blocks; at most %d a shard", len(tb.shards), tb.perShard, maxShardEntries)
+	}
+}

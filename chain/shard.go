@@ -3,7 +3,7 @@ package chain
 import "sync"
 
 // entry is one tracked block. Entries live in a per-shard slab linked into
-// an LRU list by index, found through an open-addressing index of int32
+// an LRU list by index, found through an open-addressing index of 32-bit
 // slots: a block with one location costs its 32-byte entry plus 4–11 bytes
 // of index, and nothing but the rare extra-location lists for the GC to
 // scan.
@@ -22,9 +22,10 @@ type shard struct {
 	// which walk the same blocks at the same time, do not queue behind each
 	// other; everything that writes takes it exclusively.
 	mu sync.RWMutex
-	// idx is a linear-probing hash index: 0 is empty, otherwise an entry
-	// index plus one. Its length is a power of two, at most 3/4 full.
-	idx        []int32
+	// idx is a linear-probing hash index: 0 is empty, otherwise a slot
+	// (the block's tag and its entry's index plus one). Its length is a
+	// power of two, at most 3/4 full.
+	idx        []uint32
 	ents       []entry
 	free       int32 // free-list head through entry.next
 	head, tail int32
@@ -37,7 +38,7 @@ type shard struct {
 }
 
 func (sh *shard) init() {
-	sh.idx = make([]int32, 16)
+	sh.idx = make([]uint32, 16)
 	sh.free, sh.head, sh.tail = -1, -1, -1
 	sh.held = new([MaxBackends]int32)
 }
@@ -46,16 +47,64 @@ func (sh *shard) init() {
 // outputs, uniform in every bit; the low bits already chose the shard.
 func home(h uint64, mask int) int { return int(h>>16) & mask }
 
+// An index slot holds, from its low bits up, the entry's index plus one
+// (20 bits), a far bit, a 3-bit tag (the hash's bits 13–15, which choose
+// neither shard nor home) and the low 8 bits of the block's home (the
+// hash's bits 16–23). Entries lie anywhere in the slab, so reading one is
+// a cache miss; with its home and tag in the slot:
+//   - a probe reads the entry only when both agree, so a lookup costs
+//     about one miss on its index line and one on the entry it finds,
+//     and a block not in the table (every block of a new conversation)
+//     none beyond the index;
+//   - a deletion (every insert into a full shard evicts one) shifts its
+//     probe run back without reading the entries that follow it: a
+//     slot's position and its home's low 8 bits give its home, unless it
+//     sits maxDisplacement or more past it (far; never seen with hashes,
+//     it takes hundreds of blocks on one home), whose entry is read.
+//
+// Hence at most maxShardEntries entries a shard (NewTable has enough
+// shards).
+const (
+	slotIndexBits   = 20
+	slotIndexMask   = 1<<slotIndexBits - 1
+	slotFar         = 1 << slotIndexBits
+	slotKeyMask     = ^uint32(slotIndexMask | slotFar)
+	maxShardEntries = slotIndexMask - 1
+	maxDisplacement = 255
+)
+
+// slotKey is what a slot of block h holds beside its entry's index and
+// far bit: the hash's bits 13–23 in the slot's 21–31.
+func slotKey(h uint64) uint32 { return uint32(h<<8) & slotKeyMask }
+
+// slotEntry is the entry index slot v (non-zero) names.
+func slotEntry(v uint32) int32 { return int32(v&slotIndexMask) - 1 }
+
+// slotHome is the home of slot v found at position j.
+func (sh *shard) slotHome(v uint32, j, mask int) int {
+	low := int(v >> 24)
+	switch {
+	case mask < 0xff:
+		return low & mask
+	case v&slotFar != 0:
+		return home(sh.ents[slotEntry(v)].hash, mask)
+	}
+	return (j - (j-low)&0xff) & mask
+}
+
 // find returns the entry index of block h.
 func (sh *shard) find(h uint64) (int32, bool) {
 	mask := len(sh.idx) - 1
-	for p := home(h, mask); ; p = (p + 1) & mask {
+	// slotKey(h) unmasked and home(h, mask) written out: find stays
+	// within the inliner's budget.
+	key := uint32(h << 8)
+	for p := int(h>>16) & mask; ; p = (p + 1) & mask {
 		v := sh.idx[p]
 		if v == 0 {
 			return 0, false
 		}
-		if sh.ents[v-1].hash == h {
-			return v - 1, true
+		if (v^key)&slotKeyMask == 0 && sh.ents[v&slotIndexMask-1].hash == h {
+			return int32(v&slotIndexMask) - 1, true
 		}
 	}
 }
@@ -64,27 +113,32 @@ func (sh *shard) indexAdd(h uint64, i int32) {
 	if (sh.count+1)*4 > len(sh.idx)*3 {
 		sh.regrow(len(sh.idx) * 2)
 	}
+	sh.place(h, slotKey(h)|uint32(i+1))
+}
+
+// place puts slot v of block h in the first free position of its probe
+// run, marked far if that is maxDisplacement or more past its home.
+func (sh *shard) place(h uint64, v uint32) {
 	mask := len(sh.idx) - 1
 	p := home(h, mask)
-	for sh.idx[p] != 0 {
-		p = (p + 1) & mask
+	for d := 0; ; d++ {
+		if q := (p + d) & mask; sh.idx[q] == 0 {
+			if v &^= slotFar; d >= maxDisplacement {
+				v |= slotFar
+			}
+			sh.idx[q] = v
+			return
+		}
 	}
-	sh.idx[p] = i + 1
 }
 
 func (sh *shard) regrow(n int) {
 	old := sh.idx
-	sh.idx = make([]int32, n)
-	mask := n - 1
+	sh.idx = make([]uint32, n)
 	for _, v := range old {
-		if v == 0 {
-			continue
+		if v != 0 {
+			sh.place(sh.ents[slotEntry(v)].hash, v)
 		}
-		p := home(sh.ents[v-1].hash, mask)
-		for sh.idx[p] != 0 {
-			p = (p + 1) & mask
-		}
-		sh.idx[p] = v
 	}
 }
 
@@ -92,8 +146,9 @@ func (sh *shard) regrow(n int) {
 // so lookups never need tombstones.
 func (sh *shard) indexDel(h uint64) {
 	mask := len(sh.idx) - 1
+	key := slotKey(h)
 	p := home(h, mask)
-	for sh.ents[sh.idx[p]-1].hash != h {
+	for v := sh.idx[p]; v&slotKeyMask != key || sh.ents[slotEntry(v)].hash != h; v = sh.idx[p] {
 		p = (p + 1) & mask
 	}
 	for j := p; ; {
@@ -102,7 +157,7 @@ func (sh *shard) indexDel(h uint64) {
 		if v == 0 {
 			break
 		}
-		k := home(sh.ents[v-1].hash, mask)
+		k := sh.slotHome(v, j, mask)
 		// v may move back to p unless its home lies cyclically in (p, j].
 		if (p <= j && (k <= p || k > j)) || (p > j && k <= p && k > j) {
 			sh.idx[p] = v

@@ -169,6 +169,9 @@ func NewTable(cfg Config) *Table {
 		n = max(m, 1)
 	}
 	n = 1 << (bits.Len(uint(n)) - 1)
+	for (cfg.MaxBlocks+n-1)/n > maxShardEntries {
+		n *= 2 // an index slot names at most maxShardEntries entries
+	}
 	now := cfg.Now
 	if now == nil {
 		now = time.Now

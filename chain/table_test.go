@@ -2,6 +2,7 @@ package chain
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"sync"
 	"testing"
@@ -556,37 +557,52 @@ func TestForget(t *testing.T) {
 }
 
 // TestIndexAgainstMap drives the open-addressing index through inserts,
-// evictions and deletions (with clustered hashes that wrap around) and
-// checks it against a plain map.
+// evictions and deletions and checks it against a plain map, with
+// hashes clustered on a few homes (long probe runs that wrap around the
+// end, slots far from their homes), on a few homes with different tags,
+// and uniform.
 func TestIndexAgainstMap(t *testing.T) {
 	t.Parallel()
-	var sh shard
-	sh.init()
-	model := map[uint64]bool{}
-	rng := uint64(12345)
-	next := func() uint64 { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return rng }
-	for step := 0; step < 40000; step++ {
-		// Few distinct homes: long probe runs, wrap-around at the end.
-		h := (next()%64)<<16 | next()%1024
-		if _, ok := sh.find(h); ok != model[h] {
-			t.Fatalf("step %d: find(%x)=%v, model %v", step, h, ok, model[h])
+	for name, gen := range map[string]func(next func() uint64) uint64{
+		"clustered": func(next func() uint64) uint64 { return (next()%64)<<16 | next()%1024 },
+		"tagged":    func(next func() uint64) uint64 { return next()&0xe00000000000ffff | (next()%4)<<16 },
+		"uniform":   func(next func() uint64) uint64 { return next() },
+	} {
+		var sh shard
+		sh.init()
+		model := map[uint64]bool{}
+		rng := uint64(12345)
+		next := func() uint64 { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return rng }
+		for step := 0; step < 40000; step++ {
+			h := gen(next)
+			if _, ok := sh.find(h); ok != model[h] {
+				t.Fatalf("%s, step %d: find(%x)=%v, model %v", name, step, h, ok, model[h])
+			}
+			if model[h] {
+				i, _ := sh.find(h)
+				sh.remove(i)
+				delete(model, h)
+			} else if len(model) < 3000 {
+				sh.insert(h)
+				model[h] = true
+			} else {
+				// Full: evict one at random, as a full shard does its tail.
+				for k := range model {
+					i, _ := sh.find(k)
+					sh.remove(i)
+					delete(model, k)
+					break
+				}
+			}
 		}
-		if model[h] {
-			i, _ := sh.find(h)
-			sh.remove(i)
-			delete(model, h)
-		} else if len(model) < 3000 {
-			sh.insert(h)
-			model[h] = true
+		for h := range model {
+			if _, ok := sh.find(h); !ok {
+				t.Fatalf("%s: lost %x", name, h)
+			}
 		}
-	}
-	for h := range model {
-		if _, ok := sh.find(h); !ok {
-			t.Fatalf("lost %x", h)
+		if sh.count != len(model) {
+			t.Fatalf("%s: count %d, model %d", name, sh.count, len(model))
 		}
-	}
-	if sh.count != len(model) {
-		t.Fatalf("count %d, model %d", sh.count, len(model))
 	}
 }
 
@@ -612,4 +628,43 @@ func BenchmarkRefreshChain(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(chain)), "ns/block")
 		})
 	}
+}
+
+// BenchmarkNewConversations is a fleet's traffic of distinct long
+// conversations on a table far larger than the CPU's caches: each
+// iteration routes a new 512-block chain (128 KB) as kvca does (the
+// longest known prefix, a prediction, a confirmation), then its
+// follow-up, which extends it by 16 blocks. Blocks are where the table's
+// index and slab lie at random.
+func BenchmarkNewConversations(b *testing.B) {
+	const blocks = 512
+	const capacity = 2 << 20
+	tb := NewTable(Config{TTL: time.Hour, MaxBlocks: capacity})
+	rng := rand.New(rand.NewPCG(1, 2))
+	chain := make([]uint64, blocks+16)
+	route := func(c []uint64, now int64) {
+		tb.Prefix(c, now)
+		tb.Predict(c, 1, now)
+		tb.Touch(c, 1, now)
+	}
+	now := tb.Now()
+	// Filled twice over: full, evicting, its slices grown, as a fleet's
+	// table runs.
+	for range 2 * capacity / len(chain) {
+		for j := range chain {
+			chain[j] = rng.Uint64()
+		}
+		now++
+		route(chain, now)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		for j := range chain {
+			chain[j] = rng.Uint64()
+		}
+		now++
+		route(chain[:blocks], now)
+		route(chain, now+1)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*(2*blocks+16)), "ns/block")
 }
