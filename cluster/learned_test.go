@@ -80,6 +80,11 @@ func TestLargeChainsAreSplit(t *testing.T) {
 		}
 		return true
 	})
+	// The sender counts a message once NATS took it, which can be after
+	// the peer applied it.
+	testkit.WaitUntil(t, "the sender to count every block it sent", func() bool {
+		return a.node.Stats().SentBlocks >= uint64(len(ch))
+	})
 	if st := a.node.Stats(); st.SentLocations < 2 || st.SentBlocks != uint64(len(ch)) {
 		t.Fatalf("%d blocks went in %d messages carrying %d blocks", len(ch), st.SentLocations, st.SentBlocks)
 	}
