@@ -57,10 +57,7 @@ func NewCalibrator(def float64) *Calibrator {
 // Observe records that a request of model whose CBR was cbrBytes long was
 // counted as promptTokens by the engine.
 func (c *Calibrator) Observe(model string, cbrBytes, promptTokens int) {
-	if cbrBytes <= 0 || promptTokens <= 0 {
-		return
-	}
-	if r := float64(cbrBytes) / float64(promptTokens); r < minBytesPerToken || r > maxBytesPerToken {
+	if !plausible(cbrBytes, promptTokens) {
 		return
 	}
 	c.mu.RLock()
@@ -80,6 +77,9 @@ func (c *Calibrator) Observe(model string, cbrBytes, promptTokens int) {
 // ObserveBytes is Observe for a model name in bytes (as canon gives it):
 // no allocation once the model is known.
 func (c *Calibrator) ObserveBytes(model []byte, cbrBytes, promptTokens int) {
+	if !plausible(cbrBytes, promptTokens) {
+		return // before the name's conversion: a ratio never kept allocates nothing
+	}
 	c.mu.RLock()
 	m := c.models[string(model)]
 	c.mu.RUnlock()
@@ -87,10 +87,17 @@ func (c *Calibrator) ObserveBytes(model []byte, cbrBytes, promptTokens int) {
 		c.Observe(string(model), cbrBytes, promptTokens)
 		return
 	}
-	if r := float64(cbrBytes) / float64(promptTokens); cbrBytes <= 0 || promptTokens <= 0 || r < minBytesPerToken || r > maxBytesPerToken {
-		return
-	}
 	c.add(m, cbrBytes, promptTokens)
+}
+
+// plausible reports whether a request's CBR bytes and prompt tokens make
+// a ratio worth learning.
+func plausible(cbrBytes, promptTokens int) bool {
+	if cbrBytes <= 0 || promptTokens <= 0 {
+		return false
+	}
+	r := float64(cbrBytes) / float64(promptTokens)
+	return r >= minBytesPerToken && r <= maxBytesPerToken
 }
 
 func (c *Calibrator) add(m *calib, cbrBytes, promptTokens int) {

@@ -77,6 +77,12 @@ func TestCalibratorObserveAllocatesNothing(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { c.ObserveBytes(model, 400, 100) }); n != 0 {
 		t.Fatalf("ObserveBytes allocates %v", n)
 	}
+	// A model never learned, from requests whose ratio is never kept (an
+	// engine reporting a fixed prompt count): nothing to allocate for.
+	other := []byte("unknown")
+	if n := testing.AllocsPerRun(100, func() { c.ObserveBytes(other, 4000, 1) }); n != 0 {
+		t.Fatalf("ObserveBytes of an implausible ratio allocates %v", n)
+	}
 	if r, ok := c.BytesPerToken("m"); !ok || r != 4 {
 		t.Fatalf("ratio %v %v", r, ok)
 	}
