@@ -47,12 +47,15 @@ type evLoop struct {
 	ep     int
 	wakeFd int
 	lfd    int // the shared listening socket; -1 once no longer accepted on
-	fds    map[int32]evHandler
-	// gens holds the generation each fd was registered with: a batch of
+	// fds holds, by descriptor number, each registered descriptor's
+	// handler and the generation it was registered with: a batch of
 	// events can hold one for a descriptor closed earlier in the batch
 	// whose number a new connection has taken since, and that event must
-	// not reach the new connection (nginx's "instance" bit).
-	gens     map[int32]int32
+	// not reach the new connection (nginx's "instance" bit). Descriptor
+	// numbers are small and dense: indexing beats a map lookup on every
+	// event. nFds counts the registered ones.
+	fds      []fdSlot
+	nFds     int
 	gen      int32
 	id       int // the loop's index: its keep-alive pool in each upstream
 	events   [128]syscall.EpollEvent
@@ -210,7 +213,7 @@ func newEvLoop(s *Server, lfd, id int) (*evLoop, error) {
 		syscall.Close(ep)
 		return nil, e
 	}
-	l := &evLoop{s: s, ep: ep, wakeFd: int(r), lfd: lfd, fds: map[int32]evHandler{}, gens: map[int32]int32{},
+	l := &evLoop{s: s, ep: ep, wakeFd: int(r), lfd: lfd,
 		id: id, done: make(chan struct{})}
 	// The listening socket is level-triggered and exclusive: one loop
 	// wakes per new connection, and takes it if no other did.
@@ -246,9 +249,27 @@ func (l *evLoop) add(fd int, h evHandler) error {
 	if err := syscall.EpollCtl(l.ep, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
 		return err
 	}
-	l.fds[int32(fd)] = h
-	l.gens[int32(fd)] = l.gen
+	if fd >= len(l.fds) {
+		l.fds = append(l.fds, make([]fdSlot, fd+1-len(l.fds))...)
+	}
+	l.fds[fd] = fdSlot{h, l.gen}
+	l.nFds++
 	return nil
+}
+
+type fdSlot struct {
+	h   evHandler // nil: not registered
+	gen int32
+}
+
+// each calls f with every registered handler. f may register and forget
+// descriptors: each slot is read when it is reached.
+func (l *evLoop) each(f func(h evHandler)) {
+	for i := 0; i < len(l.fds); i++ {
+		if h := l.fds[i].h; h != nil {
+			f(h)
+		}
+	}
 }
 
 const (
@@ -258,26 +279,27 @@ const (
 
 // forget removes fd from the loop; the caller closes it.
 func (l *evLoop) forget(fd int) {
-	delete(l.fds, int32(fd))
-	delete(l.gens, int32(fd))
+	if fd < len(l.fds) && l.fds[fd].h != nil {
+		l.fds[fd] = fdSlot{}
+		l.nFds--
+	}
 	_ = syscall.EpollCtl(l.ep, syscall.EPOLL_CTL_DEL, fd, nil)
 }
 
 func (l *evLoop) run() {
 	defer func() {
 		l.takeInbox(true)
-		for _, h := range l.fds {
+		l.each(func(h evHandler) {
 			if c, ok := h.(*cliConn); ok {
 				c.abort()
 			}
-		}
-		// Closing removes from the map and the idle lists; deleting from
-		// a map while ranging over it is safe.
-		for _, h := range l.fds {
+		})
+		// Closing forgets the descriptor and leaves the idle lists.
+		l.each(func(h evHandler) {
 			if u, ok := h.(*upConn); ok {
 				u.close()
 			}
-		}
+		})
 		l.closeFds()
 		close(l.done)
 	}()
@@ -321,8 +343,10 @@ func (l *evLoop) run() {
 				l.takeInbox(draining)
 				l.runTasks()
 			default:
-				if h := l.fds[ev.Fd]; h != nil && l.gens[ev.Fd] == ev.Pad {
-					l.event(h, ev.Events, false)
+				if fd < len(l.fds) {
+					if sl := l.fds[fd]; sl.h != nil && sl.gen == ev.Pad {
+						l.event(sl.h, ev.Events, false)
+					}
 				}
 			}
 		}
@@ -332,11 +356,11 @@ func (l *evLoop) run() {
 		if !draining && l.drain.Load() {
 			draining = true
 			_ = syscall.EpollCtl(l.ep, syscall.EPOLL_CTL_DEL, l.lfd, nil)
-			for _, h := range l.fds {
+			l.each(func(h evHandler) {
 				if c, ok := h.(*cliConn); ok {
 					c.drain()
 				}
-			}
+			})
 		}
 		if l.now >= l.scanAt {
 			l.scanAt = l.now + int64(deadlineTick)
@@ -347,11 +371,11 @@ func (l *evLoop) run() {
 			if l.acceptAt != 0 && l.now >= l.acceptAt && !draining {
 				l.resumeAccept()
 			}
-			for _, h := range l.fds {
+			l.each(func(h evHandler) {
 				if d := h.deadline(); d != 0 && d <= l.now {
 					l.event(h, 0, true)
 				}
-			}
+			})
 		}
 		// Checked after the deadlines: a draining loop whose last
 		// connection a timeout closed would otherwise block in epoll with
@@ -405,7 +429,7 @@ func (l *evLoop) wait() int {
 		return int(r)
 	}
 	ms := int(deadlineTick / time.Millisecond)
-	if l.nCli == 0 && len(l.fds) == 0 && l.acceptAt == 0 && l.bufBytes == 0 {
+	if l.nCli == 0 && l.nFds == 0 && l.acceptAt == 0 && l.bufBytes == 0 {
 		ms = -1 // nothing to time out, no free buffers to give back
 	}
 	n, err := syscall.EpollWait(l.ep, l.events[:], ms)

@@ -34,11 +34,11 @@ func countConns(t *testing.T, s *Server, f func(*cliConn) bool) int {
 		ch := make(chan int, 1)
 		l.post(func() {
 			n := 0
-			for _, h := range l.fds {
+			l.each(func(h evHandler) {
 				if c, ok := h.(*cliConn); ok && f(c) {
 					n++
 				}
-			}
+			})
 			ch <- n
 		})
 		select {
