@@ -23,8 +23,8 @@ type shard struct {
 	// other; everything that writes takes it exclusively.
 	mu sync.RWMutex
 	// idx is a linear-probing hash index: 0 is empty, otherwise a slot
-	// (the block's tag and its entry's index plus one). Its length is a
-	// power of two, at most 3/4 full.
+	// (its entry's index plus one and bits of the block's hash: slotKey).
+	// Its length is a power of two, at most 3/4 full.
 	idx        []uint32
 	ents       []entry
 	free       int32 // free-list head through entry.next
@@ -48,8 +48,8 @@ func (sh *shard) init() {
 func home(h uint64, mask int) int { return int(h>>16) & mask }
 
 // An index slot holds, from its low bits up, the entry's index plus one
-// (20 bits), a far bit, a 3-bit tag (the hash's bits 13–15, which choose
-// neither shard nor home) and the low 8 bits of the block's home (the
+// (20 bits), a far bit, a 3-bit tag (the hash's bits 13–15: above the
+// shard's bits up to 8192 shards, below the home's) and the low 8 bits of the block's home (the
 // hash's bits 16–23). Entries lie anywhere in the slab, so reading one is
 // a cache miss; with its home and tag in the slot:
 //   - a probe reads the entry only when both agree, so a lookup costs
