@@ -257,9 +257,13 @@ func verdict(ev []byte, whole bool) int {
 		}
 		i = skipInline(ev, i+1)
 	}
-	if !choices || !usage || fastjson.ValidateBytes(ev[obj:i]) != nil {
-		// Valid: the scan above matched brackets only. An event that
-		// is no JSON is no engine's usage; it goes on as it came.
+	if !choices || !usage || bytes.IndexByte(ev[obj:i], '\n') >= 0 || bytes.IndexByte(ev[obj:i], '\r') >= 0 ||
+		fastjson.ValidateBytes(ev[obj:i]) != nil {
+		// On one line: the scan above skips nested values whole, and a
+		// line end inside one ends the data line there (what follows is
+		// another field, or a comment). Valid: the scan matched brackets
+		// only. An event that is no JSON on one line is no engine's
+		// usage; it goes on as it came.
 		return pass
 	}
 	for i < len(ev) && (ev[i] == ' ' || ev[i] == '\t') {

@@ -66,6 +66,8 @@ var streams = []stream{
 		`data: {"x":{"choices":[],"usage":{}}}` + "\n\n",
 		"id: 7\ndata: {\"choices\":[],\"usage\":{}}\n\n",
 		"data: {\"choices\":[],\n\"usage\":{}}\n\n",
+		"data: {\"choices\":[],\"usage\":{\"a\"\n:0}}\n\n",
+		"data: {\"choices\":[],\"usage\":{\"a\":[\r\n]}}\n\n",
 		"data: {\"choices\":[],\"usage\":{}}\ndata: {}\n\n",
 		`data: {"choices":[],"usage":{}} x` + "\n\n",
 		`data: {"cho\u0069ces":[],"usage":{}}` + "\n\n",
