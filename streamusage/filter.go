@@ -2,8 +2,7 @@ package streamusage
 
 import (
 	"bytes"
-
-	"github.com/valyala/fastjson"
+	"encoding/json"
 )
 
 // MaxHold is the longest event a Filter removes. An event is held back
@@ -258,12 +257,14 @@ func verdict(ev []byte, whole bool) int {
 		i = skipInline(ev, i+1)
 	}
 	if !choices || !usage || bytes.IndexByte(ev[obj:i], '\n') >= 0 || bytes.IndexByte(ev[obj:i], '\r') >= 0 ||
-		fastjson.ValidateBytes(ev[obj:i]) != nil {
+		!json.Valid(ev[obj:i]) {
 		// On one line: the scan above skips nested values whole, and a
 		// line end inside one ends the data line there (what follows is
 		// another field, or a comment). Valid: the scan matched brackets
 		// only. An event that is no JSON on one line is no engine's
-		// usage; it goes on as it came.
+		// usage; it goes on as it came. encoding/json, not fastjson,
+		// which lets control bytes through in strings: this runs once a
+		// stream, on its usage event only.
 		return pass
 	}
 	for i < len(ev) && (ev[i] == ' ' || ev[i] == '\t') {

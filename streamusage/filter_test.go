@@ -68,6 +68,8 @@ var streams = []stream{
 		"data: {\"choices\":[],\n\"usage\":{}}\n\n",
 		"data: {\"choices\":[],\"usage\":{\"a\"\n:0}}\n\n",
 		"data: {\"choices\":[],\"usage\":{\"a\":[\r\n]}}\n\n",
+		"data: {\"choices\":[],\"usage\":{\"a\x00\":0}}\n\n",
+		"data: {\"choices\":[],\"usage\":{\"a\":\"\t\"}}\n\n",
 		"data: {\"choices\":[],\"usage\":{}}\ndata: {}\n\n",
 		`data: {"choices":[],"usage":{}} x` + "\n\n",
 		`data: {"cho\u0069ces":[],"usage":{}}` + "\n\n",
