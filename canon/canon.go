@@ -366,6 +366,24 @@ func (c *Canonicalizer) run(st *state, api API, body []byte, sink Sink, info *In
 	case Messages:
 		exclude = c.excludeMs
 	}
+	// What fastjson lets through and no backend takes: the members left
+	// out of the CBR are checked for number forms ("+1", "NaN") and raw
+	// control bytes in strings, the other top-level strings for raw
+	// control bytes (value checks the rest as it writes it). First,
+	// before anything reads a string and decodes it.
+	for i := range top {
+		k := top[i].key
+		if string(k) == promptKey {
+			continue
+		}
+		if _, ok := exclude[string(k)]; ok || (st.dropCacheControl && string(k) == cacheControl) {
+			if err := st.scalarsValid(top[i].val); err != nil {
+				return err
+			}
+		} else if st.isString(top[i].val) && rawControl(st.num) {
+			return ErrMalformed
+		}
+	}
 	var prompt *fastjson.Value
 	named := false // the end user named by user, which safety_identifier does not override
 	for i := range top {
@@ -422,12 +440,7 @@ func (c *Canonicalizer) run(st *state, api API, body []byte, sink Sink, info *In
 			continue
 		}
 		if _, ok := exclude[string(k)]; ok || (st.dropCacheControl && string(k) == cacheControl) {
-			// Left out of the CBR, but still checked: fastjson accepts
-			// number forms ("+1", "NaN") that no backend would.
-			if !st.numbersValid(top[i].val) {
-				return ErrBadNumberText
-			}
-			continue
+			continue // left out of the CBR; checked above
 		}
 		st.writeKey(k, first)
 		first = false
@@ -662,26 +675,45 @@ func sortMembers(ms []member) []member {
 	return out
 }
 
-// numbersValid checks every number under v against the JSON grammar.
-func (st *state) numbersValid(v *fastjson.Value) bool {
-	switch v.Type() {
-	case fastjson.TypeNumber:
-		st.num = v.MarshalTo(st.num[:0])
-		return validNumber(st.num)
-	case fastjson.TypeArray:
-		for _, e := range v.GetArray() {
-			if !st.numbersValid(e) {
-				return false
+// scalarsValid checks what fastjson lets through under v, a value kvca
+// does not write into the CBR: every number against the JSON grammar
+// (ErrBadNumberText), every string not yet decoded for raw control bytes
+// (ErrMalformed). Like value, it asks no scalar for its Type, which would
+// decode a string and hide how it was written.
+func (st *state) scalarsValid(v *fastjson.Value) error {
+	if o := v.GetObject(); o != nil {
+		var err error
+		o.Visit(func(_ []byte, e *fastjson.Value) {
+			if err == nil {
+				err = st.scalarsValid(e)
+			}
+		})
+		return err
+	}
+	if a := v.GetArray(); len(a) > 0 {
+		for _, e := range a {
+			if err := st.scalarsValid(e); err != nil {
+				return err
 			}
 		}
-	case fastjson.TypeObject:
-		ok := true
-		v.GetObject().Visit(func(_ []byte, e *fastjson.Value) {
-			ok = ok && st.numbersValid(e)
-		})
-		return ok
+		return nil
 	}
-	return true
+	st.num = v.MarshalTo(st.num[:0])
+	switch lit := st.num; {
+	case lit[0] == '"':
+		if rawControl(lit) {
+			return ErrMalformed
+		}
+	case string(lit) == "true" || string(lit) == "false" || string(lit) == "null" || string(lit) == "[]":
+	default:
+		if !validNumber(lit) {
+			return ErrBadNumberText
+		}
+	}
+	if cap(st.num) > maxKeptLiteral {
+		st.num = nil
+	}
+	return nil
 }
 
 // value writes canon(v).
@@ -705,8 +737,8 @@ func (st *state) value(v *fastjson.Value) error {
 		first := true
 		for i := range ms {
 			if st.dropCacheControl && string(ms[i].key) == cacheControl {
-				if !st.numbersValid(ms[i].val) {
-					return ErrBadNumberText
+				if err := st.scalarsValid(ms[i].val); err != nil {
+					return err
 				}
 				continue
 			}
@@ -746,12 +778,14 @@ func (st *state) value(v *fastjson.Value) error {
 				st.total += n
 			} else {
 				start := st.total
-				st.writeStringValue(v, lit)
+				if !st.writeStringValue(v, lit) {
+					return ErrMalformed
+				}
 				st.flush()
 				st.lsink.WroteLiteral(lit, st.total-start)
 			}
-		} else {
-			st.writeStringValue(v, lit)
+		} else if !st.writeStringValue(v, lit) {
+			return ErrMalformed
 		}
 		if cap(st.lit) > maxKeptLiteral {
 			st.lit = nil // one huge prompt must not pin its size in the pool
@@ -767,13 +801,21 @@ func (st *state) value(v *fastjson.Value) error {
 	return nil
 }
 
-// writeStringValue writes canonString of v, whose literal is lit.
-func (st *state) writeStringValue(v *fastjson.Value, lit []byte) {
+// writeStringValue writes canonString of v, whose literal is lit; false:
+// lit holds a raw control byte, which JSON forbids in a string and
+// fastjson lets through. (A string decoded before marshals escaped, so
+// the few that kvca reads as it routes, a role or a model, are not
+// checked here.)
+func (st *state) writeStringValue(v *fastjson.Value, lit []byte) bool {
 	if !st.decodeStrings && canonicalLiteral(lit) {
 		st.write(lit)
-	} else {
-		st.writeQuoted(v.GetStringBytes())
+		return true
 	}
+	if rawControl(lit) {
+		return false
+	}
+	st.writeQuoted(v.GetStringBytes())
+	return true
 }
 
 // minSkipLiteral: shorter strings are not offered to a LiteralSink, whose

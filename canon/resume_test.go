@@ -411,3 +411,49 @@ func prefixLen(a, b []byte) int {
 	}
 	return n
 }
+
+// TestRawControlBytes: a string holding a raw control byte is no JSON
+// (RFC 8259 §7), which fastjson lets through; every such body is refused
+// as malformed, cold and resuming a conversation whose earlier turns were
+// sound, wherever the byte is; bodies encoding/json takes pass. The
+// earlier turn is resumed from: the byte comes in what the resumer parses.
+func TestRawControlBytes(t *testing.T) {
+	t.Parallel()
+	first := `{"model":"m","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hello there"}],"stream":true}`
+	turn := func(content, tail string) string {
+		return `{"model":"m","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hello there"},` +
+			`{"role":"assistant","content":"hi"},{"role":"user","content":"` + content + `"}]` + tail + `}`
+	}
+	bad := []string{
+		turn("a\nb", `,"stream":true`),
+		turn("a\x00\\nb", `,"stream":true`), // a raw byte before an escape
+		turn("a\\nb\x1f", `,"stream":true`), // and after one
+		turn("ok", ",\"stream\":true,\"user\":\"x\ty\""),
+		turn("ok", ",\"stop\":[\"\n\"]"),
+		turn("ok", ",\"metadata\":{\"note\":\"a\rb\"}"),
+		turn("ok", ",\"x_trace\":\"a\x01b\""),
+		"{\"model\":\"m\n\",\"messages\":[{\"role\":\"user\",\"content\":\"hello there\"}]}",
+		`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a` + "\t" + `b"}]}]}`,
+		`{"model":"m","messages":[{"role":"user","content":"ok"}],"tools":[{"type":"function","function":{"name":"f","description":"a` + "\n" + `b"}}]}`,
+	}
+	good := []string{
+		turn(`a\nb\t\u0000`, `,"stream":true`),
+		"{\n\t\"model\": \"m\",\r\n\t\"messages\": [ {\"role\": \"user\", \"content\": \"hello there\"} ]\n}",
+	}
+	p := newPair(canon.Options{}, 1<<20, 16)
+	for _, body := range append(bad, good...) {
+		if !json.Valid([]byte(body)) == slices.Contains(good, body) {
+			t.Fatalf("%q: the test's own sorting is wrong", body)
+		}
+		p.check(t, canon.Chat, []byte(first)) // remembered, to resume from
+		got := p.check(t, canon.Chat, []byte(body))
+		if want := error(nil); !slices.Contains(good, body) {
+			want = canon.ErrMalformed
+			if got.err != want {
+				t.Fatalf("%q: %v, want %v", body, got.err, want)
+			}
+		} else if got.err != nil {
+			t.Fatalf("%q: %v", body, got.err)
+		}
+	}
+}

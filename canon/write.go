@@ -262,6 +262,22 @@ func canonicalLiteral(lit []byte) bool {
 	return ctl&msb == 0
 }
 
+// rawControl reports whether b holds a byte below 0x20.
+func rawControl(b []byte) bool {
+	var ctl uint64
+	i := 0
+	for ; i+8 <= len(b); i += 8 {
+		x := binary.LittleEndian.Uint64(b[i:])
+		ctl |= (x - 0x20*lsb) &^ x
+	}
+	for ; i < len(b); i++ {
+		if b[i] < 0x20 {
+			return true
+		}
+	}
+	return ctl&msb != 0
+}
+
 // canonicalEscape returns the length of the escape at the start of e if it
 // is the one canonString writes, else 0.
 func canonicalEscape(e []byte) int {

@@ -206,6 +206,8 @@ func TestBadBodies(t *testing.T) {
 		"trailing garbage":  `{"model":"m","messages":[{"role":"user","content":"x"}]} x`,
 		"bad number":        `{"model":"m","messages":[{"role":"user","content":"x"}],"n":+1}`,
 		"nan":               `{"model":"m","messages":[{"role":"user","content":"x"}],"x":NaN}`,
+		"raw newline":       "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"a\nb\"}]}",
+		"raw tab in user":   "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"user\":\"a\tb\"}",
 		"deep":              `{"model":"m","messages":[{"role":"user","content":` + strings.Repeat("[", 400) + strings.Repeat("]", 400) + `}]}`,
 		"empty":             ``,
 		"completions no pr": `{"model":"m"}`,
