@@ -19,27 +19,23 @@ package main
 import (
 	"io"
 	"log"
-	"net"
-	"net/http"
 	"os"
-	"strings"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/kvca/kvca/epp"
+	"github.com/kvca/kvca/scripts/compare/floor"
 )
 
-type floor struct {
+type floorServer struct {
 	extprocv3.UnimplementedExternalProcessorServer
 	pick *extprocv3.ProcessingResponse
 }
 
-func (f *floor) Process(st extprocv3.ExternalProcessor_ProcessServer) error {
+func (f *floorServer) Process(st extprocv3.ExternalProcessor_ProcessServer) error {
 	var held []*extprocv3.HttpBody // the request body until its end: the pick comes first
 	for {
 		req, err := st.Recv()
@@ -80,47 +76,11 @@ func streamedBack(b *extprocv3.HttpBody) *extprocv3.BodyResponse {
 			Body: b.Body, EndOfStream: b.EndOfStream}}}}}
 }
 
-// pickOf is the request headers' answer naming ep, in the header and the
-// metadata, as the endpoint picker protocol has it.
-func pickOf(ep string) *extprocv3.ProcessingResponse {
-	return &extprocv3.ProcessingResponse{
-		Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{
-			Response: &extprocv3.CommonResponse{ClearRouteCache: true, HeaderMutation: &extprocv3.HeaderMutation{
-				SetHeaders: []*corev3.HeaderValueOption{{Header: &corev3.HeaderValue{Key: epp.DestinationHeader, RawValue: []byte(ep)}}}}}}},
-		DynamicMetadata: &structpb.Struct{Fields: map[string]*structpb.Value{
-			epp.DestinationNamespace: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
-				epp.DestinationHeader: structpb.NewStringValue(ep)}}),
-		}},
-	}
-}
-
 func main() {
-	var listen, ext, backend string
-	for i := 1; i+1 < len(os.Args); i++ {
-		switch os.Args[i] {
-		case "--listen":
-			listen = os.Args[i+1]
-		case "--ext-proc":
-			ext = os.Args[i+1]
-		case "--backend":
-			if backend == "" {
-				backend = strings.TrimPrefix(os.Args[i+1], "http://")
-			}
-		}
-	}
-	if listen == "" || ext == "" || backend == "" {
-		log.Fatal("grpcfloor: want --listen, --ext-proc and --backend (as kvca serve has them)")
-	}
-	l, err := net.Listen("tcp", ext)
-	if err != nil {
-		log.Fatal(err)
-	}
-	go func() {
-		log.Fatal(http.ListenAndServe(listen, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
-	}()
+	l, backend := floor.Start("grpcfloor", os.Args[1:])
 	// As many stream workers as kvca's picker keeps.
 	gs := grpc.NewServer(grpc.NumStreamWorkers(64))
-	extprocv3.RegisterExternalProcessorServer(gs, &floor{pick: pickOf(backend)})
+	extprocv3.RegisterExternalProcessorServer(gs, &floorServer{pick: floor.Pick(backend)})
 	hs := health.NewServer()
 	hs.SetServingStatus(epp.ReadinessService, healthgrpc.HealthCheckResponse_SERVING)
 	healthgrpc.RegisterHealthServer(gs, hs)

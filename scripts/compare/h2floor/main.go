@@ -26,22 +26,18 @@ import (
 	"io"
 	"log"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"runtime/pprof"
-	"strings"
 	"syscall"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/kvca/kvca/epp"
+	"github.com/kvca/kvca/scripts/compare/floor"
 )
 
 // The windows offered to the peer; window updates go out once a quarter
@@ -329,17 +325,9 @@ func streamedBack(b *extprocv3.HttpBody, request bool) *extprocv3.ProcessingResp
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: br}}
 }
 
-// pickOf is the request headers' answer naming ep, framed.
+// pickOf is the pick naming ep, framed.
 func pickOf(ep string) []byte {
-	b, err := proto.Marshal(&extprocv3.ProcessingResponse{
-		Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{
-			Response: &extprocv3.CommonResponse{ClearRouteCache: true, HeaderMutation: &extprocv3.HeaderMutation{
-				SetHeaders: []*corev3.HeaderValueOption{{Header: &corev3.HeaderValue{Key: epp.DestinationHeader, RawValue: []byte(ep)}}}}}}},
-		DynamicMetadata: &structpb.Struct{Fields: map[string]*structpb.Value{
-			epp.DestinationNamespace: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
-				epp.DestinationHeader: structpb.NewStringValue(ep)}}),
-		}},
-	})
+	b, err := proto.Marshal(floor.Pick(ep))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -347,29 +335,7 @@ func pickOf(ep string) []byte {
 }
 
 func main() {
-	var listen, ext, backend string
-	for i := 1; i+1 < len(os.Args); i++ {
-		switch os.Args[i] {
-		case "--listen":
-			listen = os.Args[i+1]
-		case "--ext-proc":
-			ext = os.Args[i+1]
-		case "--backend":
-			if backend == "" {
-				backend = strings.TrimPrefix(os.Args[i+1], "http://")
-			}
-		}
-	}
-	if listen == "" || ext == "" || backend == "" {
-		log.Fatal("h2floor: want --listen, --ext-proc and --backend (as kvca serve has them)")
-	}
-	l, err := net.Listen("tcp", ext)
-	if err != nil {
-		log.Fatal(err)
-	}
-	go func() {
-		log.Fatal(http.ListenAndServe(listen, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
-	}()
+	l, backend := floor.Start("h2floor", os.Args[1:])
 	if p := os.Getenv("H2FLOOR_CPUPROFILE"); p != "" {
 		f, err := os.Create(p)
 		if err != nil {
