@@ -161,6 +161,11 @@ func (f *Filter) eventEnd(p []byte) (int, bool) {
 	return len(p), false
 }
 
+// usageKey ends the usage member's name as a usage event writes it,
+// without its opening quote: a search for it skips from one 'u' to the
+// next, where a JSON event has a '"' every few bytes.
+const usageKey = `usage"`
+
 // Verdicts on an event.
 const (
 	undecided = iota
@@ -176,6 +181,12 @@ func verdict(ev []byte, whole bool) int {
 	more := undecided
 	if whole {
 		more = pass // nothing more comes: the event is not a usage event
+		if !bytes.Contains(ev, []byte(usageKey)) {
+			// A content chunk, the usual event: no usage member, so no
+			// need to walk its members. (The walk below takes a key as
+			// written, so an escaped "usage" is none either way.)
+			return pass
+		}
 	}
 	const field = "data:"
 	if n := min(len(ev), len(field)); string(ev[:n]) != field[:n] {

@@ -223,3 +223,30 @@ func TestFilterNoAllocs(t *testing.T) {
 		t.Fatalf("%v allocations per stream", n)
 	}
 }
+
+// BenchmarkFilter: a vLLM chat stream of 64 content chunks and its usage
+// event, arriving one event a read.
+func BenchmarkFilter(b *testing.B) {
+	s := streams[0]
+	var evs [][]byte
+	for range 64 {
+		evs = append(evs, []byte(s.events[1]))
+	}
+	evs = append(evs, []byte(s.events[2]), []byte(s.events[3]))
+	n := 0
+	for _, e := range evs {
+		n += len(e)
+	}
+	dst := make([]byte, 0, n+MaxHold)
+	var f Filter
+	b.SetBytes(int64(n))
+	b.ReportAllocs()
+	for b.Loop() {
+		f.Reset()
+		out := dst[:0]
+		for _, e := range evs {
+			out = f.Append(out, e)
+		}
+		f.Close(out)
+	}
+}
