@@ -803,9 +803,10 @@ func (st *state) value(v *fastjson.Value) error {
 
 // writeStringValue writes canonString of v, whose literal is lit; false:
 // lit holds a raw control byte, which JSON forbids in a string and
-// fastjson lets through. (A string decoded before marshals escaped, so
-// the few that kvca reads as it routes, a role or a model, are not
-// checked here.)
+// fastjson lets through. (A string decoded before marshals escaped: a
+// message's role or a content part's type that held an escape, which
+// kvca decoded to route by, is not checked here; top-level strings are,
+// before anything decodes them.)
 func (st *state) writeStringValue(v *fastjson.Value, lit []byte) bool {
 	if !st.decodeStrings && canonicalLiteral(lit) {
 		st.write(lit)
