@@ -368,15 +368,13 @@ func (c *Canonicalizer) run(st *state, api API, body []byte, sink Sink, info *In
 	}
 	// What fastjson lets through and no backend takes: the members left
 	// out of the CBR are checked for number forms ("+1", "NaN") and raw
-	// control bytes in strings, the other top-level strings for raw
-	// control bytes (value checks the rest as it writes it). First,
-	// before anything reads a string and decodes it.
+	// control bytes in strings, the other top-level strings (a prompt
+	// given as one string too) for raw control bytes; value checks the
+	// rest as it writes it. First, before anything reads a string and
+	// decodes it.
 	for i := range top {
 		k := top[i].key
-		if string(k) == promptKey {
-			continue
-		}
-		if _, ok := exclude[string(k)]; ok || (st.dropCacheControl && string(k) == cacheControl) {
+		if _, ok := exclude[string(k)]; string(k) != promptKey && (ok || (st.dropCacheControl && string(k) == cacheControl)) {
 			if err := st.scalarsValid(top[i].val); err != nil {
 				return err
 			}

@@ -457,3 +457,30 @@ func TestRawControlBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestRawControlBytesOtherAPIs: the same refusal for the Messages API's
+// system prompt and blocks and the Responses API's input and
+// instructions.
+func TestRawControlBytesOtherAPIs(t *testing.T) {
+	t.Parallel()
+	c := canon.New(nil)
+	for _, tc := range []struct {
+		api  canon.API
+		body string
+	}{
+		{canon.Messages, "{\"model\":\"m\",\"max_tokens\":8,\"system\":\"be\nbrief\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}"},
+		{canon.Messages, "{\"model\":\"m\",\"max_tokens\":8,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"h\ti\"}]}]}"},
+		{canon.Responses, "{\"model\":\"m\",\"input\":\"h\x02i\"}"},
+		{canon.Responses, "{\"model\":\"m\",\"instructions\":\"be\rbrief\",\"input\":\"hi\"}"},
+		{canon.Completions, "{\"model\":\"m\",\"prompt\":\"h\ni\"}"},
+	} {
+		if json.Valid([]byte(tc.body)) {
+			t.Fatalf("%q is JSON", tc.body)
+		}
+		var h chain.Hasher
+		h = *chain.NewHasher(testKey, 16)
+		if r := canonWith(c, &h, tc.api, []byte(tc.body)); r.err != canon.ErrMalformed {
+			t.Fatalf("%v %q: %v, want %v", tc.api, tc.body, r.err, canon.ErrMalformed)
+		}
+	}
+}
