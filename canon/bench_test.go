@@ -2,6 +2,7 @@ package canon_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/kvca/kvca/canon"
@@ -23,6 +24,27 @@ func BenchmarkCanon(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				if err := c.Canonicalize(canon.Chat, body, &sink, &info); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkCanonStringPrompt is BenchmarkCanon for a prompt given as one
+// string (completions' prompt, the Responses API's input), a text with a
+// line break every 30 bytes.
+func BenchmarkCanonStringPrompt(b *testing.B) {
+	c := canon.New(nil)
+	for _, n := range sizes {
+		body := []byte(`{"model":"m","prompt":"` + strings.Repeat("lorem ipsum dolor sit amet, \\n", n/30) + `"}`)
+		b.Run(fmt.Sprintf("%dKB", n>>10), func(b *testing.B) {
+			var sink discard
+			var info canon.Info
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := c.Canonicalize(canon.Completions, body, &sink, &info); err != nil {
 					b.Fatal(err)
 				}
 			}
