@@ -14,37 +14,30 @@ var sizes = []int{1 << 10, 4 << 10, 16 << 10, 128 << 10, 1 << 20}
 
 // BenchmarkCanon measures canonicalisation alone (into a discarding sink).
 func BenchmarkCanon(b *testing.B) {
-	c := canon.New(nil)
-	for _, n := range sizes {
-		body := bodies.Chat(n)
-		b.Run(fmt.Sprintf("%dKB", n>>10), func(b *testing.B) {
-			var sink discard
-			var info canon.Info
-			b.SetBytes(int64(len(body)))
-			b.ReportAllocs()
-			for b.Loop() {
-				if err := c.Canonicalize(canon.Chat, body, &sink, &info); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
+	benchCanon(b, canon.Chat, sizes, bodies.Chat)
 }
 
 // BenchmarkCanonStringPrompt is BenchmarkCanon for a prompt given as one
 // string (completions' prompt, the Responses API's input), a text with a
 // line break every 30 bytes.
 func BenchmarkCanonStringPrompt(b *testing.B) {
+	benchCanon(b, canon.Completions, sizes, func(n int) []byte {
+		return []byte(`{"model":"m","prompt":"` + strings.Repeat("lorem ipsum dolor sit amet, \\n", n/30) + `"}`)
+	})
+}
+
+// benchCanon canonicalises body(n) of api for each size n, one sub-benchmark each.
+func benchCanon(b *testing.B, api canon.API, ns []int, body func(n int) []byte) {
 	c := canon.New(nil)
-	for _, n := range sizes {
-		body := []byte(`{"model":"m","prompt":"` + strings.Repeat("lorem ipsum dolor sit amet, \\n", n/30) + `"}`)
+	for _, n := range ns {
+		body := body(n)
 		b.Run(fmt.Sprintf("%dKB", n>>10), func(b *testing.B) {
 			var sink discard
 			var info canon.Info
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
 			for b.Loop() {
-				if err := c.Canonicalize(canon.Completions, body, &sink, &info); err != nil {
+				if err := c.Canonicalize(api, body, &sink, &info); err != nil {
 					b.Fatal(err)
 				}
 			}

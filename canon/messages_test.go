@@ -2,7 +2,6 @@ package canon_test
 
 import (
 	"encoding/json"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -210,19 +209,5 @@ func messagesBody(n int) string {
 }
 
 func BenchmarkCanonMessages(b *testing.B) {
-	c := canon.New(nil)
-	for _, n := range []int{1 << 10, 16 << 10, 128 << 10} {
-		body := []byte(messagesBody(n))
-		b.Run(strconv.Itoa(n>>10)+"KB", func(b *testing.B) {
-			var sink discard
-			var info canon.Info
-			b.SetBytes(int64(len(body)))
-			b.ReportAllocs()
-			for b.Loop() {
-				if err := c.Canonicalize(canon.Messages, body, &sink, &info); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
+	benchCanon(b, canon.Messages, []int{1 << 10, 16 << 10, 128 << 10}, func(n int) []byte { return []byte(messagesBody(n)) })
 }
