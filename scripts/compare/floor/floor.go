@@ -60,3 +60,11 @@ func Pick(ep string) *extprocv3.ProcessingResponse {
 		}},
 	}
 }
+
+// StreamedBack is the answer that streams body chunk b back unchanged
+// (FULL_DUPLEX_STREAMED: the gateway forwards only what comes back).
+func StreamedBack(b *extprocv3.HttpBody) *extprocv3.BodyResponse {
+	return &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{
+		Mutation: &extprocv3.BodyMutation_StreamedResponse{StreamedResponse: &extprocv3.StreamedBodyResponse{
+			Body: b.Body, EndOfStream: b.EndOfStream}}}}}
+}

@@ -54,7 +54,7 @@ func (f *floorServer) Process(st extprocv3.ExternalProcessor_ProcessServer) erro
 			for _, b := range held {
 				if err == nil {
 					err = st.Send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
-						RequestBody: streamedBack(b)}})
+						RequestBody: floor.StreamedBack(b)}})
 				}
 			}
 		case *extprocv3.ProcessingRequest_ResponseHeaders:
@@ -62,18 +62,12 @@ func (f *floorServer) Process(st extprocv3.ExternalProcessor_ProcessServer) erro
 				ResponseHeaders: &extprocv3.HeadersResponse{}}})
 		case *extprocv3.ProcessingRequest_ResponseBody:
 			err = st.Send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
-				ResponseBody: streamedBack(r.ResponseBody)}})
+				ResponseBody: floor.StreamedBack(r.ResponseBody)}})
 		}
 		if err != nil {
 			return err
 		}
 	}
-}
-
-func streamedBack(b *extprocv3.HttpBody) *extprocv3.BodyResponse {
-	return &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{
-		Mutation: &extprocv3.BodyMutation_StreamedResponse{StreamedResponse: &extprocv3.StreamedBodyResponse{
-			Body: b.Body, EndOfStream: b.EndOfStream}}}}}
 }
 
 func main() {

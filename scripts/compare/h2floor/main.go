@@ -66,7 +66,6 @@ type stream struct {
 }
 
 type conn struct {
-	nc       net.Conn
 	br       *bufio.Reader
 	bw       *bufio.Writer
 	fr       *http2.Framer
@@ -100,7 +99,7 @@ func (c *conn) drop(st *stream) {
 
 func serve(nc net.Conn, pick []byte) {
 	defer nc.Close()
-	c := &conn{nc: nc, br: bufio.NewReaderSize(nc, 64<<10), bw: bufio.NewWriterSize(nc, 64<<10),
+	c := &conn{br: bufio.NewReaderSize(nc, 64<<10), bw: bufio.NewWriterSize(nc, 64<<10),
 		streams: map[uint32]*stream{}, send: 65535, initSend: 65535, maxFrame: 16384, pick: pick}
 	c.fr = http2.NewFramer(c.bw, c.br)
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
@@ -260,20 +259,24 @@ func (c *conn) message(st *stream, b []byte) error {
 }
 
 func (c *conn) reply(st *stream, m proto.Message) error {
-	at := len(st.out)
-	out, err := proto.MarshalOptions{}.MarshalAppend(append(st.out, 0, 0, 0, 0, 0), m)
+	out, err := appendMessage(st.out, m)
 	if err != nil {
 		return err
 	}
-	binary.BigEndian.PutUint32(out[at+1:], uint32(len(out)-at-5))
 	st.out = out
 	return c.pump(st)
 }
 
-func frame(dst, b []byte) []byte {
-	dst = append(dst, 0, 0, 0, 0, 0)
-	binary.BigEndian.PutUint32(dst[len(dst)-4:], uint32(len(b)))
-	return append(dst, b...)
+// appendMessage appends m as a gRPC message: uncompressed, its length,
+// then its bytes, marshalled in place.
+func appendMessage(dst []byte, m proto.Message) ([]byte, error) {
+	at := len(dst)
+	out, err := proto.MarshalOptions{}.MarshalAppend(append(dst, 0, 0, 0, 0, 0), m)
+	if err != nil {
+		return nil, err
+	}
+	binary.BigEndian.PutUint32(out[at+1:], uint32(len(out)-at-5))
+	return out, nil
 }
 
 // end: the peer closed its side; the trailers follow what is left to send.
@@ -315,23 +318,23 @@ func (c *conn) headers(st *stream, end bool, kv ...string) error {
 	return c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: st.id, BlockFragment: c.hbuf.Bytes(), EndStream: end, EndHeaders: true})
 }
 
+// streamedBack is the answer streaming b back, to the request's body or
+// the response's.
 func streamedBack(b *extprocv3.HttpBody, request bool) *extprocv3.ProcessingResponse {
-	br := &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{
-		Mutation: &extprocv3.BodyMutation_StreamedResponse{StreamedResponse: &extprocv3.StreamedBodyResponse{
-			Body: b.Body, EndOfStream: b.EndOfStream}}}}}
+	br := floor.StreamedBack(b)
 	if request {
 		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: br}}
 	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: br}}
 }
 
-// pickOf is the pick naming ep, framed.
+// pickOf is the pick naming ep, as a gRPC message.
 func pickOf(ep string) []byte {
-	b, err := proto.Marshal(floor.Pick(ep))
+	b, err := appendMessage(nil, floor.Pick(ep))
 	if err != nil {
 		log.Fatal(err)
 	}
-	return frame(nil, b)
+	return b
 }
 
 func main() {
