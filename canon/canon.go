@@ -374,7 +374,7 @@ func (c *Canonicalizer) run(st *state, api API, body []byte, sink Sink, info *In
 	// decodes it.
 	for i := range top {
 		k := top[i].key
-		if _, ok := exclude[string(k)]; string(k) != promptKey && (ok || (st.dropCacheControl && string(k) == cacheControl)) {
+		if string(k) != promptKey && st.leftOut(k, exclude) {
 			if err := st.scalarsValid(top[i].val); err != nil {
 				return err
 			}
@@ -437,8 +437,8 @@ func (c *Canonicalizer) run(st *state, api API, body []byte, sink Sink, info *In
 		if string(k) == promptKey {
 			continue
 		}
-		if _, ok := exclude[string(k)]; ok || (st.dropCacheControl && string(k) == cacheControl) {
-			continue // left out of the CBR; checked above
+		if st.leftOut(k, exclude) {
+			continue // checked above
 		}
 		st.writeKey(k, first)
 		first = false
@@ -518,9 +518,13 @@ func (st *state) validatePrompt(api API, prompt *fastjson.Value) error {
 	// string prompt: value then found a decoded string, which fastjson
 	// marshals again rune by rune, instead of the literal as sent (a
 	// 128 KB prompt took 0.8 ms). An empty array marshals as "[]".
-	if prompt != nil && prompt.GetObject() == nil &&
-		(prompt.GetArray() != nil || st.isString(prompt) || string(st.num) == "[]") {
-		return nil
+	if prompt != nil && prompt.GetObject() == nil {
+		if prompt.GetArray() != nil {
+			return nil
+		}
+		if st.num = prompt.MarshalTo(st.num[:0]); st.num[0] == '"' || string(st.num) == "[]" {
+			return nil
+		}
 	}
 	if api == Responses {
 		return ErrNoInput
@@ -675,6 +679,19 @@ func sortMembers(ms []member) []member {
 	return out
 }
 
+// leftOut reports whether top-level member k stays out of the CBR: a
+// decoding control, or cache_control where it is dropped.
+func (st *state) leftOut(k []byte, exclude map[string]struct{}) bool {
+	_, ok := exclude[string(k)]
+	return ok || (st.dropCacheControl && string(k) == cacheControl)
+}
+
+// keyword reports whether lit, a scalar's literal, is true, false, null
+// or an empty array (which GetArray cannot tell from a scalar).
+func keyword(lit []byte) bool {
+	return string(lit) == "true" || string(lit) == "false" || string(lit) == "null" || string(lit) == "[]"
+}
+
 // scalarsValid checks what fastjson lets through under v, a value kvca
 // does not write into the CBR: every number against the JSON grammar
 // (ErrBadNumberText), every string not yet decoded for raw control bytes
@@ -704,7 +721,7 @@ func (st *state) scalarsValid(v *fastjson.Value) error {
 		if rawControl(lit) {
 			return ErrMalformed
 		}
-	case string(lit) == "true" || string(lit) == "false" || string(lit) == "null" || string(lit) == "[]":
+	case keyword(lit):
 	default:
 		if !validNumber(lit) {
 			return ErrBadNumberText
@@ -790,8 +807,8 @@ func (st *state) value(v *fastjson.Value) error {
 		if cap(st.lit) > maxKeptLiteral {
 			st.lit = nil // one huge prompt must not pin its size in the pool
 		}
-	case string(lit) == "true" || string(lit) == "false" || string(lit) == "null" || string(lit) == "[]":
-		st.write(lit) // "[]": an empty array, which GetArray cannot tell from a scalar
+	case keyword(lit):
+		st.write(lit)
 	default:
 		if !validNumber(lit) {
 			return ErrBadNumberText
