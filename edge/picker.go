@@ -80,10 +80,14 @@ func (p *Picker) Ready() bool {
 // until its end, Pick, then Response and ResponseBody for a picked
 // request, and End exactly once.
 type PickExchange struct {
-	s     *Server
-	c     *call
-	body  []byte
-	wake  chan uint64
+	s    *Server
+	c    *call
+	body []byte
+	wake chan uint64
+	// act is the pick's next step, kept when PickNow stops at a wait for
+	// Pick to go on from; begun: the request was received.
+	act   act
+	begun bool
 	ended bool
 	own   bool // kvca answered it itself
 	sse   bool
@@ -149,40 +153,57 @@ func (x *PickExchange) Body(chunk []byte, end bool) *PickAnswer {
 
 // Pick plans, admits and routes the request within subset (nil: any
 // endpoint): the chosen endpoint and, for the gateway's retries, the
-// other eligible ones, least loaded first; or kvca's own answer.
+// other eligible ones, least loaded first; or kvca's own answer. It
+// waits in the admission queue until it is admitted or ctx ends (then
+// nil, nil: End follows). Called after PickNow said wait, it goes on
+// from the wait.
 func (x *PickExchange) Pick(ctx context.Context, subset []string) ([]string, *PickAnswer) {
+	eps, ans, wait := x.PickNow(subset)
+	for wait {
+		select {
+		case seq := <-x.wake:
+			x.act = x.c.admitted(seq)
+		case <-ctx.Done():
+			return nil, nil
+		}
+		eps, ans, wait = x.PickNow(nil)
+	}
+	return eps, ans
+}
+
+// PickNow is Pick up to the admission queue: wait reports that the
+// request waits there, and Pick is to go on from it.
+func (x *PickExchange) PickNow(subset []string) (eps []string, ans *PickAnswer, wait bool) {
 	c := x.c
-	a := c.received(x.body, len(x.body))
+	if !x.begun {
+		x.begun = true
+		x.act = c.received(x.body, len(x.body))
+	}
 	for {
-		switch a {
+		switch x.act {
 		case actReply:
-			return nil, x.answerReply(&c.rep)
+			return nil, x.answerReply(&c.rep), false
 		case actAnswer:
-			return nil, x.answerOwn(c.own.status, c.own.body, c.own.header)
+			return nil, x.answerOwn(c.own.status, c.own.body, c.own.header), false
 		case actModels:
 			st, b := x.s.modelsAnswer(c.modelCreds(), c.modelID())
-			return nil, x.answerOwn(st, b, "")
+			return nil, x.answerOwn(st, b, ""), false
 		case actPlan:
-			a = c.planned(c.plan(x.body))
+			x.act = c.planned(c.plan(x.body))
 		case actTry:
 			if subset != nil {
 				c.within(x.s.endpointSet(subset))
 				subset = nil
 			}
-			a = c.try()
+			x.act = c.try()
 		case actSend, actReplay:
 			if c.pd != nil && c.pd.header {
 				x.prefiller = c.pd.pu.b.Name
 			}
 			x.s.m.picks[c.dec.Rule].Inc()
-			return x.s.fallbacks(c), nil
+			return x.s.fallbacks(c), nil, false
 		default: // actQueued, or actNone after a stale wake: wait on
-			select {
-			case seq := <-x.wake:
-				a = c.admitted(seq)
-			case <-ctx.Done():
-				return nil, nil // the stream ended: End follows
-			}
+			return nil, nil, true
 		}
 	}
 }

@@ -80,6 +80,13 @@ func (codec) Unmarshal(data mem.BufferSlice, v any) error {
 	return proto.Unmarshal(b, pm)
 }
 
+// decode decodes b, a message the transport lends, into m: the body
+// chunk copied where it goes, anything else copied into a buffer of the
+// message's own.
+func (m *inbound) decode(b []byte) error {
+	return codec{}.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, m)
+}
+
 // inbound is a stream's next message as the codec decodes it. A request
 // body chunk goes straight into body, when the stream has one with room
 // for it, right after the chunks before it: the request's body is then

@@ -40,6 +40,15 @@ type RequestHeaderer interface {
 	RequestHeaders() [][2]string
 }
 
+// PickNower is an Exchange that can tell that its pick would wait for
+// admission instead of waiting: the picker then waits on a goroutine of
+// the stream's own, and the connection's other streams go on meanwhile.
+// Pick, called after PickNow said wait, goes on from where it stopped.
+// An Exchange without it always picks on a goroutine of its own.
+type PickNower interface {
+	PickNow(subset []string) (endpoints []string, ans *Answer, wait bool)
+}
+
 // Answer is an answer the lifecycle gives itself, without a model
 // server: an error (400, 401, 404, 413, 429 when admission or a quota
 // sheds, 503 when no endpoint is ready) or one of kvca's own routes.

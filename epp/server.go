@@ -7,10 +7,8 @@ import (
 	"time"
 
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
-	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"google.golang.org/grpc"
-	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/keepalive"
+
+	"github.com/kvca/kvca/h2grpc"
 )
 
 // BodyMode is how Envoy sends a body to the picker (ext_proc's
@@ -42,12 +40,6 @@ type Config struct {
 	// SendBodyWithoutWaiting is assumed with the modes above: Envoy
 	// sends a STREAMED body without waiting for the headers' answer.
 	SendBodyWithoutWaiting bool
-	// StreamWorkers is how many goroutines serve streams and are kept
-	// for the next one (a stream beyond them gets a goroutine of its
-	// own): a stream's goroutine grows its stack through the request's
-	// lifecycle, and a new goroutine per stream paid that growth on
-	// every request. Default 64; negative: a goroutine per stream.
-	StreamWorkers int
 	// Logger receives stream failures. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -65,65 +57,66 @@ func (c *Config) defaults() {
 	if c.ResponseBodyMode == ModeNone {
 		c.ResponseBodyMode = ModeFullDuplex
 	}
-	if c.StreamWorkers == 0 {
-		c.StreamWorkers = 64
-	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
 }
 
 // Server is kvca as an ext_proc endpoint picker: the ExternalProcessor
-// service and the gRPC health service on one gRPC server.
+// service and the gRPC health service, on a gRPC transport of kvca's own
+// (h2grpc) that serves a connection's streams on the connection's
+// goroutine: a stream costs no goroutine of its own unless its pick
+// waits for admission.
 type Server struct {
-	extprocv3.UnimplementedExternalProcessorServer
-
 	proxy  Proxy
 	cfg    Config
-	gs     *grpc.Server
-	health *healthService
+	rpc    *h2grpc.Server
+	health *health
 
 	count counters // streams, messages, bytes and handling time (metrics.go)
 
-	pollOnce sync.Once
-	stopOnce sync.Once
-	stop     chan struct{}
-	polling  sync.WaitGroup
+	mu      sync.Mutex // polling's start against a stop
+	polled  bool       // the readiness poller started
+	halted  bool       // Stop or GracefulStop began
+	stop    chan struct{}
+	polling sync.WaitGroup
 }
+
+// The methods served, as gRPC paths.
+const (
+	processMethod = "/" + ExtProcService + "/Process"
+	checkMethod   = "/grpc.health.v1.Health/Check"
+	watchMethod   = "/grpc.health.v1.Health/Watch"
+)
 
 // New returns a picker server over p.
 func New(p Proxy, cfg Config) *Server {
 	cfg.defaults()
 	s := &Server{proxy: p, cfg: cfg, stop: make(chan struct{})}
 	s.count.init()
-	opts := []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes),
-		grpc.MaxSendMsgSize(cfg.MaxMessageBytes),
-		// Envoy keeps its ext_proc connection open with pings; allow
-		// them rather than closing the connection on a "too many pings".
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-		// The server's own codec: the bodies without the default one's
-		// copies (codec.go).
-		grpc.ForceServerCodecV2(codec{}),
-	}
-	if cfg.StreamWorkers > 0 {
-		opts = append(opts, grpc.NumStreamWorkers(uint32(cfg.StreamWorkers)))
-	}
-	s.gs = grpc.NewServer(opts...)
-	s.health = newHealthService(p.Ready)
-	extprocv3.RegisterExternalProcessorServer(s.gs, s)
-	healthgrpc.RegisterHealthServer(s.gs, s.health)
+	s.rpc = h2grpc.New(h2grpc.Config{MaxMessageBytes: cfg.MaxMessageBytes, Logger: cfg.Logger})
+	s.health = newHealth(p.Ready)
+	s.rpc.Handle(processMethod, s.open)
+	s.rpc.Handle(checkMethod, s.health.check)
+	s.rpc.Handle(watchMethod, s.health.watch)
 	return s
 }
 
-// Serve serves the picker on l until Stop or GracefulStop.
+// Serve serves the picker on l until Stop or GracefulStop; it then
+// returns nil.
 func (s *Server) Serve(l net.Listener) error {
-	s.pollOnce.Do(func() {
+	s.mu.Lock()
+	if !s.polled && !s.halted {
+		s.polled = true
 		s.health.refresh()
 		s.polling.Add(1)
 		go s.pollReady()
-	})
-	return s.gs.Serve(l)
+	}
+	s.mu.Unlock()
+	if err := s.rpc.Serve(l); err != h2grpc.ErrStopped {
+		return err
+	}
+	return nil
 }
 
 // pollReady keeps the readiness statuses current for Watch callers,
@@ -142,24 +135,28 @@ func (s *Server) pollReady() {
 	}
 }
 
-// GracefulStop reports NOT_SERVING on every health service, so the
-// gateway stops sending, then waits for the open streams to end.
+// GracefulStop reports NOT_SERVING on every health service and ends the
+// health watches, so the gateway stops sending, then waits for the open
+// streams to end.
 func (s *Server) GracefulStop() {
 	s.halt()
-	s.gs.GracefulStop()
+	s.rpc.GracefulStop()
 }
 
 // Stop closes every stream and connection at once; streams open end
 // with End(true).
 func (s *Server) Stop() {
 	s.halt()
-	s.gs.Stop()
+	s.rpc.Stop()
 }
 
 func (s *Server) halt() {
-	s.stopOnce.Do(func() {
+	s.mu.Lock()
+	if !s.halted {
+		s.halted = true
 		close(s.stop)
-		s.health.Shutdown()
-	})
+		s.health.shutdown()
+	}
+	s.mu.Unlock()
 	s.polling.Wait()
 }

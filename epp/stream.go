@@ -1,9 +1,8 @@
 package epp
 
 import (
-	"context"
 	"errors"
-	"io"
+	"log/slog"
 	"runtime/debug"
 	"strconv"
 	"time"
@@ -11,84 +10,123 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/kvca/kvca/h2grpc"
 )
 
 // errDone ends a stream whose request was answered by the picker itself:
 // Envoy sends nothing more after an ImmediateResponse.
 var errDone = errors.New("answered")
 
-// Process serves one ext_proc stream: one HTTP request and its response.
-func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) (err error) {
-	st := &stream{
-		srv: srv, ctx: srv.Context(), proxy: s.proxy, count: &s.count,
+// open starts serving one ext_proc stream: one HTTP request and its
+// response.
+func (s *Server) open(out *h2grpc.Stream) h2grpc.Handler {
+	return &stream{
+		out: out, proxy: s.proxy, count: &s.count, log: s.cfg.Logger,
 		reqMode: s.cfg.RequestBodyMode, respMode: s.cfg.ResponseBodyMode, noWait: s.cfg.SendBodyWithoutWaiting,
 		maxBody: s.cfg.MaxMessageBytes,
 	}
+}
+
+// Message handles the stream's next message (h2grpc.Handler).
+func (st *stream) Message(b []byte) error {
+	return st.guard(func() error {
+		// One inbound for the stream: a message decoded into it replaces,
+		// never changes, what the one before held; the request body's
+		// chunks go into the body's buffer (codec.go).
+		if err := st.in.decode(b); err != nil {
+			return status.Error(codes.InvalidArgument, "malformed ProcessingRequest: "+err.Error())
+		}
+		req := &st.in.req
+		st.count.msgs[kindOf(req)].Add(1)
+		t0 := time.Now()
+		err := st.handle(req)
+		st.handling += time.Since(t0)
+		return err
+	})
+}
+
+// CloseSend: Envoy closed its side; the stream is complete only if the
+// answer was (h2grpc.Handler).
+func (st *stream) CloseSend() error {
+	return st.guard(func() error {
+		st.end(!st.completeAtClose())
+		st.close(nil)
+		return nil
+	})
+}
+
+// Reset: the stream ended before its answer did (h2grpc.Handler).
+func (st *stream) Reset() {
+	st.guard(func() error {
+		st.end(true)
+		st.finish(nil)
+		return nil
+	})
+}
+
+// guard runs one step of the stream and ends the stream on its error:
+// errDone is the picker's own answer, complete; any other error ends the
+// request cancelled and the stream with the error's status. A panic in
+// the lifecycle or here ends this stream, not the process: the client
+// gets a 500 if its request is still ours to answer, Envoy an Internal
+// status, the lifecycle its End.
+func (st *stream) guard(step func() error) (err error) {
 	defer func() {
-		// A panic in the lifecycle or here ends this stream, not the
-		// process: the client gets a 500 if its request is still ours to
-		// answer, Envoy an Internal status, the lifecycle its End.
 		if r := recover(); r != nil {
-			s.cfg.Logger.Error("epp: stream panicked", "panic", r, "stack", string(debug.Stack()))
+			st.log.Error("epp: stream panicked", "panic", r, "stack", string(debug.Stack()))
 			st.answerPanic()
 			err = status.Error(codes.Internal, "endpoint picker: internal error")
 		}
-		st.end(true)
-		how := endComplete
 		switch {
-		case err != nil:
-			how = endError
-		case st.answered:
-			how = endAnswered
-		case st.cancelled:
-			how = endCancelled
+		case err == nil:
+		case err == errDone:
+			st.close(nil)
+			err = nil
+		default:
+			st.end(true)
+			st.finish(err)
 		}
-		s.count.ends[how].Add(1)
-		s.count.handling.Update(st.handling.Seconds())
 	}()
-	for {
-		// RecvMsg rather than Recv: the same, but the message is ours to
-		// give the codec (codec.go), with the request body's buffer. One
-		// for the stream: a message decoded into it replaces, never
-		// changes, what the one before held.
-		rerr := srv.RecvMsg(&st.in)
-		req := &st.in.req
-		if rerr == io.EOF {
-			// Envoy closed its side: complete only if the answer was.
-			st.end(!st.completeAtClose())
-			return nil
-		}
-		if rerr != nil {
-			st.end(true)
-			if status.Code(rerr) == codes.Canceled {
-				return nil
-			}
-			return rerr
-		}
-		s.count.msgs[kindOf(req)].Add(1)
-		t0 := time.Now()
-		herr := st.handle(req)
-		st.handling += time.Since(t0)
-		if herr != nil {
-			if herr == errDone {
-				return nil
-			}
-			st.end(true)
-			return herr
-		}
+	return step()
+}
+
+// close ends the stream OK.
+func (st *stream) close(err error) {
+	st.finish(err)
+	st.out.Finish(err)
+}
+
+// finish counts the stream's end once, by how it ended.
+func (st *stream) finish(err error) {
+	if st.finished {
+		return
 	}
+	st.finished = true
+	st.end(true)
+	how := endComplete
+	switch {
+	case err != nil:
+		how = endError
+	case st.answered:
+		how = endAnswered
+	case st.cancelled:
+		how = endCancelled
+	}
+	st.count.ends[how].Add(1)
+	st.count.handling.Update(st.handling.Seconds())
 }
 
 // stream is one request's state across its ext_proc messages.
 type stream struct {
-	srv   extprocv3.ExternalProcessor_ProcessServer
-	ctx   context.Context
+	out   *h2grpc.Stream
 	proxy Proxy
 	count *counters
+	log   *slog.Logger
 
 	// handling is the time spent handling the stream's messages, from
 	// each one's arrival to its answers sent: the picker's and the
-	// lifecycle's work, not the waits for the gateway.
+	// lifecycle's work, not the waits for the gateway or admission.
 	handling time.Duration
 
 	reqMode, respMode BodyMode
@@ -111,11 +149,14 @@ type stream struct {
 	picked          bool     // the pick was sent: the request phase is over
 	held            [][]byte // request chunks held for the answer after the pick (the messages' buffers, not copies)
 	trailers        bool     // request trailers came: they, not the body, end the request
+	waiting         bool     // the pick waits for admission on the stream's own goroutine
+	afterPick       bool     // the request trailers' answer is due once the pick is sent
 	respSeen        bool     // response headers arrived
 	respEnded       bool     // ResponseBody(…, true) was called
 	ended           bool     // End was called
 	cancelled       bool     // End was called cancelled
 	answered        bool     // the picker answered the request itself
+	finished        bool     // the stream's end was counted
 }
 
 // defers: the headers' answer waits for the body, which Envoy sends
@@ -212,7 +253,16 @@ func (st *stream) requestTrailers() error {
 		if err := st.endBodyAndPick(nil, true); err != nil {
 			return err
 		}
+		if st.waiting {
+			// The trailers' answer follows the pick's.
+			st.afterPick = true
+			return nil
+		}
 	}
+	return st.answerTrailers()
+}
+
+func (st *stream) answerTrailers() error {
 	return st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}})
 }
 
@@ -229,10 +279,53 @@ func (st *stream) endBodyAndPick(chunk []byte, end bool) error {
 	if !end {
 		return nil
 	}
-	dest, ans := st.pick()
+	var subset []string
+	if st.hasSubset {
+		subset = st.subset
+	}
+	if pn, ok := st.x.(PickNower); ok {
+		if eps, ans, wait := pn.PickNow(subset); !wait {
+			return st.answerPick(eps, ans)
+		}
+	}
+	// The pick waits for admission: on a goroutine of the stream's own,
+	// while the connection serves its other streams. The stream's next
+	// messages wait for it.
+	st.waiting = true
+	ctx := st.out.Context()
+	st.out.Go(func() error {
+		return st.guard(func() error {
+			eps, ans := st.x.Pick(ctx, subset)
+			st.waiting = false
+			if ctx.Err() != nil {
+				return nil // the stream ended: its Reset follows
+			}
+			t0 := time.Now()
+			err := st.answerPick(eps, ans)
+			if err == nil && st.afterPick {
+				err = st.answerTrailers()
+			}
+			st.handling += time.Since(t0)
+			return err
+		})
+	})
+	return nil
+}
+
+// answerPick sends the lifecycle's pick, held to the subset hint (the
+// protocol lets the picker name only endpoints of the subset, and a pick
+// outside it or none at all is a 503), or its own answer.
+func (st *stream) answerPick(eps []string, ans *Answer) error {
+	if ans == nil && st.hasSubset {
+		eps = withinSubset(eps, st.subset)
+	}
+	if ans == nil && len(eps) == 0 {
+		ans = &Answer{Status: 503, Header: [][2]string{{"content-type", "text/plain"}}, Body: []byte("no endpoint ready\n")}
+	}
 	if ans != nil {
 		return st.answer(ans)
 	}
+	dest := joinPick(eps)
 	st.picked = true
 	var add [][2]string
 	if rh, ok := st.x.(RequestHeaderer); ok {
@@ -311,27 +404,6 @@ func (st *stream) release() error {
 		}
 	}
 	return nil
-}
-
-// pick asks the lifecycle for endpoints and holds it to the subset hint:
-// the protocol lets the picker name only endpoints of the subset, and a
-// pick outside it or none at all is a 503.
-func (st *stream) pick() (dest string, ans *Answer) {
-	var subset []string
-	if st.hasSubset {
-		subset = st.subset
-	}
-	eps, ans := st.x.Pick(st.ctx, subset)
-	if ans != nil {
-		return "", ans
-	}
-	if st.hasSubset {
-		eps = withinSubset(eps, st.subset)
-	}
-	if len(eps) == 0 {
-		return "", &Answer{Status: 503, Header: [][2]string{{"content-type", "text/plain"}}, Body: []byte("no endpoint ready\n")}
-	}
-	return joinPick(eps), nil
 }
 
 // answer sends the lifecycle's own answer as Envoy's local reply: the
@@ -440,14 +512,29 @@ func (st *stream) answerPanic() {
 
 func (st *stream) send(r *extprocv3.ProcessingResponse) error {
 	st.count.sent[sentKind(r)].Add(1)
-	return st.srv.Send(r)
+	return st.write(r)
+}
+
+// write sends v as the codec encodes it: a body chunk is framed, not
+// copied, until the transport writes it.
+func (st *stream) write(v any) error {
+	bs, err := codec{}.Marshal(v)
+	if err != nil {
+		return status.Error(codes.Internal, "endpoint picker: "+err.Error())
+	}
+	var parts [4][]byte
+	p := parts[:0]
+	for _, b := range bs {
+		p = append(p, b.ReadOnlyData())
+	}
+	return st.out.Send(p...)
 }
 
 // sendPick sends r, the pick's answer, with the pick as its dynamic
 // metadata (pickMetadata), which the codec writes by hand (pickAnswer).
 func (st *stream) sendPick(r *extprocv3.ProcessingResponse, dest string) error {
 	st.count.sent[sentKind(r)].Add(1)
-	return st.srv.SendMsg(&pickAnswer{resp: r, dest: dest})
+	return st.write(&pickAnswer{resp: r, dest: dest})
 }
 
 // sendBody streams a body chunk back to the gateway (FULL_DUPLEX_STREAMED),
@@ -459,5 +546,5 @@ func (st *stream) sendBody(body int, chunk []byte, end bool) error {
 	}
 	st.count.sent[kind].Add(1)
 	st.count.bodyOut[body].Add(uint64(len(chunk)))
-	return st.srv.SendMsg(&streamedBody{response: body == bodyResponse, body: chunk, end: end})
+	return st.write(&streamedBody{response: body == bodyResponse, body: chunk, end: end})
 }

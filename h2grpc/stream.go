@@ -45,8 +45,8 @@ type Stream struct {
 	timer       *time.Timer
 
 	// The running goroutine's.
-	own     bool  // the stream is on a goroutine of its own (Go)
-	handoff *bool // set by Go: the goroutine running the handler changed
+	own  bool         // the stream is on a goroutine of its own (Go)
+	next func() error // what Go was given, to run once the handler returns
 }
 
 type eventKind uint8
@@ -102,25 +102,12 @@ func (s *Stream) Context() context.Context {
 }
 
 // Go runs f on a goroutine of the stream's own, for a handler that must
-// wait; the stream's events that come meanwhile wait for f to return and
-// then reach the handler there, in order. An error from f ends the
-// stream as a handler's does. It may be called only from the handler's
-// methods; called where the stream already is on its own goroutine, it
-// runs f at once.
-func (s *Stream) Go(f func() error) {
-	if s.own || s.handoff == nil {
-		s.finishOnError(s.safe(f))
-		return
-	}
-	*s.handoff = true
-	s.c.srv.goroutines.Add(1)
-	go func() {
-		defer s.c.srv.goroutines.Done()
-		s.own = true
-		s.finishOnError(s.safe(f))
-		s.drain()
-	}()
-}
+// wait, once the handler's method that calls it has returned; the
+// stream's events that come meanwhile wait for f to return and then
+// reach the handler there, in order. An error from f ends the stream as
+// a handler's does. It may be called only from the handler's methods,
+// once in each.
+func (s *Stream) Go(f func() error) { s.next = f }
 
 // post gives the handler ev, on this goroutine unless another is calling
 // it: ev then waits for that one.
@@ -174,10 +161,9 @@ func (s *Stream) drain() {
 	}
 }
 
-// call gives the handler one event; true when the handler moved the
-// stream to a goroutine of its own (Go), which drains it from then on.
-func (s *Stream) call(ev event) (handed bool) {
-	s.handoff = &handed
+// call gives the handler one event; true when the stream then moved to
+// a goroutine of its own (Go), which drains it from then on.
+func (s *Stream) call(ev event) bool {
 	err := s.safe(func() error {
 		switch ev.kind {
 		case evMessage:
@@ -192,10 +178,25 @@ func (s *Stream) call(ev event) (handed bool) {
 		s.c.mu.Lock()
 		s.finished = true
 		s.c.mu.Unlock()
-		return handed
 	}
 	s.finishOnError(err)
-	return handed
+	f := s.next
+	s.next = nil
+	if f == nil || err != nil || ev.kind == evReset {
+		return false
+	}
+	if s.own {
+		s.finishOnError(s.safe(f))
+		return false
+	}
+	s.c.srv.goroutines.Add(1)
+	go func() {
+		defer s.c.srv.goroutines.Done()
+		s.own = true
+		s.finishOnError(s.safe(f))
+		s.drain()
+	}()
+	return true
 }
 
 // safe runs f; a panic in it is an Internal status, the process goes on.

@@ -74,6 +74,11 @@ func (e pickerExchange) Pick(ctx context.Context, subset []string) ([]string, *e
 	return eps, answer(a)
 }
 
+func (e pickerExchange) PickNow(subset []string) ([]string, *epp.Answer, bool) {
+	eps, a, wait := e.x.PickNow(subset)
+	return eps, answer(a), wait
+}
+
 func (e pickerExchange) Response(status int, served string, h epp.Headers) [][2]string {
 	return e.x.Response(status, served, h)
 }
