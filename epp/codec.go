@@ -99,6 +99,10 @@ type inbound struct {
 	body   *[]byte
 	expect int
 	placed bool // this message's chunk went into body
+	// pool gives the buffer for the whole body (nil: a new one); pooled
+	// is the pool's buffer, whole, to go back at the stream's end.
+	pool   *bodies
+	pooled []byte
 }
 
 // arenaSpan bounds the request body buffer made from Content-Length to
@@ -147,7 +151,13 @@ func (m *inbound) intoBody(data mem.BufferSlice) bool {
 	if m.expect > 0 {
 		// The first chunk: the buffer for the whole body, if in bounds.
 		if m.expect >= chunk && m.expect <= arenaSpan*chunk {
-			buf = make([]byte, 0, m.expect)
+			if b, ok := m.pool.get(m.expect); ok {
+				// The length said, not the class's: what passes it goes
+				// chunk by chunk, as without a buffer.
+				m.pooled, buf = b, b[:0:m.expect]
+			} else {
+				buf = b
+			}
 		}
 		m.expect = 0
 	}

@@ -73,7 +73,8 @@ type Server struct {
 	rpc    *h2grpc.Server
 	health *health
 
-	count counters // streams, messages, bytes and handling time (metrics.go)
+	count  counters // streams, messages, bytes and handling time (metrics.go)
+	bodies bodies   // request body buffers (bodies.go)
 
 	mu      sync.Mutex // polling's start against a stop
 	polled  bool       // the readiness poller started

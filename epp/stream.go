@@ -24,7 +24,7 @@ func (s *Server) open(out *h2grpc.Stream) h2grpc.Handler {
 	return &stream{
 		out: out, proxy: s.proxy, count: &s.count, log: s.cfg.Logger,
 		reqMode: s.cfg.RequestBodyMode, respMode: s.cfg.ResponseBodyMode, noWait: s.cfg.SendBodyWithoutWaiting,
-		maxBody: s.cfg.MaxMessageBytes,
+		maxBody: s.cfg.MaxMessageBytes, in: inbound{pool: &s.bodies},
 	}
 }
 
@@ -115,6 +115,12 @@ func (st *stream) finish(err error) {
 	}
 	st.count.ends[how].Add(1)
 	st.count.handling.Update(st.handling.Seconds())
+	if st.in.pooled != nil {
+		// The lifecycle has ended and the answers are written: nothing
+		// holds the body now.
+		st.in.pool.put(st.in.pooled)
+		st.in.pooled, st.body, st.held = nil, nil, nil
+	}
 }
 
 // stream is one request's state across its ext_proc messages.

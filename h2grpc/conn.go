@@ -43,9 +43,10 @@ type conn struct {
 	free     [][]byte
 
 	// Reader only.
-	lastID   uint32 // the highest stream id the client opened
-	unacked  int    // bytes received since the last connection WINDOW_UPDATE
-	received int64  // bytes the client may still send on the connection
+	inFree   [][]byte // assembly buffers for messages across frames
+	lastID   uint32   // the highest stream id the client opened
+	unacked  int      // bytes received since the last connection WINDOW_UPDATE
+	received int64    // bytes the client may still send on the connection
 }
 
 func newConn(s *Server, nc net.Conn) *conn {

@@ -369,9 +369,9 @@ func (s *Stream) read(p []byte) error {
 			return err
 		}
 		if cap(s.in) < 5+l {
-			grown := make([]byte, len(s.in), 5+l)
-			copy(grown, s.in)
-			s.in = grown
+			grown := s.c.assembly(5 + l)
+			s.c.recycle(s.in)
+			s.in = append(grown, s.in...)
 		}
 		k := min(5+l-len(s.in), len(p))
 		s.in, p = append(s.in, p[:k]...), p[k:]
@@ -379,7 +379,10 @@ func (s *Stream) read(p []byte) error {
 			return nil
 		}
 		s.post(event{kind: evMessage, b: s.in[5:]})
-		s.in = s.in[:0]
+		// The handler had it on loan: the buffer serves the next message
+		// of any stream.
+		s.c.recycle(s.in)
+		s.in = nil
 	}
 	for len(p) >= 5 {
 		l, err := s.messageLength(p)
@@ -393,9 +396,46 @@ func (s *Stream) read(p []byte) error {
 		p = p[5+l:]
 	}
 	if len(p) > 0 {
-		s.in = append(s.in[:0], p...)
+		n := len(p)
+		if len(p) >= 5 {
+			l, _ := s.messageLength(p) // checked above
+			n = 5 + l
+		}
+		s.in = append(s.c.assembly(n), p...)
 	}
 	return nil
+}
+
+// assembly is a buffer for a message of n bytes read across frames:
+// one a message before left, or a new one. It is the reader's alone.
+func (c *conn) assembly(n int) []byte {
+	for i := len(c.inFree) - 1; i >= 0; i-- {
+		if b := c.inFree[i]; cap(b) >= n {
+			c.inFree[i] = c.inFree[len(c.inFree)-1]
+			c.inFree = c.inFree[:len(c.inFree)-1]
+			return b[:0]
+		}
+	}
+	return make([]byte, 0, max(n, 512))
+}
+
+// recycle keeps an assembly buffer for the next message, within bounds:
+// a fresh buffer for every large message was page faults and zeroing.
+func (c *conn) recycle(b []byte) {
+	if cap(b) == 0 || cap(b) > 4<<20 {
+		return
+	}
+	if len(c.inFree) < 8 {
+		c.inFree = append(c.inFree, b)
+		return
+	}
+	// Full: keep the larger.
+	for i, f := range c.inFree {
+		if cap(f) < cap(b) {
+			c.inFree[i] = b
+			return
+		}
+	}
 }
 
 // messageLength reads a message's 5-byte prefix.

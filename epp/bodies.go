@@ -1,0 +1,47 @@
+package epp
+
+import "sync"
+
+// bodies keeps the buffers of large request bodies for the streams to
+// come, by size class (powers of two from 64 KiB to 16 MiB): a new buffer
+// for every large body cost page faults and zeroing on every request. A
+// buffer goes back once its request's lifecycle has ended, which keeps
+// no body past End.
+type bodies struct{ class [9]sync.Pool }
+
+const (
+	bodyClassMin = 64 << 10 // the smallest class
+	bodyPooled   = 32 << 10 // bodies from this size take a pooled buffer
+)
+
+// size is the capacity of class c.
+func bodyClassSize(c int) int { return bodyClassMin << c }
+
+// get is a buffer of length 0 and capacity n or more, and whether it is
+// to go back (put). A nil pool makes new buffers.
+func (b *bodies) get(n int) ([]byte, bool) {
+	if b == nil || n < bodyPooled {
+		return make([]byte, 0, n), false
+	}
+	c := 0
+	for bodyClassSize(c) < n {
+		c++
+	}
+	if c >= len(b.class) {
+		return make([]byte, 0, n), false
+	}
+	if p, _ := b.class[c].Get().(*[]byte); p != nil {
+		return (*p)[:0], true
+	}
+	return make([]byte, 0, bodyClassSize(c)), true
+}
+
+// put keeps buf, which get gave, for another body.
+func (b *bodies) put(buf []byte) {
+	for c := range b.class {
+		if cap(buf) == bodyClassSize(c) {
+			b.class[c].Put(&buf)
+			return
+		}
+	}
+}
