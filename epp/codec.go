@@ -1,90 +1,47 @@
 package epp
 
 import (
-	"fmt"
+	"bytes"
 	"strings"
 	"unicode/utf8"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
 
-// codec is the picker server's gRPC codec (the server's own, not
-// registered for the process): protobuf, as gRPC's default, but without
-// the copies of the bodies the default makes. Every body crosses gRPC
-// twice, in from the gateway and back in the streamed body answers, and
-// the default codec copied each one twice on the way in (the frames
-// into a pooled buffer, then out of it into the message) and once on
-// the way out, into a pooled buffer zeroed to its tier's size (1 MiB for
-// a 64 KiB chunk).
+// The picker's codec: protobuf, as gRPC's, but without the copies of the
+// bodies. Every body crosses the picker twice, in from the gateway and
+// back in the streamed body answers.
 //
-// Here a message received is read once into a buffer of its own, and a
-// body message is decoded by hand with its body aliasing that buffer (no
-// pool: the chunk lives as long as the stream holds it, and the gateway
-// gets it back from the same bytes); a request body chunk goes into the
-// stream's buffer for the whole body when it has one (inbound). Any
-// other message, and a body message with a field this decoder does not
-// know, goes through proto.Unmarshal. A streamed body sent back (a streamedBody) is
-// encoded as its few bytes of framing around the body itself, which
-// gRPC then writes into its frames, the pick's answer with its metadata
-// written by hand (pickAnswer); other messages go through proto.Marshal
-// into a buffer of their own (gRPC's default took a pooled one, zeroed
-// to its tier's size).
-type codec struct{}
+// A message comes on loan from the transport (h2grpc), whole. A request
+// body chunk is copied once, into the stream's buffer for the whole body
+// when it has one (inbound); a response body is decoded where it lies,
+// since nothing keeps it past its handling; anything else is copied into
+// a buffer of its own first, which what is decoded from it may alias. A
+// body or headers message is decoded by hand, any other message, or one
+// with a field this decoder does not know, by proto.Unmarshal.
+//
+// On the way out, a streamed body answer is its few bytes of framing
+// around the chunk itself (streamedBody), and an answer that sets headers
+// (the pick's, the response headers') is written by hand (headersAnswer);
+// other messages go through proto.Marshal.
 
-func (codec) Name() string { return "proto" }
-
-func (codec) Marshal(v any) (mem.BufferSlice, error) {
-	switch m := v.(type) {
-	case *streamedBody:
-		return m.encode(), nil
-	case *pickAnswer:
-		b, err := m.encode()
-		if err != nil {
-			return nil, err
-		}
-		return mem.BufferSlice{mem.SliceBuffer(b)}, nil
-	case proto.Message:
-		b, err := proto.Marshal(m)
-		if err != nil {
-			return nil, err
-		}
-		return mem.BufferSlice{mem.SliceBuffer(b)}, nil
-	}
-	return nil, fmt.Errorf("epp codec: cannot marshal a %T", v)
-}
-
-func (codec) Unmarshal(data mem.BufferSlice, v any) error {
-	m, ok := v.(*inbound)
-	if ok && m.intoBody(data) {
+// decode decodes b, a message the transport lends, into m.
+func (m *inbound) decode(b []byte) error {
+	if m.intoBody(b) {
 		return nil
 	}
-	// A buffer of the message's own: what is decoded from it may alias
-	// it, since gRPC frees data when this returns.
-	b := data.Materialize()
-	var pm proto.Message
-	switch {
-	case ok:
-		if decodeBody(b, &m.req) {
-			return nil
-		}
-		pm = &m.req
-	default:
-		if pm, ok = v.(proto.Message); !ok {
-			return fmt.Errorf("epp codec: cannot unmarshal a %T", v)
-		}
+	if num, _, n := protowire.ConsumeTag(b); n < 0 || num != fReqResponseBody {
+		// What is decoded may outlive the loan: the headers go to the
+		// lifecycle, request chunks are held until the pick.
+		b = bytes.Clone(b)
 	}
-	return proto.Unmarshal(b, pm)
-}
-
-// decode decodes b, a message the transport lends, into m: the body
-// chunk copied where it goes, anything else copied into a buffer of the
-// message's own.
-func (m *inbound) decode(b []byte) error {
-	return codec{}.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, m)
+	if decodeBody(b, &m.req) {
+		return nil
+	}
+	return proto.Unmarshal(b, &m.req)
 }
 
 // inbound is a stream's next message as the codec decodes it. A request
@@ -115,14 +72,13 @@ const arenaSpan = 16
 // intoBody decodes a request body message whose body is its first
 // field into m.body, copying the chunk once out of data; false, m.body
 // unchanged, for any other message or when the chunk does not fit.
-func (m *inbound) intoBody(data mem.BufferSlice) bool {
+func (m *inbound) intoBody(data []byte) bool {
 	m.placed = false
 	if m.body == nil {
 		return false
 	}
-	var hb [24]byte
-	n := data.Len()
-	head := hb[:copyAt(data, 0, hb[:min(n, len(hb))])]
+	n := len(data)
+	head := data[:min(n, 24)]
 	num, typ, k := protowire.ConsumeTag(head)
 	if k < 0 || num != fReqRequestBody || typ != protowire.BytesType {
 		return false
@@ -165,9 +121,10 @@ func (m *inbound) intoBody(data mem.BufferSlice) bool {
 		return false
 	}
 	dst := buf[len(buf) : len(buf)+chunk : len(buf)+chunk]
-	copyAt(data, off, dst)
-	rest := make([]byte, n-off-chunk)
-	copyAt(data, off+chunk, rest)
+	copy(dst, data[off:])
+	// The other fields are varints and metadata, which decoding copies:
+	// they may lie in the loan.
+	rest := data[off+chunk:]
 	split := int(httpEnd) - off - chunk
 	h := decodeHTTPBody(rest[:split])
 	if h == nil || h.Body != nil {
@@ -180,25 +137,6 @@ func (m *inbound) intoBody(data mem.BufferSlice) bool {
 	*m.body = buf[:len(buf)+chunk]
 	m.placed = true
 	return true
-}
-
-// copyAt copies data from offset off into dst, as much as fits; it
-// returns the bytes copied.
-func copyAt(data mem.BufferSlice, off int, dst []byte) int {
-	n := 0
-	for _, b := range data {
-		d := b.ReadOnlyData()
-		if off >= len(d) {
-			off -= len(d)
-			continue
-		}
-		n += copy(dst[n:], d[off:])
-		off = 0
-		if n == len(dst) {
-			break
-		}
-	}
-	return n
 }
 
 // Field numbers of the messages decodeBody and streamedBody handle.
@@ -500,40 +438,146 @@ func decodeHTTPBody(b []byte) *extprocv3.HttpBody {
 // streamedBody is a ProcessingResponse that streams a body chunk back to
 // the gateway (FULL_DUPLEX_STREAMED): request_body or response_body, a
 // CommonResponse whose only field is a BodyMutation's streamed_response.
-// The codec encodes it around the chunk without copying it.
+// It is encoded around the chunk without copying it.
 type streamedBody struct {
 	response bool // the response's body, not the request's
 	body     []byte
 	end      bool
 }
 
-// pickAnswer is a ProcessingResponse carrying the pick, resp, with dest
-// as its dynamic metadata (pickMetadata). The generated marshalling
-// hands a structpb.Struct to protobuf's reflection, and building one
-// takes two maps: the codec writes the metadata's few bytes itself.
-type pickAnswer struct {
-	resp *extprocv3.ProcessingResponse // without dynamic metadata
-	dest string
+// frame is the message's wire form but the chunk: head goes before it,
+// tail after, both in scratch (32 bytes are enough).
+func (s *streamedBody) frame(scratch []byte) (head, tail []byte) {
+	// StreamedBodyResponse: body, then end_of_stream when set.
+	inner := 0
+	if len(s.body) > 0 {
+		inner = protowire.SizeTag(fBodyBody) + protowire.SizeBytes(len(s.body))
+	}
+	if s.end {
+		inner += protowire.SizeTag(fBodyEnd) + 1
+	}
+	mutation := protowire.SizeTag(fMutationStreamed) + protowire.SizeBytes(inner)
+	common := protowire.SizeTag(fCommonBodyMutation) + protowire.SizeBytes(mutation)
+	bodyResp := protowire.SizeTag(fBodyRespResponse) + protowire.SizeBytes(common)
+	field := protowire.Number(fRespRequestBody)
+	if s.response {
+		field = fRespResponseBody
+	}
+	head = protowire.AppendTag(scratch[:0], field, protowire.BytesType)
+	head = protowire.AppendVarint(head, uint64(bodyResp))
+	head = protowire.AppendTag(head, fBodyRespResponse, protowire.BytesType)
+	head = protowire.AppendVarint(head, uint64(common))
+	head = protowire.AppendTag(head, fCommonBodyMutation, protowire.BytesType)
+	head = protowire.AppendVarint(head, uint64(mutation))
+	head = protowire.AppendTag(head, fMutationStreamed, protowire.BytesType)
+	head = protowire.AppendVarint(head, uint64(inner))
+	if len(s.body) > 0 {
+		head = protowire.AppendTag(head, fBodyBody, protowire.BytesType)
+		head = protowire.AppendVarint(head, uint64(len(s.body)))
+	}
+	tail = head[len(head):len(head)]
+	if s.end {
+		tail = protowire.AppendTag(tail, fBodyEnd, protowire.VarintType)
+		tail = protowire.AppendVarint(tail, 1)
+	}
+	return head, tail
 }
 
-// Field numbers of the pick's dynamic metadata.
+// headersAnswer is a ProcessingResponse whose answer, in field of the
+// ProcessingResponse (request_headers, response_headers or request_body:
+// a HeadersResponse and a BodyResponse are the same on the wire, their
+// CommonResponse in field 1), sets headers and removes some, and may
+// clear the route cache; with dest set, the pick goes with it as dynamic
+// metadata ({DestinationNamespace: {DestinationHeader: dest}}). The
+// generated marshalling went through protobuf's reflection and a dozen
+// objects per answer; these are its few bytes written out.
+type headersAnswer struct {
+	field      protowire.Number
+	set        [][2]string // names in lower case, values
+	remove     []string
+	clearRoute bool
+	dest       string
+}
+
+// Field numbers of the answers headersAnswer writes.
 const (
+	fRespRequestHeaders  = 1 // ProcessingResponse.request_headers
+	fRespResponseHeaders = 2 // ProcessingResponse.response_headers
 	fRespDynamicMetadata = 8 // ProcessingResponse.dynamic_metadata
-	fStructFields        = 1 // Struct.fields, a map: entries of key 1, value 2
-	fValueString         = 3 // Value.string_value
-	fValueStruct         = 5 // Value.struct_value
+
+	fCommonHeaderMutation = 2 // CommonResponse.header_mutation
+	fCommonClearRoute     = 5 // CommonResponse.clear_route_cache
+	fMutationSet          = 1 // HeaderMutation.set_headers
+	fMutationRemove       = 2 // HeaderMutation.remove_headers
+	fOptionHeader         = 1 // HeaderValueOption.header
+	fOptionAppendAction   = 3 // HeaderValueOption.append_action
+
+	fStructFields = 1 // Struct.fields, a map: entries of key 1, value 2
+	fValueString  = 3 // Value.string_value
+	fValueStruct  = 5 // Value.struct_value
+
+	overwriteOrAdd = 2 // HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
 )
 
-func (p *pickAnswer) encode() ([]byte, error) {
-	b, err := proto.MarshalOptions{}.MarshalAppend(make([]byte, 0, 256+2*len(p.dest)), p.resp)
-	if err != nil {
-		return nil, err
-	}
-	// A message's fields may come in any order: the metadata follows.
-	return appendPickMetadata(b, p.dest), nil
+// optionSize is the size of a HeaderValueOption setting name to value.
+func optionSize(name, value string) int {
+	hv := protowire.SizeTag(fValueKey) + protowire.SizeBytes(len(name)) + protowire.SizeTag(fValueRaw) + protowire.SizeBytes(len(value))
+	return protowire.SizeTag(fOptionHeader) + protowire.SizeBytes(hv) + protowire.SizeTag(fOptionAppendAction) + 1
 }
 
-// appendPickMetadata appends pickMetadata(dest) as a ProcessingResponse's
+func (a *headersAnswer) appendTo(b []byte) []byte {
+	tb := protowire.BytesType
+	mutation := 0
+	for _, h := range a.set {
+		mutation += protowire.SizeTag(fMutationSet) + protowire.SizeBytes(optionSize(h[0], h[1]))
+	}
+	for _, r := range a.remove {
+		mutation += protowire.SizeTag(fMutationRemove) + protowire.SizeBytes(len(r))
+	}
+	common := 0
+	if len(a.set)+len(a.remove) > 0 {
+		common += protowire.SizeTag(fCommonHeaderMutation) + protowire.SizeBytes(mutation)
+	}
+	if a.clearRoute {
+		common += protowire.SizeTag(fCommonClearRoute) + 1
+	}
+	response := protowire.SizeTag(fBodyRespResponse) + protowire.SizeBytes(common)
+
+	b = protowire.AppendTag(b, a.field, tb)
+	b = protowire.AppendVarint(b, uint64(response))
+	b = protowire.AppendTag(b, fBodyRespResponse, tb)
+	b = protowire.AppendVarint(b, uint64(common))
+	if len(a.set)+len(a.remove) > 0 {
+		b = protowire.AppendTag(b, fCommonHeaderMutation, tb)
+		b = protowire.AppendVarint(b, uint64(mutation))
+		for _, h := range a.set {
+			b = protowire.AppendTag(b, fMutationSet, tb)
+			b = protowire.AppendVarint(b, uint64(optionSize(h[0], h[1])))
+			b = protowire.AppendTag(b, fOptionHeader, tb)
+			b = protowire.AppendVarint(b, uint64(protowire.SizeTag(fValueKey)+protowire.SizeBytes(len(h[0]))+protowire.SizeTag(fValueRaw)+protowire.SizeBytes(len(h[1]))))
+			b = protowire.AppendTag(b, fValueKey, tb)
+			b = protowire.AppendString(b, h[0])
+			b = protowire.AppendTag(b, fValueRaw, tb)
+			b = protowire.AppendString(b, h[1])
+			b = protowire.AppendTag(b, fOptionAppendAction, protowire.VarintType)
+			b = protowire.AppendVarint(b, overwriteOrAdd)
+		}
+		for _, r := range a.remove {
+			b = protowire.AppendTag(b, fMutationRemove, tb)
+			b = protowire.AppendString(b, r)
+		}
+	}
+	if a.clearRoute {
+		b = protowire.AppendTag(b, fCommonClearRoute, protowire.VarintType)
+		b = protowire.AppendVarint(b, 1)
+	}
+	if a.dest != "" {
+		b = appendPickMetadata(b, a.dest)
+	}
+	return b
+}
+
+// appendPickMetadata appends the pick as a ProcessingResponse's
 // dynamic_metadata field: {DestinationNamespace: {DestinationHeader: dest}}.
 func appendPickMetadata(b []byte, dest string) []byte {
 	tb := protowire.BytesType
@@ -562,60 +606,4 @@ func appendPickMetadata(b []byte, dest string) []byte {
 	b = protowire.AppendVarint(b, uint64(value))
 	b = protowire.AppendTag(b, fValueString, tb)
 	return protowire.AppendString(b, dest)
-}
-
-// encode is the message's wire form: the framing of the nested messages,
-// the chunk itself, then end_of_stream.
-func (s *streamedBody) encode() mem.BufferSlice {
-	// StreamedBodyResponse: body, then end_of_stream when set.
-	inner := 0
-	if len(s.body) > 0 {
-		inner = protowire.SizeTag(fBodyBody) + protowire.SizeBytes(len(s.body))
-	}
-	if s.end {
-		inner += protowire.SizeTag(fBodyEnd) + 1
-	}
-	mutation := protowire.SizeTag(fMutationStreamed) + protowire.SizeBytes(inner)
-	common := protowire.SizeTag(fCommonBodyMutation) + protowire.SizeBytes(mutation)
-	bodyResp := protowire.SizeTag(fBodyRespResponse) + protowire.SizeBytes(common)
-	field := protowire.Number(fRespRequestBody)
-	if s.response {
-		field = fRespResponseBody
-	}
-	head := make([]byte, 0, 32)
-	head = protowire.AppendTag(head, field, protowire.BytesType)
-	head = protowire.AppendVarint(head, uint64(bodyResp))
-	head = protowire.AppendTag(head, fBodyRespResponse, protowire.BytesType)
-	head = protowire.AppendVarint(head, uint64(common))
-	head = protowire.AppendTag(head, fCommonBodyMutation, protowire.BytesType)
-	head = protowire.AppendVarint(head, uint64(mutation))
-	head = protowire.AppendTag(head, fMutationStreamed, protowire.BytesType)
-	head = protowire.AppendVarint(head, uint64(inner))
-	if len(s.body) == 0 {
-		if s.end {
-			head = protowire.AppendTag(head, fBodyEnd, protowire.VarintType)
-			head = protowire.AppendVarint(head, 1)
-		}
-		return mem.BufferSlice{mem.SliceBuffer(head)}
-	}
-	head = protowire.AppendTag(head, fBodyBody, protowire.BytesType)
-	head = protowire.AppendVarint(head, uint64(len(s.body)))
-	out := mem.BufferSlice{mem.SliceBuffer(head), mem.SliceBuffer(s.body)}
-	if s.end {
-		tail := head[len(head):len(head)]
-		tail = protowire.AppendTag(tail, fBodyEnd, protowire.VarintType)
-		tail = protowire.AppendVarint(tail, 1)
-		out = append(out, mem.SliceBuffer(tail))
-	}
-	return out
-}
-
-// message is the ProcessingResponse the streamedBody's encoding stands
-// for.
-func (s *streamedBody) message() *extprocv3.ProcessingResponse {
-	c := streamed(s.body, s.end)
-	if s.response {
-		return responseBodyResponse(c)
-	}
-	return requestBodyResponse(c, nil)
 }

@@ -2,28 +2,17 @@ package epp
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 )
-
-// split cuts b into buffers of at most n bytes, as gRPC hands a message
-// read from several frames.
-func split(b []byte, n int) mem.BufferSlice {
-	var out mem.BufferSlice
-	for len(b) > n {
-		out = append(out, mem.SliceBuffer(bytes.Clone(b[:n])))
-		b = b[n:]
-	}
-	return append(out, mem.SliceBuffer(bytes.Clone(b)))
-}
 
 func chunk(n int) []byte {
 	b := make([]byte, n)
@@ -41,15 +30,10 @@ func TestCodecStreamedBody(t *testing.T) {
 		for _, end := range []bool{false, true} {
 			for _, response := range []bool{false, true} {
 				s := &streamedBody{response: response, body: chunk(n), end: end}
-				out, err := codec{}.Marshal(s)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if n > 0 && &out[1].ReadOnlyData()[0] != &s.body[0] {
-					t.Errorf("%d bytes: the chunk was copied, not framed", n)
-				}
+				var scratch [32]byte
+				head, tail := s.frame(scratch[:])
 				got := &extprocv3.ProcessingResponse{}
-				if err := proto.Unmarshal(out.Materialize(), got); err != nil {
+				if err := proto.Unmarshal(slices.Concat(head, s.body, tail), got); err != nil {
 					t.Fatalf("%d bytes, end %v, response %v: %v", n, end, response, err)
 				}
 				if want := s.message(); !proto.Equal(got, want) {
@@ -100,10 +84,11 @@ func TestCodecDecodesBodies(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := &extprocv3.ProcessingRequest{}
-		if err := (codec{}).Unmarshal(split(b, 16384), got); err != nil {
+		m := &inbound{}
+		if err := m.decode(b); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
+		got := &m.req
 		if !proto.Equal(got, want) {
 			t.Errorf("%s: decoded as %v, want %v", name, got, want)
 		}
@@ -124,7 +109,7 @@ func TestCodecDecodesBodies(t *testing.T) {
 	}
 	// A name that is not UTF-8 is refused, as protobuf refuses it.
 	bad := []byte{0x12, 0x08, 0x0a, 0x06, 0x0a, 0x04, 0x0a, 0x02, 0xff, 0xfe}
-	if err := (codec{}).Unmarshal(mem.BufferSlice{mem.SliceBuffer(bad)}, &extprocv3.ProcessingRequest{}); err == nil {
+	if err := (&inbound{}).decode(bad); err == nil {
 		t.Error("a header name that is not UTF-8 was accepted")
 	}
 	// Cut anywhere, the message may be malformed: the hand decoder
@@ -134,28 +119,42 @@ func TestCodecDecodesBodies(t *testing.T) {
 	}
 }
 
-// TestCodecPickAnswer: the pick's answer, its metadata written by hand,
-// decodes as the ProcessingResponse with pickMetadata.
-func TestCodecPickAnswer(t *testing.T) {
+// TestCodecHeadersAnswer: the answers that set headers, written by hand,
+// decode as the ProcessingResponses they stand for: the pick's, with its
+// metadata, in the request headers' answer and the body's; the response
+// headers' with headers added or none; the empty acknowledgements.
+func TestCodecHeadersAnswer(t *testing.T) {
 	for _, dest := range []string{"10.0.0.1:8000", "10.0.0.1:8000,10.0.0.2:8000", strings.Repeat("x", 300)} {
-		for _, r := range []*extprocv3.ProcessingResponse{
-			requestHeadersResponse(pickMutation(dest, [][2]string{{"X-Prefiller-Host-Port", "10.0.0.9:8000"}}), nil),
-			requestBodyResponse(pickMutation(dest, nil), nil),
-		} {
-			out, err := codec{}.Marshal(&pickAnswer{resp: r, dest: dest})
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := &extprocv3.ProcessingResponse{}
-			if err := proto.Unmarshal(out.Materialize(), got); err != nil {
-				t.Fatal(err)
-			}
-			want := proto.Clone(r).(*extprocv3.ProcessingResponse)
-			want.DynamicMetadata = pickMetadata(dest)
-			if !proto.Equal(got, want) {
-				t.Errorf("decodes as %v, want %v", got, want)
+		for _, add := range [][][2]string{nil, {{"X-Prefiller-Host-Port", "10.0.0.9:8000"}}, {{"x-other", "v"}}} {
+			for _, c := range []struct {
+				a    *headersAnswer
+				want *extprocv3.ProcessingResponse
+			}{
+				{pickAnswer(fRespRequestHeaders, dest, add), requestHeadersResponse(pickMutation(dest, add), pickMetadata(dest))},
+				{pickAnswer(fRespRequestBody, dest, add), requestBodyResponse(pickMutation(dest, add), pickMetadata(dest))},
+			} {
+				checkAnswer(t, c.a, c.want)
 			}
 		}
+	}
+	added := [][2]string{{"X-Kvca-Session", strings.Repeat("s", 200)}, {"x-kvca-backend", "b1"}}
+	checkAnswer(t, &headersAnswer{field: fRespResponseHeaders, set: lowerNames(added)},
+		&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{Response: addHeaders(added)}}})
+	checkAnswer(t, &headersAnswer{field: fRespResponseHeaders},
+		&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{}}}})
+	checkAnswer(t, &headersAnswer{field: fRespRequestHeaders}, requestHeadersResponse(nil, nil))
+	checkAnswer(t, &headersAnswer{field: fRespRequestBody}, requestBodyResponse(nil, nil))
+	checkAnswer(t, &headersAnswer{field: fRespResponseBody}, responseBodyResponse(nil))
+}
+
+func checkAnswer(t *testing.T, a *headersAnswer, want *extprocv3.ProcessingResponse) {
+	t.Helper()
+	got := &extprocv3.ProcessingResponse{}
+	if err := proto.Unmarshal(a.appendTo(nil), got); err != nil {
+		t.Fatal(err)
+	}
+	if !proto.Equal(got, want) {
+		t.Errorf("decodes as %v, want %v", got, want)
 	}
 }
 
@@ -171,7 +170,7 @@ func TestCodecBodyBufferRefusesBadLengths(t *testing.T) {
 	} {
 		var body []byte
 		m := &inbound{body: &body, expect: 100}
-		if m.intoBody(mem.BufferSlice{mem.SliceBuffer(msg)}) || m.placed || body != nil {
+		if m.intoBody(msg) || m.placed || body != nil {
 			t.Errorf("%s: put %q into the body buffer", name, body)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/kvca/kvca/h2grpc"
 )
@@ -216,7 +217,7 @@ func (st *stream) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.
 		// Envoy holds the headers until the body's answer, which can
 		// still change them: the pick goes there.
 		st.headersAnswered = true
-		return st.send(requestHeadersResponse(nil, nil))
+		return st.answerHeaders(&headersAnswer{field: fRespRequestHeaders})
 	default:
 		// NONE, or STREAMED with Envoy waiting for this answer before it
 		// sends any body: the headers leave for the upstream with this
@@ -233,7 +234,7 @@ func (st *stream) requestBody(b *extprocv3.HttpBody) error {
 		st.count.bodyIn[bodyRequest].Add(uint64(len(b.GetBody())))
 		// The pick was made on the headers alone (STREAMED, Envoy
 		// waiting): each chunk is acknowledged as it comes.
-		return st.send(requestBodyResponse(nil, nil))
+		return st.answerHeaders(&headersAnswer{field: fRespRequestBody})
 	}
 	end := b.GetEndOfStream()
 	if st.reqMode == ModeBuffered || st.reqMode == ModePartial {
@@ -338,10 +339,10 @@ func (st *stream) answerPick(eps []string, ans *Answer) error {
 		add = rh.RequestHeaders()
 	}
 	if st.headersAnswered {
-		return st.sendPick(requestBodyResponse(pickMutation(dest, add), nil), dest)
+		return st.answerHeaders(pickAnswer(fRespRequestBody, dest, add))
 	}
 	st.headersAnswered = true
-	if err := st.sendPick(requestHeadersResponse(pickMutation(dest, add), nil), dest); err != nil {
+	if err := st.answerHeaders(pickAnswer(fRespRequestHeaders, dest, add)); err != nil {
 		return err
 	}
 	return st.release()
@@ -398,7 +399,7 @@ func (st *stream) release() error {
 	for i, c := range held {
 		last := i == len(held)-1
 		if st.reqMode != ModeFullDuplex {
-			if err := st.send(requestBodyResponse(nil, nil)); err != nil {
+			if err := st.answerHeaders(&headersAnswer{field: fRespRequestBody}); err != nil {
 				return err
 			}
 			continue
@@ -425,7 +426,7 @@ func (st *stream) answer(a *Answer) error {
 }
 
 func (st *stream) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) error {
-	resp := &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{}}
+	a := headersAnswer{field: fRespResponseHeaders}
 	if st.x != nil && st.picked && !st.ended {
 		hs := headersOf(h.GetHeaders())
 		code, _ := strconv.Atoi(hs.get(":status"))
@@ -434,9 +435,9 @@ func (st *stream) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv3
 			served = hs.get(ServedKey)
 		}
 		st.respSeen = true
-		resp.Response = addHeaders(st.x.Response(code, served, hs))
+		a.set = lowerNames(st.x.Response(code, served, hs))
 	}
-	if err := st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: resp}}); err != nil {
+	if err := st.answerHeaders(&a); err != nil {
 		return err
 	}
 	if h.GetEndOfStream() {
@@ -459,7 +460,7 @@ func (st *stream) responseBody(b *extprocv3.HttpBody) error {
 		}); err != nil {
 			return err
 		}
-	} else if err := st.send(responseBodyResponse(nil)); err != nil {
+	} else if err := st.answerHeaders(&headersAnswer{field: fRespResponseBody}); err != nil {
 		return err
 	}
 	if end {
@@ -521,26 +522,20 @@ func (st *stream) send(r *extprocv3.ProcessingResponse) error {
 	return st.write(r)
 }
 
-// write sends v as the codec encodes it: a body chunk is framed, not
-// copied, until the transport writes it.
-func (st *stream) write(v any) error {
-	bs, err := codec{}.Marshal(v)
+func (st *stream) write(m proto.Message) error {
+	b, err := proto.Marshal(m)
 	if err != nil {
 		return status.Error(codes.Internal, "endpoint picker: "+err.Error())
 	}
-	var parts [4][]byte
-	p := parts[:0]
-	for _, b := range bs {
-		p = append(p, b.ReadOnlyData())
-	}
-	return st.out.Send(p...)
+	return st.out.Send(b)
 }
 
-// sendPick sends r, the pick's answer, with the pick as its dynamic
-// metadata (pickMetadata), which the codec writes by hand (pickAnswer).
-func (st *stream) sendPick(r *extprocv3.ProcessingResponse, dest string) error {
-	st.count.sent[sentKind(r)].Add(1)
-	return st.write(&pickAnswer{resp: r, dest: dest})
+// answerHeaders sends an answer that sets headers, or says nothing,
+// written by hand (codec.go).
+func (st *stream) answerHeaders(a *headersAnswer) error {
+	st.count.sent[sentOfField(a.field)].Add(1)
+	var buf [512]byte
+	return st.out.Send(a.appendTo(buf[:0]))
 }
 
 // sendBody streams a body chunk back to the gateway (FULL_DUPLEX_STREAMED),
@@ -552,5 +547,8 @@ func (st *stream) sendBody(body int, chunk []byte, end bool) error {
 	}
 	st.count.sent[kind].Add(1)
 	st.count.bodyOut[body].Add(uint64(len(chunk)))
-	return st.write(&streamedBody{response: body == bodyResponse, body: chunk, end: end})
+	sb := streamedBody{response: body == bodyResponse, body: chunk, end: end}
+	var scratch [32]byte
+	head, tail := sb.frame(scratch[:])
+	return st.out.Send(head, chunk, tail)
 }

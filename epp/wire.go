@@ -6,87 +6,64 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
-	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
-// pickMutation is the pick as a header mutation: the destination header
-// overwrites any the client sent (a client must not choose its own
-// endpoint), and the route is recomputed since routes may match on it.
+// pickAnswer is the pick as the answer in field (the request headers'
+// or, BUFFERED, the body's). The destination header overwrites any the
+// client sent (a client must not choose its own endpoint), and the route
+// is recomputed since routes may match on it; the pick goes as dynamic
+// metadata too, the same value: the protocol forbids the two to differ.
 // add are the pick's other request headers (the prefill worker of a
 // disaggregated request); a client's own PrefillerHeader is removed when
 // the pick names none, since a client must not choose its prefill worker
 // either.
-func pickMutation(dest string, add [][2]string) *extprocv3.CommonResponse {
-	set := []*corev3.HeaderValueOption{{
-		Header:       &corev3.HeaderValue{Key: DestinationHeader, RawValue: []byte(dest)},
-		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
-	}}
+func pickAnswer(field protowire.Number, dest string, add [][2]string) *headersAnswer {
+	a := &headersAnswer{field: field, clearRoute: true, dest: dest,
+		set: append(make([][2]string, 0, 1+len(add)), [2]string{DestinationHeader, dest})}
 	prefiller := false
-	for _, h := range add {
-		k := strings.ToLower(h[0])
-		prefiller = prefiller || k == PrefillerHeader
-		set = append(set, &corev3.HeaderValueOption{
-			Header:       &corev3.HeaderValue{Key: k, RawValue: []byte(h[1])},
-			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
-		})
+	for _, h := range lowerNames(add) {
+		prefiller = prefiller || h[0] == PrefillerHeader
+		a.set = append(a.set, h)
 	}
-	m := &extprocv3.HeaderMutation{SetHeaders: set}
 	if !prefiller {
-		m.RemoveHeaders = []string{PrefillerHeader}
+		a.remove = []string{PrefillerHeader}
 	}
-	return &extprocv3.CommonResponse{ClearRouteCache: true, HeaderMutation: m}
+	return a
 }
 
-// pickMetadata is the pick as dynamic metadata, the same value as the
-// header: the protocol forbids the two to differ. The codec writes its
-// bytes itself (appendPickMetadata); this is the message they encode.
-func pickMetadata(dest string) *structpb.Struct {
-	return &structpb.Struct{Fields: map[string]*structpb.Value{
-		DestinationNamespace: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
-			DestinationHeader: structpb.NewStringValue(dest),
-		}}),
-	}}
+// lowerNames is hs with its names in lower case, as HTTP/2 and Envoy's
+// header maps have them; hs itself when they are already.
+func lowerNames(hs [][2]string) [][2]string {
+	for i, h := range hs {
+		if strings.ToLower(h[0]) != h[0] {
+			out := append([][2]string(nil), hs...)
+			for j := i; j < len(out); j++ {
+				out[j][0] = strings.ToLower(out[j][0])
+			}
+			return out
+		}
+	}
+	return hs
+}
+
+// sentOfField is the kind of answer, for kvca_picker_messages_sent_total,
+// in a ProcessingResponse's field.
+func sentOfField(f protowire.Number) int {
+	switch f {
+	case fRespRequestHeaders:
+		return sentRequestHeaders
+	case fRespResponseHeaders:
+		return sentResponseHeaders
+	case fRespRequestBody:
+		return sentRequestBody
+	case fRespResponseBody:
+		return sentResponseBody
+	}
+	return sentImmediate
 }
 
 func joinPick(eps []string) string { return strings.Join(eps, ",") }
-
-func requestHeadersResponse(c *extprocv3.CommonResponse, md *structpb.Struct) *extprocv3.ProcessingResponse {
-	if c == nil {
-		c = &extprocv3.CommonResponse{}
-	}
-	return &extprocv3.ProcessingResponse{
-		Response:        &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{Response: c}},
-		DynamicMetadata: md,
-	}
-}
-
-func requestBodyResponse(c *extprocv3.CommonResponse, md *structpb.Struct) *extprocv3.ProcessingResponse {
-	if c == nil {
-		c = &extprocv3.CommonResponse{}
-	}
-	return &extprocv3.ProcessingResponse{
-		Response:        &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{Response: c}},
-		DynamicMetadata: md,
-	}
-}
-
-func responseBodyResponse(c *extprocv3.CommonResponse) *extprocv3.ProcessingResponse {
-	if c == nil {
-		c = &extprocv3.CommonResponse{}
-	}
-	return &extprocv3.ProcessingResponse{
-		Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{Response: c}},
-	}
-}
-
-// streamed is a chunk given back to Envoy in FULL_DUPLEX_STREAMED mode,
-// where Envoy forwards only what the processor returns: the message a
-// streamedBody encodes (codec.go).
-func streamed(chunk []byte, end bool) *extprocv3.CommonResponse {
-	return &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{
-		Mutation: &extprocv3.BodyMutation_StreamedResponse{StreamedResponse: &extprocv3.StreamedBodyResponse{Body: chunk, EndOfStream: end}},
-	}}
-}
 
 // splitChunk calls f with chunk in pieces of at most chunkLimit bytes
 // (sub-slices of chunk), end set on the last piece only; an empty chunk
