@@ -2,10 +2,8 @@ package epp
 
 import (
 	"bytes"
-	"strings"
 	"unicode/utf8"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -30,18 +28,62 @@ import (
 
 // decode decodes b, a message the transport lends, into m.
 func (m *inbound) decode(b []byte) error {
+	m.byHand = false
 	if m.intoBody(b) {
 		return nil
 	}
-	if num, _, n := protowire.ConsumeTag(b); n < 0 || num != fReqResponseBody {
-		// What is decoded may outlive the loan: the headers go to the
-		// lifecycle, request chunks are held until the pick.
+	if num, _, n := protowire.ConsumeTag(b); n < 0 || num == fReqRequestBody {
+		// A request chunk is held until the pick: it must outlive the
+		// loan. The headers and metadata decoded by hand are copies,
+		// protobuf's decoding copies, and a response chunk is done with
+		// before the loan ends.
 		b = bytes.Clone(b)
 	}
-	if decodeBody(b, &m.req) {
+	if m.byHand = decodeFields(b, &m.req, nil, &m.hand); m.byHand {
 		return nil
 	}
 	return proto.Unmarshal(b, &m.req)
+}
+
+// handFields are what the hand decoder reads into a stream's own types
+// rather than protobuf's: a headers message's fields, the subset hint
+// and the endpoint served from its metadata.
+type handFields struct {
+	headers   envoyHeaders
+	subset    []string
+	hasSubset bool
+	served    string
+}
+
+// headers are a headers message's fields.
+func (m *inbound) headers() envoyHeaders {
+	if m.byHand {
+		return m.hand.headers
+	}
+	var h *extprocv3.HttpHeaders
+	if r := m.req.GetRequestHeaders(); r != nil {
+		h = r
+	} else {
+		h = m.req.GetResponseHeaders()
+	}
+	return headersOf(h.GetHeaders())
+}
+
+// subsetHint is the message's subset hint (metadata.go).
+func (m *inbound) subsetHint() ([]string, bool) {
+	if m.byHand {
+		return m.hand.subset, m.hand.hasSubset
+	}
+	return subsetHint(m.req.GetMetadataContext())
+}
+
+// served is the endpoint that served the response, from the message's
+// metadata ("" none).
+func (m *inbound) served() string {
+	if m.byHand {
+		return m.hand.served
+	}
+	return servedEndpoint(m.req.GetMetadataContext())
 }
 
 // inbound is a stream's next message as the codec decodes it. A request
@@ -56,6 +98,10 @@ type inbound struct {
 	body   *[]byte
 	expect int
 	placed bool // this message's chunk went into body
+	// byHand: the message was decoded by hand, its headers and metadata
+	// into hand, not into req.
+	byHand bool
+	hand   handFields
 	// pool gives the buffer for the whole body (nil: a new one); pooled
 	// is the pool's buffer, whole, to go back at the stream's end.
 	pool   *bodies
@@ -131,7 +177,7 @@ func (m *inbound) intoBody(data []byte) bool {
 		return false
 	}
 	h.Body = dst
-	if !decodeFields(rest[split:], &m.req, h) {
+	if m.byHand = decodeFields(rest[split:], &m.req, h, &m.hand); !m.byHand {
 		return false
 	}
 	*m.body = buf[:len(buf)+chunk]
@@ -209,21 +255,19 @@ func nextField(b *[]byte) (field, bool) {
 	return f, true
 }
 
-// decodeBody decodes b into m when it is a body or headers message with
-// no field but the body's or the headers', metadata_context,
-// observability_mode and protocol_config, a body aliasing b; it reports
-// false, m untouched, for anything else (proto.Unmarshal's then).
-func decodeBody(b []byte, m *extprocv3.ProcessingRequest) bool {
-	return decodeFields(b, m, nil)
-}
-
-// decodeFields is decodeBody, or with given set the fields of a request
+// decodeFields decodes b into m and hand when it is a body or headers
+// message with no field but the body's or the headers', metadata_context,
+// observability_mode and protocol_config: a body aliasing b, the headers'
+// fields and the metadata's subset hint and endpoint served into hand,
+// copied; it reports false, m and hand untouched, for anything else
+// (proto.Unmarshal's then). With given set, b is the fields of a request
 // body message other than its body, which is given.
-func decodeFields(b []byte, m *extprocv3.ProcessingRequest, given *extprocv3.HttpBody) bool {
+func decodeFields(b []byte, m *extprocv3.ProcessingRequest, given *extprocv3.HttpBody, hand *handFields) bool {
 	var (
 		body      = given
 		kind      = protowire.Number(fReqRequestBody)
 		headers   *extprocv3.HttpHeaders
+		fields    envoyHeaders
 		observe   bool
 		pc, mdRaw []byte
 	)
@@ -247,7 +291,7 @@ func decodeFields(b []byte, m *extprocv3.ProcessingRequest, given *extprocv3.Htt
 			}
 			kind = num
 		case (num == fReqRequestHeaders || num == fReqResponseHeaders) && body == nil && headers == nil:
-			if headers = decodeHTTPHeaders(v); headers == nil {
+			if headers, fields = decodeHTTPHeaders(v); headers == nil {
 				return false
 			}
 			kind = num
@@ -268,15 +312,13 @@ func decodeFields(b []byte, m *extprocv3.ProcessingRequest, given *extprocv3.Htt
 			return false
 		}
 	}
-	var md *corev3.Metadata
-	if mdRaw != nil {
-		md = &corev3.Metadata{}
-		if proto.Unmarshal(mdRaw, md) != nil {
-			return false
-		}
+	var md metadataFields
+	if mdRaw != nil && !md.read(mdRaw) {
+		return false
 	}
 	m.Reset()
-	m.ObservabilityMode, m.ProtocolConfig, m.MetadataContext = observe, cfg, md
+	m.ObservabilityMode, m.ProtocolConfig = observe, cfg
+	*hand = handFields{headers: fields, subset: md.subset, hasSubset: md.hasSubset, served: md.served}
 	switch kind {
 	case fReqRequestBody:
 		m.Request = &extprocv3.ProcessingRequest_RequestBody{RequestBody: body}
@@ -314,58 +356,63 @@ func decodeProtocolConfig(b []byte) *extprocv3.ProtocolConfiguration {
 	return pc
 }
 
-// decodeHTTPHeaders decodes an HttpHeaders, raw values aliasing b, the
-// names in one string; nil when b holds a field it does not know (the
-// attributes), a name or value that is not UTF-8 (protobuf refuses
-// those), or is malformed.
-func decodeHTTPHeaders(b []byte) *extprocv3.HttpHeaders {
+// decodeHTTPHeaders decodes an HttpHeaders: its end of stream, and its
+// header map as fields, names and values copied into one buffer (the
+// lifecycle may keep them past the message); nil when b holds a field it
+// does not know (the attributes), a name or value that is not UTF-8
+// (protobuf refuses those), or is malformed.
+func decodeHTTPHeaders(b []byte) (*extprocv3.HttpHeaders, envoyHeaders) {
 	h := &extprocv3.HttpHeaders{}
+	var fields envoyHeaders
+	seen := false
 	for len(b) > 0 {
 		f, ok := nextField(&b)
 		switch {
 		case !ok:
-			return nil
-		case f.num == fHeadersHeaders && f.typ == protowire.BytesType && h.Headers == nil:
-			if h.Headers = decodeHeaderMap(f.v); h.Headers == nil {
-				return nil
+			return nil, nil
+		case f.num == fHeadersHeaders && f.typ == protowire.BytesType && !seen:
+			seen = true
+			if fields, ok = decodeHeaderMap(f.v); !ok {
+				return nil, nil
 			}
 		case f.num == fHeadersEnd && f.typ == protowire.VarintType:
 			h.EndOfStream = f.u != 0
 		default:
-			return nil
+			return nil, nil
 		}
 	}
-	return h
+	return h, fields
 }
 
-// decodeHeaderMap decodes a HeaderMap: its header values in one
-// allocation, their names in one string, raw values aliasing b.
-func decodeHeaderMap(b []byte) *corev3.HeaderMap {
+// decodeHeaderMap decodes a HeaderMap into fields, as headersOf reads
+// one: a value in raw_value, else in value; names and values in one
+// allocation.
+func decodeHeaderMap(b []byte) (envoyHeaders, bool) {
 	count, size := 0, 0
-	ok := eachHeader(b, func(key, _, _ []byte) {
+	ok := eachHeader(b, func(key, value, raw []byte) {
 		count++
-		size += len(key)
+		size += len(key) + len(headerValue(value, raw))
 	})
-	if !ok {
-		return nil
+	if !ok || count == 0 {
+		return nil, ok
 	}
-	var all strings.Builder
-	all.Grow(size)
-	eachHeader(b, func(key, _, _ []byte) { all.Write(key) })
-	names := all.String()
-	vals := make([]corev3.HeaderValue, count)
-	out := &corev3.HeaderMap{Headers: make([]*corev3.HeaderValue, count)}
-	i := 0
+	buf := make([]byte, 0, size)
+	out := make(envoyHeaders, 0, count)
 	eachHeader(b, func(key, value, raw []byte) {
-		vals[i].Key, names = names[:len(key)], names[len(key):]
-		if len(value) > 0 {
-			vals[i].Value = string(value)
-		}
-		vals[i].RawValue = raw
-		out.Headers[i] = &vals[i]
-		i++
+		at := len(buf)
+		buf = append(buf, key...)
+		mid := len(buf)
+		buf = append(buf, headerValue(value, raw)...)
+		out = append(out, headerField{name: buf[at:mid:mid], value: buf[mid:len(buf):len(buf)]})
 	})
-	return out
+	return out, true
+}
+
+func headerValue(value, raw []byte) []byte {
+	if len(raw) > 0 {
+		return raw
+	}
+	return value
 }
 
 // eachHeader calls f with the fields of each HeaderValue of a HeaderMap

@@ -11,8 +11,13 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 )
+
+func lbMetadataOf(ns, key string, v *structpb.Value) *corev3.Metadata {
+	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{ns: {Fields: map[string]*structpb.Value{key: v}}}}
+}
 
 func chunk(n int) []byte {
 	b := make([]byte, n)
@@ -78,6 +83,28 @@ func TestCodecDecodesBodies(t *testing.T) {
 		"header attributes": {Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
 			Attributes: map[string]*structpb.Struct{"a": {}}}}},
 		"trailers": {Request: &extprocv3.ProcessingRequest_RequestTrailers{RequestTrailers: &extprocv3.HttpTrailers{}}},
+		"subset as a string": {
+			MetadataContext: lbMetadataOf(SubsetNamespace, SubsetKey, structpb.NewStringValue("10.0.0.1:8000, 10.0.0.2:8000")),
+			Request:         &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{}}},
+		"subset as a list": {
+			MetadataContext: lbMetadataOf(SubsetNamespace, SubsetKey, structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{
+				structpb.NewStringValue("10.0.0.1:8000"), structpb.NewNumberValue(3), structpb.NewStringValue("10.0.0.3")}})),
+			Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{}}},
+		"empty subset": {
+			MetadataContext: lbMetadataOf(SubsetNamespace, SubsetKey, structpb.NewListValue(&structpb.ListValue{})),
+			Request:         &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{}}},
+		"served and more": {
+			MetadataContext: &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
+				DestinationNamespace: {Fields: map[string]*structpb.Value{ServedKey: structpb.NewStringValue("10.0.0.2:8000"),
+					"nested": structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{"b": structpb.NewBoolValue(true), "n": structpb.NewNullValue()}})}},
+				"other": {Fields: map[string]*structpb.Value{SubsetKey: structpb.NewStringValue("not this")}}}},
+			Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{}}},
+		"served not a string": {
+			MetadataContext: lbMetadataOf(DestinationNamespace, ServedKey, structpb.NewNumberValue(1)),
+			Request:         &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{}}},
+		"typed metadata": {
+			MetadataContext: &corev3.Metadata{TypedFilterMetadata: map[string]*anypb.Any{"a": {TypeUrl: "x"}}},
+			Request:         &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{}}},
 	}
 	for name, want := range msgs {
 		b, err := proto.Marshal(want)
@@ -88,19 +115,16 @@ func TestCodecDecodesBodies(t *testing.T) {
 		if err := m.decode(b); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		got := &m.req
-		if !proto.Equal(got, want) {
-			t.Errorf("%s: decoded as %v, want %v", name, got, want)
-		}
-		fast := decodeBody(b, &extprocv3.ProcessingRequest{})
-		wantFast := want.GetAttributes() == nil && want.GetRequestHeaders().GetAttributes() == nil && want.GetRequestTrailers() == nil
-		if fast != wantFast {
-			t.Errorf("%s: decoded by hand %v, want %v", name, fast, wantFast)
+		checkAsProtobuf(t, name, m, b)
+		wantFast := want.GetAttributes() == nil && want.GetRequestHeaders().GetAttributes() == nil && want.GetRequestTrailers() == nil &&
+			!strings.HasPrefix(name, "typed")
+		if m.byHand != wantFast {
+			t.Errorf("%s: decoded by hand %v, want %v", name, m.byHand, wantFast)
 		}
 	}
 	b, _ := proto.Marshal(msgs["request body"])
 	m := &extprocv3.ProcessingRequest{}
-	if !decodeBody(b, m) {
+	if !decodeFields(b, m, nil, &handFields{}) {
 		t.Fatal("a request body message was not decoded by hand")
 	}
 	body := m.GetRequestBody().GetBody()
@@ -115,7 +139,52 @@ func TestCodecDecodesBodies(t *testing.T) {
 	// Cut anywhere, the message may be malformed: the hand decoder
 	// declines it or decodes what is there, and never panics.
 	for i := range 40 {
-		decodeBody(b[:i], &extprocv3.ProcessingRequest{})
+		decodeFields(b[:i], &extprocv3.ProcessingRequest{}, nil, &handFields{})
+	}
+}
+
+// checkAsProtobuf checks m, b decoded, against protobuf's decoding of b:
+// the same message, and the same headers, subset hint and endpoint served
+// as the picker reads them from protobuf's types. A message decoded by
+// hand holds its headers and metadata in m.hand, not in m.req.
+func checkAsProtobuf(t *testing.T, name string, m *inbound, b []byte) {
+	t.Helper()
+	want := &extprocv3.ProcessingRequest{}
+	if err := proto.Unmarshal(b, want); err != nil {
+		t.Fatalf("%s: decoded, refused by protobuf: %v", name, err)
+	}
+	ref := &inbound{}
+	if err := proto.Unmarshal(b, &ref.req); err != nil {
+		t.Fatal(err)
+	}
+	if got, wantHs := m.headers(), ref.headers(); len(got) != len(wantHs) {
+		t.Fatalf("%s: %d headers, want %d", name, len(got), len(wantHs))
+	} else {
+		for i := range got {
+			if !bytes.Equal(got[i].name, wantHs[i].name) || !bytes.Equal(got[i].value, wantHs[i].value) {
+				t.Errorf("%s: header %d is %q: %q, want %q: %q", name, i, got[i].name, got[i].value, wantHs[i].name, wantHs[i].value)
+			}
+		}
+	}
+	gotSub, gotHas := m.subsetHint()
+	wantSub, wantHas := ref.subsetHint()
+	if gotHas != wantHas || !slices.Equal(gotSub, wantSub) {
+		t.Errorf("%s: subset hint %q %v, want %q %v", name, gotSub, gotHas, wantSub, wantHas)
+	}
+	if got, w := m.served(), ref.served(); got != w {
+		t.Errorf("%s: served %q, want %q", name, got, w)
+	}
+	if m.byHand {
+		want.MetadataContext = nil
+		if h := want.GetRequestHeaders(); h != nil {
+			h.Headers = nil
+		}
+		if h := want.GetResponseHeaders(); h != nil {
+			h.Headers = nil
+		}
+	}
+	if !proto.Equal(&m.req, want) {
+		t.Errorf("%s: decoded as %v, want %v", name, &m.req, want)
 	}
 }
 
@@ -189,6 +258,12 @@ func FuzzDecodeBody(f *testing.F) {
 			Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":path", RawValue: []byte("/x")}, {Key: "a", Value: "b"}}}}}},
 		{MetadataContext: &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{"a": {}}},
 			Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{}}},
+		{MetadataContext: lbMetadataOf(SubsetNamespace, SubsetKey, structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{
+			structpb.NewStringValue("10.0.0.1:8000"), structpb.NewStringValue("10.0.0.2:8000,10.0.0.3:8000")}})),
+			Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+				Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":path", RawValue: []byte("/x")}}}}}},
+		{MetadataContext: lbMetadataOf(DestinationNamespace, ServedKey, structpb.NewStringValue("10.0.0.1:8000")),
+			Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{EndOfStream: true}}},
 	} {
 		b, err := proto.Marshal(m)
 		if err != nil {
@@ -197,16 +272,10 @@ func FuzzDecodeBody(f *testing.F) {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		got := &extprocv3.ProcessingRequest{}
-		if !decodeBody(b, got) {
+		m := &inbound{}
+		if m.byHand = decodeFields(b, &m.req, nil, &m.hand); !m.byHand {
 			return
 		}
-		want := &extprocv3.ProcessingRequest{}
-		if err := proto.Unmarshal(b, want); err != nil {
-			t.Fatalf("decoded by hand, refused by protobuf: %v", err)
-		}
-		if !proto.Equal(got, want) {
-			t.Fatalf("decoded by hand as %v, protobuf decodes %v", got, want)
-		}
+		checkAsProtobuf(t, "fuzzed", m, b)
 	})
 }

@@ -164,6 +164,11 @@ type stream struct {
 	cancelled       bool     // End was called cancelled
 	answered        bool     // the picker answered the request itself
 	finished        bool     // the stream's end was counted
+
+	// scratch holds an answer being written: the transport copies it
+	// before Send returns, and a buffer on the stack escaped to the heap
+	// through the transport's writer on every answer.
+	scratch [512]byte
 }
 
 // defers: the headers' answer waits for the body, which Envoy sends
@@ -200,8 +205,8 @@ func (st *stream) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.
 	if st.x != nil {
 		return status.Error(codes.InvalidArgument, "request headers twice on one stream")
 	}
-	st.subset, st.hasSubset = subsetHint(req.GetMetadataContext())
-	hs := headersOf(h.GetHeaders())
+	st.subset, st.hasSubset = st.in.subsetHint()
+	hs := st.in.headers()
 	st.x = st.proxy.Begin(hs)
 	switch {
 	case h.GetEndOfStream():
@@ -428,9 +433,9 @@ func (st *stream) answer(a *Answer) error {
 func (st *stream) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) error {
 	a := headersAnswer{field: fRespResponseHeaders}
 	if st.x != nil && st.picked && !st.ended {
-		hs := headersOf(h.GetHeaders())
+		hs := st.in.headers()
 		code, _ := strconv.Atoi(hs.get(":status"))
-		served := servedEndpoint(req.GetMetadataContext())
+		served := st.in.served()
 		if served == "" {
 			served = hs.get(ServedKey)
 		}
@@ -534,8 +539,7 @@ func (st *stream) write(m proto.Message) error {
 // written by hand (codec.go).
 func (st *stream) answerHeaders(a *headersAnswer) error {
 	st.count.sent[sentOfField(a.field)].Add(1)
-	var buf [512]byte
-	return st.out.Send(a.appendTo(buf[:0]))
+	return st.out.Send(a.appendTo(st.scratch[:0]))
 }
 
 // sendBody streams a body chunk back to the gateway (FULL_DUPLEX_STREAMED),
@@ -548,7 +552,6 @@ func (st *stream) sendBody(body int, chunk []byte, end bool) error {
 	st.count.sent[kind].Add(1)
 	st.count.bodyOut[body].Add(uint64(len(chunk)))
 	sb := streamedBody{response: body == bodyResponse, body: chunk, end: end}
-	var scratch [32]byte
-	head, tail := sb.frame(scratch[:])
+	head, tail := sb.frame(st.scratch[:])
 	return st.out.Send(head, chunk, tail)
 }

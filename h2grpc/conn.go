@@ -41,6 +41,8 @@ type conn struct {
 	away     bool  // GOAWAY sent: no new stream
 	dead     bool  // a write failed or the connection closed
 	free     [][]byte
+	hdr      [9]byte // a DATA frame's header being written
+	prefix   [5]byte // a message's prefix being written
 
 	// Reader only.
 	inFree   [][]byte // assembly buffers for messages across frames
@@ -58,6 +60,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	c.fr.MaxHeaderListSize = uint32(s.cfg.MaxHeaderListBytes)
 	c.fr.SetMaxReadFrameSize(maxReadFrame)
+	c.fr.SetReuseFrames() // a frame is handled before the next is read
 	c.henc = hpack.NewEncoder(&c.hbuf)
 	return c
 }
@@ -502,20 +505,28 @@ func (c *conn) keepLocked(b []byte) {
 func (c *conn) writeDataLocked(id uint32, p []byte, end bool) {
 	for {
 		n := min(len(p), c.maxFrame)
-		var h [9]byte
-		h[0], h[1], h[2] = byte(n>>16), byte(n>>8), byte(n)
-		h[3] = byte(http2.FrameData)
-		if end && n == len(p) {
-			h[4] = byte(http2.FlagDataEndStream)
-		}
-		binary.BigEndian.PutUint32(h[5:], id)
-		c.bw.Write(h[:])
+		c.writeDataHeaderLocked(id, n, end && n == len(p))
 		c.bw.Write(p[:n])
 		p = p[n:]
 		if len(p) == 0 {
 			return
 		}
 	}
+}
+
+// writeDataHeaderLocked writes the header of a DATA frame of n bytes.
+// Its bytes are the connection's: a local array would escape through the
+// writer to the heap on every frame.
+func (c *conn) writeDataHeaderLocked(id uint32, n int, end bool) {
+	h := &c.hdr
+	h[0], h[1], h[2] = byte(n>>16), byte(n>>8), byte(n)
+	h[3] = byte(http2.FrameData)
+	h[4] = 0
+	if end {
+		h[4] = byte(http2.FlagDataEndStream)
+	}
+	binary.BigEndian.PutUint32(h[5:], id)
+	c.bw.Write(h[:])
 }
 
 // writeHeadersLocked writes a header block of kv (name, value, …).

@@ -235,7 +235,8 @@ func (s *Stream) Send(parts ...[]byte) error {
 	if s.gone || s.finished || s.trailers || c.dead {
 		return errGone
 	}
-	var prefix [5]byte
+	prefix := c.prefix[:]
+	prefix[0] = 0
 	binary.BigEndian.PutUint32(prefix[1:], uint32(n))
 	size := int64(len(prefix) + n)
 	if !s.headersSent {
@@ -244,11 +245,11 @@ func (s *Stream) Send(parts ...[]byte) error {
 	}
 	if s.sent == len(s.pending) && s.sendWin >= size && c.sendWin >= size {
 		// The common case: all of it now, framed around the parts.
-		c.writeMessageLocked(s.id, prefix[:], parts)
+		c.writeMessageLocked(s.id, prefix, parts)
 		s.sendWin -= size
 		c.sendWin -= size
 	} else {
-		s.pending = append(s.pending, prefix[:]...)
+		s.pending = append(s.pending, prefix...)
 		for _, p := range parts {
 			s.pending = append(s.pending, p...)
 		}
@@ -469,11 +470,7 @@ func (c *conn) writeMessageLocked(id uint32, prefix []byte, parts [][]byte) {
 	next := 0
 	for left > 0 {
 		n := min(left, c.maxFrame)
-		var h [9]byte
-		h[0], h[1], h[2] = byte(n>>16), byte(n>>8), byte(n)
-		h[3] = byte(http2.FrameData)
-		binary.BigEndian.PutUint32(h[5:], id)
-		c.bw.Write(h[:])
+		c.writeDataHeaderLocked(id, n, false)
 		left -= n
 		for n > 0 {
 			for len(cur) == 0 {
