@@ -43,6 +43,7 @@ type conn struct {
 	free     [][]byte
 	hdr      [9]byte // a DATA frame's header being written
 	prefix   [5]byte // a message's prefix being written
+	trailer  [8]string
 
 	// Reader only.
 	inFree   [][]byte // assembly buffers for messages across frames
@@ -317,7 +318,10 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) error {
 	if id <= c.lastID {
 		st, halfClosed := c.stream(id)
 		if st == nil {
-			// Trailers of a stream that ended: nothing to tell anyone.
+			// A stream closed, ended or never opened below one that was
+			// (RFC 9113 §5.1.1): trailers crossing its end, or a client
+			// out of order; either way not a stream to serve.
+			c.refuse(id, http2.ErrCodeStreamClosed)
 			return nil
 		}
 		if !f.StreamEnded() || halfClosed {

@@ -506,15 +506,17 @@ func (c *conn) pumpLocked(s *Stream) {
 	if !s.trailers {
 		return
 	}
-	msg := encodeGrpcMessage(s.msg)
-	code := strconv.Itoa(int(s.code))
-	if s.headersSent {
-		c.writeHeadersLocked(s.id, true, "grpc-status", code, "grpc-message", msg)
-	} else {
+	kv := c.trailer[:0]
+	if !s.headersSent {
 		// Trailers-only: the status is the whole answer.
-		c.writeHeadersLocked(s.id, true, ":status", "200", "content-type", "application/grpc", "grpc-status", code, "grpc-message", msg)
+		kv = append(kv, ":status", "200", "content-type", "application/grpc")
 		s.headersSent = true
 	}
+	kv = append(kv, "grpc-status", strconv.Itoa(int(s.code)))
+	if s.msg != "" {
+		kv = append(kv, "grpc-message", encodeGrpcMessage(s.msg))
+	}
+	c.writeHeadersLocked(s.id, true, kv...)
 	c.endLocked(s)
 }
 
