@@ -372,16 +372,20 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) error {
 		st.Finish(status.Error(codes.Unimplemented, "h2grpc: unknown method "+f.PseudoValue("path")))
 		return nil
 	}
+	var d time.Duration
 	if timeout != "" {
-		d, ok := parseTimeout(timeout)
-		if !ok {
+		var ok bool
+		if d, ok = parseTimeout(timeout); !ok {
 			st.Finish(status.Error(codes.Internal, "h2grpc: malformed grpc-timeout "+strconv.Quote(timeout)))
 			return nil
 		}
-		st.deadline(d)
 	}
 	if !st.open(m) {
 		return nil
+	}
+	if timeout != "" {
+		// Once the handler exists: the deadline resets it.
+		st.deadline(d)
 	}
 	if f.StreamEnded() {
 		st.post(event{kind: evClose})
