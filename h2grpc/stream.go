@@ -325,6 +325,10 @@ func (s *Stream) reset() {
 
 // deadline resets the stream when d has passed (grpc-timeout).
 func (s *Stream) deadline(d time.Duration) {
+	// Set under the lock the timer's function takes first: it may run
+	// before AfterFunc returns.
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
 	s.timer = time.AfterFunc(d, func() {
 		c := s.c
 		c.mu.Lock()
