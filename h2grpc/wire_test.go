@@ -136,8 +136,10 @@ func TestConnectionErrors(t *testing.T) {
 		"data on an idle stream":   {func(p *peer) { p.message(5, 0, []byte("x"), false) }, http2.ErrCodeProtocol},
 		"reset of an idle stream":  {func(p *peer) { p.fr.WriteRSTStream(9, http2.ErrCodeCancel) }, http2.ErrCodeProtocol},
 		"connection window beyond": {func(p *peer) { p.fr.WriteWindowUpdate(0, 1<<31-1) }, http2.ErrCodeFlowControl},
-		"push from a client":       {func(p *peer) { p.fr.WritePushPromise(http2.PushPromiseParam{StreamID: 1, PromiseID: 2, EndHeaders: true}) }, http2.ErrCodeProtocol},
-		"continuation alone":       {func(p *peer) { p.fr.WriteContinuation(1, true, nil) }, http2.ErrCodeProtocol},
+		"push from a client": {func(p *peer) {
+			p.fr.WritePushPromise(http2.PushPromiseParam{StreamID: 1, PromiseID: 2, EndHeaders: true})
+		}, http2.ErrCodeProtocol},
+		"continuation alone": {func(p *peer) { p.fr.WriteContinuation(1, true, nil) }, http2.ErrCodeProtocol},
 	} {
 		t.Run(name, func(t *testing.T) {
 			p := dial(t, f)
