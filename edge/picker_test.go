@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvca/kvca/admit"
 )
@@ -304,5 +305,41 @@ func TestPickerBodyWholeIsKept(t *testing.T) {
 		t.Fatalf("pick: %v %+v", eps, a)
 	}
 	y.End(true)
+	idle(t, s)
+}
+
+// TestPickerPickNowWaits: with the only slot held and a queue, PickNow
+// says the pick would wait instead of waiting, without an answer; Pick
+// then goes on from that wait and picks once the slot is released.
+func TestPickerPickNowWaits(t *testing.T) {
+	t.Parallel()
+	s := offlineCore(t, 1, func(c *Config) { c.Admission.MaxInflightPerBackend = 1; c.Admission.QueueSize = 4 })
+	p := s.Picker()
+	first := p.Begin(chatHeaders())
+	first.Body([]byte(conversation(21, 2, false)), true)
+	if eps, a, wait := first.PickNow(nil); wait || a != nil || len(eps) != 1 {
+		t.Fatalf("first: %v %+v wait %v", eps, a, wait)
+	}
+	second := p.Begin(chatHeaders())
+	second.Body([]byte(conversation(22, 2, false)), true)
+	eps, a, wait := second.PickNow(nil)
+	if !wait || a != nil || eps != nil {
+		t.Fatalf("second while the only slot is held: %v %+v wait %v, want a wait", eps, a, wait)
+	}
+	done := make(chan []string, 1)
+	go func() {
+		eps, _ := second.Pick(context.Background(), nil)
+		done <- eps
+	}()
+	first.End(true)
+	select {
+	case eps := <-done:
+		if len(eps) != 1 {
+			t.Fatalf("second after the wait: %v", eps)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiting pick was never admitted")
+	}
+	second.End(true)
 	idle(t, s)
 }

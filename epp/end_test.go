@@ -3,6 +3,7 @@ package epp_test
 import (
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -245,4 +246,36 @@ func waitExchanges(t *testing.T, p *epptest.Proxy, n int) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	time.Sleep(20 * time.Millisecond) // let the picker reach its wait
+}
+
+// A pick that waits for admission holds up no other stream of its
+// connection (the transport serves a connection's streams on one
+// goroutine, a waiting pick on one of its own): requests picked while
+// it waits complete, and the waiting one still ends once, cancelled.
+func TestWaitingPickHoldsNoOneUp(t *testing.T) {
+	p := startPicker(t, newProxy(0), epp.Config{})
+	waiting := p.open()
+	waiting.send(reqHeaders(nil, nil, true, epptest.HeaderBlock, "1"))
+	for i := range 20 {
+		s := p.open()
+		s.send(reqHeaders(nil, nil, false))
+		s.send(reqBody(`{"i":`+strconv.Itoa(i)+`}`, true))
+		r := s.recv()
+		if destination(t, r, r.GetRequestHeaders().GetResponse()) == "" {
+			t.Fatalf("request %d: no pick while another waits", i)
+		}
+	}
+	var blocked *epptest.Exchange
+	for _, x := range p.proxy.Exchanges() {
+		if _, ok := x.Headers[epptest.HeaderBlock]; ok {
+			blocked = x
+		}
+	}
+	if blocked == nil {
+		t.Fatal("the waiting request has no exchange")
+	}
+	waiting.cancel()
+	if snap := waitEnded(t, blocked); snap.Ends != 1 || !snap.Cancelled {
+		t.Fatalf("the waiting request: End called %d times, cancelled %v", snap.Ends, snap.Cancelled)
+	}
 }
