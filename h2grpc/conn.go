@@ -34,15 +34,15 @@ type conn struct {
 	henc     *hpack.Encoder
 	hbuf     bytes.Buffer
 	streams  map[uint32]*Stream
-	sendWin  int64 // the client's window for the connection
-	initSend int64 // the client's initial stream window
-	maxFrame int   // the largest DATA payload the client takes
-	batch    bool  // the reader is handling frames and flushes after them
-	away     bool  // GOAWAY sent: no new stream
-	dead     bool  // a write failed or the connection closed
-	free     [][]byte
-	hdr      [9]byte // a DATA frame's header being written
-	prefix   [5]byte // a message's prefix being written
+	sendWin  int64    // the client's window for the connection
+	initSend int64    // the client's initial stream window
+	maxFrame int      // the largest DATA payload the client takes
+	batch    bool     // the reader is handling frames and flushes after them
+	away     bool     // GOAWAY sent: no new stream
+	dead     bool     // a write failed or the connection closed
+	free     [][]byte // buffers data waited in (bufLocked)
+	hdr      [9]byte  // a DATA frame's header being written
+	prefix   [5]byte  // a message's prefix being written
 	trailer  [8]string
 
 	// Reader only.
@@ -492,7 +492,8 @@ func (c *conn) closeIfDoneLocked() {
 	}
 }
 
-// buf is a buffer of an ended stream's, or nil.
+// bufLocked is a buffer for data waiting for the client's windows: one
+// that waited before, or nil.
 func (c *conn) bufLocked() []byte {
 	if n := len(c.free); n > 0 {
 		b := c.free[n-1]
@@ -502,7 +503,7 @@ func (c *conn) bufLocked() []byte {
 	return nil
 }
 
-// keepLocked keeps b for a stream to come, if it is worth keeping.
+// keepLocked keeps b, written out, for data to wait in again.
 func (c *conn) keepLocked(b []byte) {
 	if cap(b) > 0 && cap(b) <= 1<<20 && len(c.free) < 16 {
 		c.free = append(c.free, b)

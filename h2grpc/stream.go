@@ -249,6 +249,9 @@ func (s *Stream) Send(parts ...[]byte) error {
 		s.sendWin -= size
 		c.sendWin -= size
 	} else {
+		if s.pending == nil {
+			s.pending = c.bufLocked()
+		}
 		s.pending = append(s.pending, prefix...)
 		for _, p := range parts {
 			s.pending = append(s.pending, p...)
