@@ -34,6 +34,7 @@ type process struct {
 	s    *h2grpc.Stream
 	pick []byte
 	held []*extprocv3.HttpBody // the request body until its end: the pick comes first
+	buf  []byte
 }
 
 func (p *process) Message(b []byte) error {
@@ -67,11 +68,13 @@ func (p *process) Message(b []byte) error {
 	return nil
 }
 
+// send marshals m into the stream's buffer: Send copies it out.
 func (p *process) send(m proto.Message) error {
-	b, err := proto.Marshal(m)
+	b, err := proto.MarshalOptions{}.MarshalAppend(p.buf[:0], m)
 	if err != nil {
 		return err
 	}
+	p.buf = b
 	return p.s.Send(b)
 }
 
