@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"sync"
 	"syscall"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -34,7 +35,8 @@ type process struct {
 	s    *h2grpc.Stream
 	pick []byte
 	held []*extprocv3.HttpBody // the request body until its end: the pick comes first
-	buf  []byte
+	bufs *sync.Pool            // answer buffers, shared by the streams as the bare transport's were
+	buf  *[]byte
 }
 
 func (p *process) Message(b []byte) error {
@@ -68,18 +70,32 @@ func (p *process) Message(b []byte) error {
 	return nil
 }
 
-// send marshals m into the stream's buffer: Send copies it out.
+// send marshals m into a pooled buffer: Send copies it out.
 func (p *process) send(m proto.Message) error {
-	b, err := proto.MarshalOptions{}.MarshalAppend(p.buf[:0], m)
+	if p.buf == nil {
+		p.buf, _ = p.bufs.Get().(*[]byte)
+		if p.buf == nil {
+			p.buf = new([]byte)
+		}
+	}
+	b, err := proto.MarshalOptions{}.MarshalAppend((*p.buf)[:0], m)
 	if err != nil {
 		return err
 	}
-	p.buf = b
+	*p.buf = b
 	return p.s.Send(b)
 }
 
-func (p *process) CloseSend() error { p.s.Finish(nil); return nil }
-func (p *process) Reset()           {}
+// done gives the stream's buffer back.
+func (p *process) done() {
+	if p.buf != nil {
+		p.bufs.Put(p.buf)
+		p.buf = nil
+	}
+}
+
+func (p *process) CloseSend() error { p.done(); p.s.Finish(nil); return nil }
+func (p *process) Reset()           { p.done() }
 
 // check answers a health Check SERVING.
 type check struct{ s *h2grpc.Stream }
@@ -112,8 +128,9 @@ func main() {
 		log.Fatal(err)
 	}
 	srv := h2grpc.New(h2grpc.Config{})
+	var bufs sync.Pool
 	srv.Handle("/envoy.service.ext_proc.v3.ExternalProcessor/Process", func(s *h2grpc.Stream) h2grpc.Handler {
-		return &process{s: s, pick: pick}
+		return &process{s: s, pick: pick, bufs: &bufs}
 	})
 	srv.Handle("/grpc.health.v1.Health/Check", func(s *h2grpc.Stream) h2grpc.Handler { return check{s} })
 	log.Fatal(srv.Serve(l))
