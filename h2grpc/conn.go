@@ -347,6 +347,11 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) error {
 		return nil
 	}
 	st := c.newStream(id, f.StreamEnded())
+	if f.Truncated {
+		// Over SETTINGS_MAX_HEADER_LIST_SIZE: the framer dropped fields.
+		st.answerHTTP("431")
+		return nil
+	}
 	if f.PseudoValue("method") != "POST" {
 		st.answerHTTP("405")
 		return nil

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -228,14 +229,22 @@ func TestStreamAnswers(t *testing.T) {
 		t.Fatalf("bad grpc-timeout: %v", h)
 	}
 	p.next(nil)
+	// Headers over SETTINGS_MAX_HEADER_LIST_SIZE are refused, not cut.
+	p.headers(15, false, ":method", "POST", ":scheme", "http", ":path", "/t.T/Echo", ":authority", "x",
+		"content-type", "application/grpc", "x-a", strings.Repeat("a", 30<<10), "x-b", strings.Repeat("b", 30<<10),
+		"x-c", strings.Repeat("c", 30<<10))
+	if h := fields(t, p.next(nil)); h[":status"] != "431" {
+		t.Fatalf("headers over the limit: %v", h)
+	}
+	p.next(nil)
 	// A stream id below the last one opened is a closed stream.
 	p.call(3, "/t.T/Echo")
 	if r, ok := p.next(nil).(*http2.RSTStreamFrame); !ok || r.StreamID != 3 || r.ErrCode != http2.ErrCodeStreamClosed {
 		t.Fatalf("HEADERS on a closed stream: %v", r)
 	}
 	// The connection serves on.
-	p.call(13, "/t.T/Echo")
-	p.message(13, 0, []byte("hi"), true)
+	p.call(17, "/t.T/Echo")
+	p.message(17, 0, []byte("hi"), true)
 	if h := fields(t, p.next(nil)); h[":status"] != "200" || h["content-type"] != "application/grpc" {
 		t.Fatalf("echo head: %v", h)
 	}
