@@ -321,7 +321,7 @@ func (s *Server) endpointSet(eps []string) chain.Set {
 // fallbacks is the endpoint picked, then the other eligible healthy
 // backends by load, for the gateway to retry on.
 func (s *Server) fallbacks(c *call) []string {
-	out := []string{c.u.b.Name}
+	out := append(make([]string, 0, maxFallbacks), c.u.b.Name) // one allocation, not one per growth
 	r := c.req
 	r.Exclude.Add(c.u.b.Index)
 	elig := c.fl.sched.Eligible(&r)
