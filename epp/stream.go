@@ -184,13 +184,13 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) error {
 	}
 	switch v := req.GetRequest().(type) {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
-		return st.requestHeaders(req, v.RequestHeaders)
+		return st.requestHeaders(v.RequestHeaders)
 	case *extprocv3.ProcessingRequest_RequestBody:
 		return st.requestBody(v.RequestBody)
 	case *extprocv3.ProcessingRequest_RequestTrailers:
 		return st.requestTrailers()
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
-		return st.responseHeaders(req, v.ResponseHeaders)
+		return st.responseHeaders(v.ResponseHeaders)
 	case *extprocv3.ProcessingRequest_ResponseBody:
 		return st.responseBody(v.ResponseBody)
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
@@ -201,7 +201,7 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) error {
 	return nil
 }
 
-func (st *stream) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) error {
+func (st *stream) requestHeaders(h *extprocv3.HttpHeaders) error {
 	if st.x != nil {
 		return status.Error(codes.InvalidArgument, "request headers twice on one stream")
 	}
@@ -430,7 +430,7 @@ func (st *stream) answer(a *Answer) error {
 	return errDone
 }
 
-func (st *stream) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) error {
+func (st *stream) responseHeaders(h *extprocv3.HttpHeaders) error {
 	a := headersAnswer{field: fRespResponseHeaders}
 	if st.x != nil && st.picked && !st.ended {
 		hs := st.in.headers()
