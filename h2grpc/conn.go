@@ -274,7 +274,12 @@ func (c *conn) windowUpdate(f *http2.WindowUpdateFrame) error {
 		return nil // a closed stream: updates may cross its end
 	}
 	if st.sendWin += inc; st.sendWin > maxWindow {
+		// A stream error (RFC 9113 §6.9.1): the stream is reset and its
+		// handler told, the connection goes on.
 		c.resetLocked(st, http2.ErrCodeFlowControl)
+		c.mu.Unlock()
+		st.reset()
+		c.mu.Lock()
 		return nil
 	}
 	c.pumpLocked(st)

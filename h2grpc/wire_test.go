@@ -284,6 +284,18 @@ func TestSendWindow(t *testing.T) {
 	if got != 30 {
 		t.Fatalf("%d bytes, want the message's 30", got)
 	}
+	// A stream's window past 2^31-1 is a stream error: that stream is
+	// reset, its handler told once, and the connection goes on.
+	p.fr.WriteWindowUpdate(1, 1<<31-1)
+	if r, ok := p.next(nil).(*http2.RSTStreamFrame); !ok || r.StreamID != 1 || r.ErrCode != http2.ErrCodeFlowControl {
+		t.Fatalf("window overflow: %v", r)
+	}
+	waitFor(t, func() bool { return f.resets.Load() == 1 })
+	p.call(3, "/t.T/Echo")
+	p.message(3, 0, []byte("ok"), true)
+	if h := fields(t, p.next(nil)); h[":status"] != "200" {
+		t.Fatalf("after the reset: %v", h)
+	}
 }
 
 // curl, on nghttp2 (the HTTP/2 library Envoy long used), calls a method
