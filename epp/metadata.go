@@ -106,7 +106,9 @@ func (md *metadataFields) read(b []byte) bool {
 		if !ok || f.num != fMetadataFilter || f.typ != protowire.BytesType {
 			return false
 		}
-		ns, st, ok := mapEntry(f.v)
+		ns, st, ok := mapEntry(f.v, func(v []byte) bool {
+			return eachStructField(v, 0, func(_, _ []byte) bool { return true })
+		})
 		if !ok {
 			return false
 		}
@@ -133,9 +135,10 @@ func (md *metadataFields) read(b []byte) bool {
 	return true
 }
 
-// mapEntry splits a map entry of a string key (1) and a message (2);
-// a missing field is empty, a later occurrence wins.
-func mapEntry(b []byte) (key, value []byte, ok bool) {
+// mapEntry splits a map entry of a string key (1) and a message (2),
+// valid as valid says; a missing field is empty, a later occurrence
+// wins, and every occurrence must be valid, as protobuf decodes each.
+func mapEntry(b []byte, valid func(value []byte) bool) (key, value []byte, ok bool) {
 	for len(b) > 0 {
 		f, ok := nextField(&b)
 		if !ok || f.typ != protowire.BytesType || (f.num != 1 && f.num != 2) {
@@ -147,6 +150,9 @@ func mapEntry(b []byte) (key, value []byte, ok bool) {
 			}
 			key = f.v
 		} else {
+			if !valid(f.v) {
+				return nil, nil, false
+			}
 			value = f.v
 		}
 	}
@@ -164,8 +170,8 @@ func eachStructField(b []byte, depth int, f func(key, value []byte) bool) bool {
 		if !ok || fl.num != fStructFields || fl.typ != protowire.BytesType {
 			return false
 		}
-		key, v, ok := mapEntry(fl.v)
-		if !ok || !validValue(v, depth+1) || !f(key, v) {
+		key, v, ok := mapEntry(fl.v, func(v []byte) bool { return validValue(v, depth+1) })
+		if !ok || !f(key, v) {
 			return false
 		}
 	}
