@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -87,16 +88,12 @@ func (c *conn) serve() {
 		streams = append(streams, st)
 	}
 	c.mu.Unlock()
-	if err != nil && !errors.Is(err, io.EOF) && !isClosed(err) {
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !errors.Is(err, syscall.ECONNRESET) {
 		c.cfg.Logger.Debug("h2grpc: connection ended", "err", err)
 	}
 	for _, st := range streams {
 		st.reset()
 	}
-}
-
-func isClosed(err error) bool {
-	return strings.Contains(err.Error(), "use of closed network connection") || strings.Contains(err.Error(), "connection reset")
 }
 
 func (c *conn) run() error {
@@ -125,6 +122,7 @@ func (c *conn) run() error {
 		return err
 	}
 	first := true
+	inBatch := false // c.batch as the reader last set it: only it sets it
 	for {
 		f, err := c.fr.ReadFrame()
 		if err != nil {
@@ -143,13 +141,17 @@ func (c *conn) run() error {
 			}
 			first = false
 		}
-		c.mu.Lock()
-		c.batch = true
-		c.mu.Unlock()
+		if !inBatch {
+			c.mu.Lock()
+			c.batch = true
+			c.mu.Unlock()
+			inBatch = true
+		}
 		if err := c.frame(f); err != nil {
 			return err
 		}
 		if c.br.Buffered() == 0 {
+			inBatch = false
 			c.mu.Lock()
 			c.batch = false
 			err := c.flushLocked()
@@ -173,15 +175,6 @@ func (c *conn) flushLocked() error {
 		return err
 	}
 	return nil
-}
-
-// flushIfIdle flushes unless the reader is handling frames and will.
-func (c *conn) flushIfIdle() {
-	c.mu.Lock()
-	if !c.batch {
-		c.flushLocked()
-	}
-	c.mu.Unlock()
 }
 
 func (c *conn) frame(f http2.Frame) error {
@@ -254,10 +247,13 @@ func (c *conn) settings(f *http2.SettingsFrame) error {
 }
 
 func (c *conn) windowUpdate(f *http2.WindowUpdateFrame) error {
+	if f.StreamID > c.lastID {
+		return http2.ConnectionError(http2.ErrCodeProtocol)
+	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	inc := int64(f.Increment)
 	if f.StreamID == 0 {
+		defer c.mu.Unlock()
 		if c.sendWin += inc; c.sendWin > maxWindow {
 			return http2.ConnectionError(http2.ErrCodeFlowControl)
 		}
@@ -266,23 +262,20 @@ func (c *conn) windowUpdate(f *http2.WindowUpdateFrame) error {
 		}
 		return nil
 	}
-	if f.StreamID > c.lastID {
-		return http2.ConnectionError(http2.ErrCodeProtocol)
-	}
 	st := c.streams[f.StreamID]
 	if st == nil {
+		c.mu.Unlock()
 		return nil // a closed stream: updates may cross its end
 	}
 	if st.sendWin += inc; st.sendWin > maxWindow {
-		// A stream error (RFC 9113 §6.9.1): the stream is reset and its
-		// handler told, the connection goes on.
-		c.resetLocked(st, http2.ErrCodeFlowControl)
+		// A stream error (RFC 9113 §6.9.1): that stream is reset, the
+		// connection goes on.
 		c.mu.Unlock()
-		st.reset()
-		c.mu.Lock()
+		c.refuse(f.StreamID, http2.ErrCodeFlowControl)
 		return nil
 	}
 	c.pumpLocked(st)
+	c.mu.Unlock()
 	return nil
 }
 
@@ -343,14 +336,12 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) error {
 	}
 	c.lastID = id
 	c.mu.Lock()
-	away, n := c.away, len(c.streams)
-	c.mu.Unlock()
-	if away || n >= c.cfg.MaxConcurrentStreams {
-		c.mu.Lock()
+	if c.away || len(c.streams) >= c.cfg.MaxConcurrentStreams {
 		c.fr.WriteRSTStream(id, http2.ErrCodeRefusedStream)
 		c.mu.Unlock()
 		return nil
 	}
+	c.mu.Unlock()
 	st := c.newStream(id, f.StreamEnded())
 	if f.Truncated {
 		// Over SETTINGS_MAX_HEADER_LIST_SIZE: the framer dropped fields.
@@ -382,18 +373,15 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) error {
 		st.Finish(status.Error(codes.Unimplemented, "h2grpc: unknown method "+f.PseudoValue("path")))
 		return nil
 	}
-	var d time.Duration
-	if timeout != "" {
-		var ok bool
-		if d, ok = parseTimeout(timeout); !ok {
-			st.Finish(status.Error(codes.Internal, "h2grpc: malformed grpc-timeout "+strconv.Quote(timeout)))
-			return nil
-		}
+	d, ok := parseTimeout(timeout)
+	if !ok {
+		st.Finish(status.Error(codes.Internal, "h2grpc: malformed grpc-timeout "+strconv.Quote(timeout)))
+		return nil
 	}
 	if !st.open(m) {
 		return nil
 	}
-	if timeout != "" {
+	if d >= 0 {
 		// Once the handler exists: the deadline resets it.
 		st.deadline(d)
 	}
@@ -403,8 +391,12 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) error {
 	return nil
 }
 
-// parseTimeout reads gRPC's grpc-timeout: at most 8 digits and a unit.
+// parseTimeout reads gRPC's grpc-timeout, at most 8 digits and a unit;
+// -1 when there is none.
 func parseTimeout(v string) (time.Duration, bool) {
+	if v == "" {
+		return -1, true
+	}
 	if len(v) < 2 || len(v) > 9 {
 		return 0, false
 	}
@@ -412,9 +404,21 @@ func parseTimeout(v string) (time.Duration, bool) {
 	if err != nil || n < 0 {
 		return 0, false
 	}
-	unit := map[byte]time.Duration{'H': time.Hour, 'M': time.Minute, 'S': time.Second,
-		'm': time.Millisecond, 'u': time.Microsecond, 'n': time.Nanosecond}[v[len(v)-1]]
-	if unit == 0 {
+	var unit time.Duration
+	switch v[len(v)-1] {
+	case 'H':
+		unit = time.Hour
+	case 'M':
+		unit = time.Minute
+	case 'S':
+		unit = time.Second
+	case 'm':
+		unit = time.Millisecond
+	case 'u':
+		unit = time.Microsecond
+	case 'n':
+		unit = time.Nanosecond
+	default:
 		return 0, false
 	}
 	if n > int64(1<<63-1)/int64(unit) {
@@ -520,30 +524,15 @@ func (c *conn) keepLocked(b []byte) {
 	}
 }
 
-// writeDataLocked writes p as DATA frames of stream id; end on the last.
-func (c *conn) writeDataLocked(id uint32, p []byte, end bool) {
-	for {
-		n := min(len(p), c.maxFrame)
-		c.writeDataHeaderLocked(id, n, end && n == len(p))
-		c.bw.Write(p[:n])
-		p = p[n:]
-		if len(p) == 0 {
-			return
-		}
-	}
-}
-
-// writeDataHeaderLocked writes the header of a DATA frame of n bytes.
-// Its bytes are the connection's: a local array would escape through the
-// writer to the heap on every frame.
-func (c *conn) writeDataHeaderLocked(id uint32, n int, end bool) {
+// writeDataHeaderLocked writes the header of a DATA frame of n bytes
+// (a stream ends with its trailers, never with DATA). Its bytes are the
+// connection's: a local array would escape through the writer to the
+// heap on every frame.
+func (c *conn) writeDataHeaderLocked(id uint32, n int) {
 	h := &c.hdr
 	h[0], h[1], h[2] = byte(n>>16), byte(n>>8), byte(n)
 	h[3] = byte(http2.FrameData)
 	h[4] = 0
-	if end {
-		h[4] = byte(http2.FlagDataEndStream)
-	}
 	binary.BigEndian.PutUint32(h[5:], id)
 	c.bw.Write(h[:])
 }

@@ -377,8 +377,15 @@ func TestGracefulStop(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("GracefulStop did not return")
 	}
-	if _, err := f.conn.NewStream(ctxFor(t), bidi, "/t.T/Echo", grpc.WaitForReady(false)); err == nil {
-		// The stream may open before its first message finds no server.
+	// A new call finds no server: the listener is closed.
+	cs, err := f.conn.NewStream(ctxFor(t), bidi, "/t.T/Echo", grpc.WaitForReady(false))
+	if err == nil {
+		b = []byte("z")
+		cs.SendMsg(&b)
+		err = cs.RecvMsg(&got)
+	}
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("a call after the stop: %v, want Unavailable", err)
 	}
 }
 

@@ -245,7 +245,7 @@ func (s *Stream) Send(parts ...[]byte) error {
 	}
 	if s.sent == len(s.pending) && s.sendWin >= size && c.sendWin >= size {
 		// The common case: all of it now, framed around the parts.
-		c.writeMessageLocked(s.id, prefix, parts)
+		c.writeDataLocked(s.id, prefix, parts)
 		s.sendWin -= size
 		c.sendWin -= size
 	} else {
@@ -465,19 +465,19 @@ func (s *Stream) messageLength(p []byte) (int, error) {
 	return int(l), nil
 }
 
-// writeMessageLocked writes a message, prefix then parts, as DATA frames
-// of stream id no larger than the client takes, without copying the
-// parts anywhere but into the connection's buffer.
-func (c *conn) writeMessageLocked(id uint32, prefix []byte, parts [][]byte) {
-	left := len(prefix)
+// writeDataLocked writes head then parts as DATA frames of stream id no
+// larger than the client takes, without copying them anywhere but into
+// the connection's buffer.
+func (c *conn) writeDataLocked(id uint32, head []byte, parts [][]byte) {
+	left := len(head)
 	for _, p := range parts {
 		left += len(p)
 	}
-	cur := prefix
+	cur := head
 	next := 0
 	for left > 0 {
 		n := min(left, c.maxFrame)
-		c.writeDataHeaderLocked(id, n, false)
+		c.writeDataHeaderLocked(id, n)
 		left -= n
 		for n > 0 {
 			for len(cur) == 0 {
@@ -498,7 +498,7 @@ func (c *conn) pumpLocked(s *Stream) {
 	}
 	for s.sent < len(s.pending) && s.sendWin > 0 && c.sendWin > 0 {
 		n := min(len(s.pending)-s.sent, c.maxFrame, int(s.sendWin), int(c.sendWin))
-		c.writeDataLocked(s.id, s.pending[s.sent:s.sent+n], false)
+		c.writeDataLocked(s.id, s.pending[s.sent:s.sent+n], nil)
 		s.sent += n
 		s.sendWin -= int64(n)
 		c.sendWin -= int64(n)
