@@ -14,12 +14,13 @@ import (
 // back in the streamed body answers.
 //
 // A message comes on loan from the transport (h2grpc), whole. A request
-// body chunk is copied once, into the stream's buffer for the whole body
-// when it has one (inbound); a response body is decoded where it lies,
-// since nothing keeps it past its handling; anything else is copied into
-// a buffer of its own first, which what is decoded from it may alias. A
-// body or headers message is decoded by hand, any other message, or one
-// with a field this decoder does not know, by proto.Unmarshal.
+// body chunk is copied once: into the stream's buffer for the whole body
+// when it has one (inbound), else on its own, since it is held until the
+// pick; a response body is decoded where it lies, since nothing keeps it
+// past its handling. A body or headers message is decoded by hand (the
+// headers and the metadata's two values copied into the stream's own
+// fields), any other message, or one with a field this decoder does not
+// know, by proto.Unmarshal, which copies what it keeps.
 //
 // On the way out, a streamed body answer is its few bytes of framing
 // around the chunk itself (streamedBody), and an answer that sets headers
@@ -32,14 +33,11 @@ func (m *inbound) decode(b []byte) error {
 	if m.intoBody(b) {
 		return nil
 	}
-	if num, _, n := protowire.ConsumeTag(b); n < 0 || num == fReqRequestBody {
-		// A request chunk is held until the pick: it must outlive the
-		// loan. The headers and metadata decoded by hand are copies,
-		// protobuf's decoding copies, and a response chunk is done with
-		// before the loan ends.
-		b = bytes.Clone(b)
-	}
 	if m.byHand = decodeFields(b, &m.req, nil, &m.hand); m.byHand {
+		if rb := m.req.GetRequestBody(); rb != nil {
+			// The chunk aliases the loan and is held until the pick.
+			rb.Body = bytes.Clone(rb.Body)
+		}
 		return nil
 	}
 	return proto.Unmarshal(b, &m.req)

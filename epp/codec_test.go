@@ -131,6 +131,20 @@ func TestCodecDecodesBodies(t *testing.T) {
 	if i := bytes.Index(b, body); i < 0 || &b[i] != &body[0] {
 		t.Error("the body was copied, not aliased")
 	}
+	// A request chunk outlives the loan of its message, whatever the order
+	// of the message's fields (the metadata first here, as any protobuf
+	// writer may put it): the transport reuses the buffer.
+	md, _ := proto.Marshal(&extprocv3.ProcessingRequest{MetadataContext: lbMetadataOf("a", "b", structpb.NewStringValue("c"))})
+	rb, _ := proto.Marshal(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: []byte("keep me")}}})
+	loan := append(md, rb...)
+	in := &inbound{}
+	if err := in.decode(loan); err != nil || !in.byHand {
+		t.Fatalf("metadata first: %v, by hand %v", err, in.byHand)
+	}
+	clear(loan)
+	if got := in.req.GetRequestBody().GetBody(); string(got) != "keep me" {
+		t.Fatalf("the held chunk read %q once its message's buffer was reused", got)
+	}
 	// A name that is not UTF-8 is refused, as protobuf refuses it.
 	bad := []byte{0x12, 0x08, 0x0a, 0x06, 0x0a, 0x04, 0x0a, 0x02, 0xff, 0xfe}
 	if err := (&inbound{}).decode(bad); err == nil {

@@ -52,7 +52,7 @@ func (st *stream) Message(b []byte) error {
 func (st *stream) CloseSend() error {
 	return st.guard(func() error {
 		st.end(!st.completeAtClose())
-		st.close(nil)
+		st.close()
 		return nil
 	})
 }
@@ -60,8 +60,7 @@ func (st *stream) CloseSend() error {
 // Reset: the stream ended before its answer did (h2grpc.Handler).
 func (st *stream) Reset() {
 	st.guard(func() error {
-		st.end(true)
-		st.finish(nil)
+		st.finish(nil) // End(true) unless the answer had ended
 		return nil
 	})
 }
@@ -82,23 +81,23 @@ func (st *stream) guard(step func() error) (err error) {
 		switch {
 		case err == nil:
 		case err == errDone:
-			st.close(nil)
+			st.close()
 			err = nil
 		default:
-			st.end(true)
-			st.finish(err)
+			st.finish(err) // the transport ends the stream with err's status
 		}
 	}()
 	return step()
 }
 
 // close ends the stream OK.
-func (st *stream) close(err error) {
-	st.finish(err)
-	st.out.Finish(err)
+func (st *stream) close() {
+	st.finish(nil)
+	st.out.Finish(nil)
 }
 
-// finish counts the stream's end once, by how it ended.
+// finish ends the request's lifecycle (End(true) unless it ended before)
+// and counts the stream's end once, by how it ended.
 func (st *stream) finish(err error) {
 	if st.finished {
 		return
