@@ -14,7 +14,7 @@ const (
 	bodyPooled   = 32 << 10 // bodies from this size take a pooled buffer
 )
 
-// size is the capacity of class c.
+// bodyClassSize is the capacity of class c.
 func bodyClassSize(c int) int { return bodyClassMin << c }
 
 // get is a buffer of length 0 and capacity n or more, and whether it is

@@ -564,10 +564,14 @@ const (
 	overwriteOrAdd = 2 // HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
 )
 
+// headerValueSize is the size of a HeaderValue of name and raw value.
+func headerValueSize(name, value string) int {
+	return protowire.SizeTag(fValueKey) + protowire.SizeBytes(len(name)) + protowire.SizeTag(fValueRaw) + protowire.SizeBytes(len(value))
+}
+
 // optionSize is the size of a HeaderValueOption setting name to value.
 func optionSize(name, value string) int {
-	hv := protowire.SizeTag(fValueKey) + protowire.SizeBytes(len(name)) + protowire.SizeTag(fValueRaw) + protowire.SizeBytes(len(value))
-	return protowire.SizeTag(fOptionHeader) + protowire.SizeBytes(hv) + protowire.SizeTag(fOptionAppendAction) + 1
+	return protowire.SizeTag(fOptionHeader) + protowire.SizeBytes(headerValueSize(name, value)) + protowire.SizeTag(fOptionAppendAction) + 1
 }
 
 func (a *headersAnswer) appendTo(b []byte) []byte {
@@ -599,7 +603,7 @@ func (a *headersAnswer) appendTo(b []byte) []byte {
 			b = protowire.AppendTag(b, fMutationSet, tb)
 			b = protowire.AppendVarint(b, uint64(optionSize(h[0], h[1])))
 			b = protowire.AppendTag(b, fOptionHeader, tb)
-			b = protowire.AppendVarint(b, uint64(protowire.SizeTag(fValueKey)+protowire.SizeBytes(len(h[0]))+protowire.SizeTag(fValueRaw)+protowire.SizeBytes(len(h[1]))))
+			b = protowire.AppendVarint(b, uint64(headerValueSize(h[0], h[1])))
 			b = protowire.AppendTag(b, fValueKey, tb)
 			b = protowire.AppendString(b, h[0])
 			b = protowire.AppendTag(b, fValueRaw, tb)

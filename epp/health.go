@@ -170,10 +170,10 @@ func (w *healthWatch) Message(b []byte) error {
 	h := w.h
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if w.told || h.down {
-		if h.down {
-			return status.Error(codes.Unavailable, "the endpoint picker is stopping")
-		}
+	if h.down {
+		return status.Error(codes.Unavailable, "the endpoint picker is stopping")
+	}
+	if w.told {
 		return status.Error(codes.InvalidArgument, "Watch takes one request")
 	}
 	w.service = service

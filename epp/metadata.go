@@ -119,7 +119,7 @@ func (md *metadataFields) read(b []byte) bool {
 		case DestinationNamespace:
 			md.served = ""
 		}
-		err := eachStructField(st, 0, func(key, v []byte) bool {
+		ok = eachStructField(st, 0, func(key, v []byte) bool {
 			switch {
 			case string(ns) == SubsetNamespace && string(key) == SubsetKey:
 				md.subset, md.hasSubset = subsetOf(v), true
@@ -128,7 +128,7 @@ func (md *metadataFields) read(b []byte) bool {
 			}
 			return true
 		})
-		if !err {
+		if !ok {
 			return false
 		}
 	}
@@ -232,7 +232,7 @@ func eachListValue(b []byte, depth int, f func(v []byte)) bool {
 	return true
 }
 
-// kindOf is the field of a valid Value's kind that protobuf keeps (the
+// valueKind is the field of a valid Value's kind that protobuf keeps (the
 // last one of the oneof) and its bytes.
 func valueKind(b []byte) (protowire.Number, []byte) {
 	var num protowire.Number
