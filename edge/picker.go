@@ -158,7 +158,7 @@ func (x *PickExchange) Body(chunk []byte, end bool) *PickAnswer {
 // nil, nil: End follows). Called after PickNow said wait, it goes on
 // from the wait.
 func (x *PickExchange) Pick(ctx context.Context, subset []string) ([]string, *PickAnswer) {
-	eps, ans, wait := x.PickNow(subset)
+	eps, ans, wait := x.step(subset, true)
 	for wait {
 		select {
 		case seq := <-x.wake:
@@ -166,14 +166,23 @@ func (x *PickExchange) Pick(ctx context.Context, subset []string) ([]string, *Pi
 		case <-ctx.Done():
 			return nil, nil
 		}
-		eps, ans, wait = x.PickNow(nil)
+		eps, ans, wait = x.step(nil, true)
 	}
 	return eps, ans
 }
 
-// PickNow is Pick up to the admission queue: wait reports that the
-// request waits there, and Pick is to go on from it.
+// PickNow is Pick up to anything that waits: wait reports that the
+// request waits in the admission queue, or has a step that may wait on
+// the network (the model list asks the backends it has not cached), and
+// Pick is to go on from it. The picker calls it on the goroutine that
+// serves a whole connection, which must never wait.
 func (x *PickExchange) PickNow(subset []string) (eps []string, ans *PickAnswer, wait bool) {
+	return x.step(subset, false)
+}
+
+// step runs the pick from x.act until an answer, a pick or a wait;
+// mayWait says whether the model list may be fetched here.
+func (x *PickExchange) step(subset []string, mayWait bool) (eps []string, ans *PickAnswer, wait bool) {
 	c := x.c
 	if !x.begun {
 		x.begun = true
@@ -186,6 +195,9 @@ func (x *PickExchange) PickNow(subset []string) (eps []string, ans *PickAnswer, 
 		case actAnswer:
 			return nil, x.answerOwn(c.own.status, c.own.body, c.own.header), false
 		case actModels:
+			if !mayWait {
+				return nil, nil, true
+			}
 			st, b := x.s.modelsAnswer(c.modelCreds(), c.modelID())
 			return nil, x.answerOwn(st, b, ""), false
 		case actPlan:

@@ -343,3 +343,21 @@ func TestPickerPickNowWaits(t *testing.T) {
 	second.End(true)
 	idle(t, s)
 }
+
+// TestPickerModelsWaitOffTheConnection: the model list may ask the
+// backends, so PickNow, which runs where a whole connection is served,
+// says it would wait; Pick then answers it.
+func TestPickerModelsWaitOffTheConnection(t *testing.T) {
+	t.Parallel()
+	s := offlineCore(t, 2, nil)
+	x := s.Picker().Begin(fields{{":method", "GET"}, {":path", "/v1/models"}})
+	x.Body(nil, true)
+	if eps, a, wait := x.PickNow(nil); !wait || a != nil || eps != nil {
+		t.Fatalf("PickNow: %v %+v wait %v, want a wait", eps, a, wait)
+	}
+	if eps, a := x.Pick(context.Background(), nil); a == nil || a.Status != 200 || eps != nil {
+		t.Fatalf("Pick: %v %+v, want the model list", eps, a)
+	}
+	x.End(false)
+	idle(t, s)
+}
