@@ -300,8 +300,15 @@ func (x *PickExchange) answerOwn(status int, body []byte, hdr string) *PickAnswe
 
 // headerLines splits header lines ("Name: value\r\n"…) into fields.
 func headerLines(b []byte) [][2]string {
-	var out [][2]string
-	for _, line := range strings.Split(string(b), "\r\n") {
+	if len(b) == 0 {
+		return nil
+	}
+	// One string for all the lines, the fields slicing it.
+	rest := string(b)
+	out := make([][2]string, 0, bytes.Count(b, []byte("\n"))+1)
+	for rest != "" {
+		var line string
+		line, rest, _ = strings.Cut(rest, "\r\n")
 		if n, v, ok := strings.Cut(line, ":"); ok {
 			out = append(out, [2]string{strings.ToLower(strings.TrimSpace(n)), strings.TrimSpace(v)})
 		}

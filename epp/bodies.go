@@ -2,17 +2,15 @@ package epp
 
 import "sync"
 
-// bodies keeps the buffers of large request bodies for the streams to
-// come, by size class (powers of two from 64 KiB to 16 MiB): a new buffer
-// for every large body cost page faults and zeroing on every request. A
-// buffer goes back once its request's lifecycle has ended, which keeps
-// no body past End.
-type bodies struct{ class [9]sync.Pool }
+// bodies keeps the buffers of request bodies for the streams to come,
+// by size class (powers of two from 512 bytes to 16 MiB): a new buffer
+// for every large body cost page faults and zeroing, and for every small
+// one an allocation and the collector's work, on every request. A buffer
+// goes back once its request's lifecycle has ended, which keeps no body
+// past End.
+type bodies struct{ class [16]sync.Pool }
 
-const (
-	bodyClassMin = 64 << 10 // the smallest class
-	bodyPooled   = 32 << 10 // bodies from this size take a pooled buffer
-)
+const bodyClassMin = 512 // the smallest class
 
 // bodyClassSize is the capacity of class c.
 func bodyClassSize(c int) int { return bodyClassMin << c }
@@ -20,7 +18,7 @@ func bodyClassSize(c int) int { return bodyClassMin << c }
 // get is a buffer of length 0 and capacity n or more, and whether it is
 // to go back (put). A nil pool makes new buffers.
 func (b *bodies) get(n int) ([]byte, bool) {
-	if b == nil || n < bodyPooled {
+	if b == nil {
 		return make([]byte, 0, n), false
 	}
 	c := 0

@@ -33,7 +33,7 @@ func (m *inbound) decode(b []byte) error {
 	if m.intoBody(b) {
 		return nil
 	}
-	if m.byHand = decodeFields(b, &m.req, nil, &m.hand); m.byHand {
+	if m.byHand = m.decodeFields(b, nil); m.byHand {
 		if rb := m.req.GetRequestBody(); rb != nil {
 			// The chunk aliases the loan and is held until the pick.
 			rb.Body = bytes.Clone(rb.Body)
@@ -104,6 +104,26 @@ type inbound struct {
 	// is the pool's buffer, whole, to go back at the stream's end.
 	pool   *bodies
 	pooled []byte
+	// arena holds the headers decoded by hand, from arenas (nil: a new
+	// one), to go back at the stream's end (headers.go).
+	arenas *headerArenas
+	arena  *headerArena
+	// scratch holds the parts of a message decoded by hand that are
+	// protobuf's types: the message after it replaces them.
+	scratch decoded
+}
+
+// decoded are the protobuf parts of one message decoded by hand, reused
+// from message to message of a stream: nothing keeps them past their
+// message's handling (the body chunks held are the bytes, not these).
+type decoded struct {
+	headers extprocv3.HttpHeaders
+	body    extprocv3.HttpBody
+	config  extprocv3.ProtocolConfiguration
+	reqH    extprocv3.ProcessingRequest_RequestHeaders
+	respH   extprocv3.ProcessingRequest_ResponseHeaders
+	reqB    extprocv3.ProcessingRequest_RequestBody
+	respB   extprocv3.ProcessingRequest_ResponseBody
 }
 
 // arenaSpan bounds the request body buffer made from Content-Length to
@@ -170,12 +190,12 @@ func (m *inbound) intoBody(data []byte) bool {
 	// they may lie in the loan.
 	rest := data[off+chunk:]
 	split := int(httpEnd) - off - chunk
-	h := decodeHTTPBody(rest[:split])
+	h := m.scratch.decodeBody(rest[:split])
 	if h == nil || h.Body != nil {
 		return false
 	}
 	h.Body = dst
-	if m.byHand = decodeFields(rest[split:], &m.req, h, &m.hand); !m.byHand {
+	if m.byHand = m.decodeFields(rest[split:], h); !m.byHand {
 		return false
 	}
 	*m.body = buf[:len(buf)+chunk]
@@ -253,14 +273,14 @@ func nextField(b *[]byte) (field, bool) {
 	return f, true
 }
 
-// decodeFields decodes b into m and hand when it is a body or headers
-// message with no field but the body's or the headers', metadata_context,
-// observability_mode and protocol_config: a body aliasing b, the headers'
-// fields and the metadata's subset hint and endpoint served into hand,
-// copied; it reports false, m and hand untouched, for anything else
-// (proto.Unmarshal's then). With given set, b is the fields of a request
+// decodeFields decodes b into in.req and in.hand when it is a body or
+// headers message with no field but the body's or the headers',
+// metadata_context, observability_mode and protocol_config: a body
+// aliasing b, the headers' fields (into the arena) and the metadata's
+// subset hint and endpoint served into hand, copied; it reports false,
+// req and hand untouched, for anything else (proto.Unmarshal's then). With given set, b is the fields of a request
 // body message other than its body, which is given.
-func decodeFields(b []byte, m *extprocv3.ProcessingRequest, given *extprocv3.HttpBody, hand *handFields) bool {
+func (in *inbound) decodeFields(b []byte, given *extprocv3.HttpBody) bool {
 	var (
 		body      = given
 		kind      = protowire.Number(fReqRequestBody)
@@ -284,12 +304,12 @@ func decodeFields(b []byte, m *extprocv3.ProcessingRequest, given *extprocv3.Htt
 		num, v := f.num, f.v
 		switch {
 		case (num == fReqRequestBody || num == fReqResponseBody) && body == nil && headers == nil:
-			if body = decodeHTTPBody(v); body == nil {
+			if body = in.scratch.decodeBody(v); body == nil {
 				return false
 			}
 			kind = num
 		case (num == fReqRequestHeaders || num == fReqResponseHeaders) && body == nil && headers == nil:
-			if headers, fields = decodeHTTPHeaders(v); headers == nil {
+			if headers, fields = in.decodeHTTPHeaders(v); headers == nil {
 				return false
 			}
 			kind = num
@@ -306,7 +326,7 @@ func decodeFields(b []byte, m *extprocv3.ProcessingRequest, given *extprocv3.Htt
 	}
 	var cfg *extprocv3.ProtocolConfiguration
 	if pc != nil {
-		if cfg = decodeProtocolConfig(pc); cfg == nil {
+		if cfg = in.scratch.decodeConfig(pc); cfg == nil {
 			return false
 		}
 	}
@@ -314,27 +334,33 @@ func decodeFields(b []byte, m *extprocv3.ProcessingRequest, given *extprocv3.Htt
 	if mdRaw != nil && !md.read(mdRaw) {
 		return false
 	}
+	m, sc := &in.req, &in.scratch
 	m.Reset()
 	m.ObservabilityMode, m.ProtocolConfig = observe, cfg
-	*hand = handFields{headers: fields, subset: md.subset, hasSubset: md.hasSubset, served: md.served}
+	in.hand = handFields{headers: fields, subset: md.subset, hasSubset: md.hasSubset, served: md.served}
 	switch kind {
 	case fReqRequestBody:
-		m.Request = &extprocv3.ProcessingRequest_RequestBody{RequestBody: body}
+		sc.reqB.RequestBody = body
+		m.Request = &sc.reqB
 	case fReqResponseBody:
-		m.Request = &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: body}
+		sc.respB.ResponseBody = body
+		m.Request = &sc.respB
 	case fReqRequestHeaders:
-		m.Request = &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: headers}
+		sc.reqH.RequestHeaders = headers
+		m.Request = &sc.reqH
 	case fReqResponseHeaders:
-		m.Request = &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: headers}
+		sc.respH.ResponseHeaders = headers
+		m.Request = &sc.respH
 	}
 	return true
 }
 
-// decodeProtocolConfig decodes a ProtocolConfiguration, three varints
-// (Envoy sends it with every stream's first message); nil for anything
-// else, protobuf's then.
-func decodeProtocolConfig(b []byte) *extprocv3.ProtocolConfiguration {
-	pc := &extprocv3.ProtocolConfiguration{}
+// decodeConfig decodes a ProtocolConfiguration, three varints (Envoy
+// sends it with every stream's first message); nil for anything else,
+// protobuf's then.
+func (d *decoded) decodeConfig(b []byte) *extprocv3.ProtocolConfiguration {
+	pc := &d.config
+	pc.Reset()
 	for len(b) > 0 {
 		f, ok := nextField(&b)
 		if !ok || f.typ != protowire.VarintType {
@@ -359,8 +385,9 @@ func decodeProtocolConfig(b []byte) *extprocv3.ProtocolConfiguration {
 // lifecycle may keep them past the message); nil when b holds a field it
 // does not know (the attributes), a name or value that is not UTF-8
 // (protobuf refuses those), or is malformed.
-func decodeHTTPHeaders(b []byte) (*extprocv3.HttpHeaders, envoyHeaders) {
-	h := &extprocv3.HttpHeaders{}
+func (in *inbound) decodeHTTPHeaders(b []byte) (*extprocv3.HttpHeaders, envoyHeaders) {
+	h := &in.scratch.headers
+	h.Reset()
 	var fields envoyHeaders
 	seen := false
 	for len(b) > 0 {
@@ -370,7 +397,10 @@ func decodeHTTPHeaders(b []byte) (*extprocv3.HttpHeaders, envoyHeaders) {
 			return nil, nil
 		case f.num == fHeadersHeaders && f.typ == protowire.BytesType && !seen:
 			seen = true
-			if fields, ok = decodeHeaderMap(f.v); !ok {
+			if in.arena == nil {
+				in.arena = in.arenas.get()
+			}
+			if fields, ok = in.arena.decode(f.v); !ok {
 				return nil, nil
 			}
 		case f.num == fHeadersEnd && f.typ == protowire.VarintType:
@@ -382,10 +412,10 @@ func decodeHTTPHeaders(b []byte) (*extprocv3.HttpHeaders, envoyHeaders) {
 	return h, fields
 }
 
-// decodeHeaderMap decodes a HeaderMap into fields, as headersOf reads
-// one: a value in raw_value, else in value; names and values in one
-// allocation.
-func decodeHeaderMap(b []byte) (envoyHeaders, bool) {
+// decode decodes a HeaderMap into fields after those the arena holds,
+// as headersOf reads one: a value in raw_value, else in value; names and
+// values copied into the arena's buffer.
+func (a *headerArena) decode(b []byte) (envoyHeaders, bool) {
 	count, size := 0, 0
 	ok := eachHeader(b, func(key, value, raw []byte) {
 		count++
@@ -394,16 +424,23 @@ func decodeHeaderMap(b []byte) (envoyHeaders, bool) {
 	if !ok || count == 0 {
 		return nil, ok
 	}
-	buf := make([]byte, 0, size)
-	out := make(envoyHeaders, 0, count)
+	// A buffer that lacks room is replaced, not grown: the fields decoded
+	// before keep pointing into the old one.
+	if cap(a.buf)-len(a.buf) < size {
+		a.buf = make([]byte, 0, max(size, 2*cap(a.buf), 512))
+	}
+	if cap(a.fields)-len(a.fields) < count {
+		a.fields = make(envoyHeaders, 0, max(count, 2*cap(a.fields), 16))
+	}
+	start := len(a.fields)
 	eachHeader(b, func(key, value, raw []byte) {
-		at := len(buf)
-		buf = append(buf, key...)
-		mid := len(buf)
-		buf = append(buf, headerValue(value, raw)...)
-		out = append(out, headerField{name: buf[at:mid:mid], value: buf[mid:len(buf):len(buf)]})
+		at := len(a.buf)
+		a.buf = append(a.buf, key...)
+		mid := len(a.buf)
+		a.buf = append(a.buf, headerValue(value, raw)...)
+		a.fields = append(a.fields, headerField{name: a.buf[at:mid:mid], value: a.buf[mid:len(a.buf):len(a.buf)]})
 	})
-	return out, true
+	return a.fields[start:len(a.fields):len(a.fields)], true
 }
 
 func headerValue(value, raw []byte) []byte {
@@ -449,10 +486,11 @@ func eachHeader(b []byte, f func(key, value, raw []byte)) bool {
 	return true
 }
 
-// decodeHTTPBody decodes an HttpBody, its body aliasing b; nil when b
-// holds a field it does not know or is malformed.
-func decodeHTTPBody(b []byte) *extprocv3.HttpBody {
-	h := &extprocv3.HttpBody{}
+// decodeBody decodes an HttpBody, its body aliasing b; nil when b holds
+// a field it does not know or is malformed.
+func (d *decoded) decodeBody(b []byte) *extprocv3.HttpBody {
+	h := &d.body
+	h.Reset()
 	for len(b) > 0 {
 		f, ok := nextField(&b)
 		switch {
@@ -542,6 +580,10 @@ type headersAnswer struct {
 	remove     []string
 	clearRoute bool
 	dest       string
+	// The first fields of set and remove, without an allocation: a is
+	// not copied while they are in use.
+	setFirst    [2][2]string
+	removeFirst [1]string
 }
 
 // Field numbers of the answers headersAnswer writes.

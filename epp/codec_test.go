@@ -123,11 +123,11 @@ func TestCodecDecodesBodies(t *testing.T) {
 		}
 	}
 	b, _ := proto.Marshal(msgs["request body"])
-	m := &extprocv3.ProcessingRequest{}
-	if !decodeFields(b, m, nil, &handFields{}) {
+	hm := &inbound{}
+	if !hm.decodeFields(b, nil) {
 		t.Fatal("a request body message was not decoded by hand")
 	}
-	body := m.GetRequestBody().GetBody()
+	body := hm.req.GetRequestBody().GetBody()
 	if i := bytes.Index(b, body); i < 0 || &b[i] != &body[0] {
 		t.Error("the body was copied, not aliased")
 	}
@@ -153,7 +153,7 @@ func TestCodecDecodesBodies(t *testing.T) {
 	// Cut anywhere, the message may be malformed: the hand decoder
 	// declines it or decodes what is there, and never panics.
 	for i := range 40 {
-		decodeFields(b[:i], &extprocv3.ProcessingRequest{}, nil, &handFields{})
+		(&inbound{}).decodeFields(b[:i], nil)
 	}
 }
 
@@ -213,8 +213,8 @@ func TestCodecHeadersAnswer(t *testing.T) {
 				a    *headersAnswer
 				want *extprocv3.ProcessingResponse
 			}{
-				{pickAnswer(fRespRequestHeaders, dest, add), requestHeadersResponse(pickMutation(dest, add), pickMetadata(dest))},
-				{pickAnswer(fRespRequestBody, dest, add), requestBodyResponse(pickMutation(dest, add), pickMetadata(dest))},
+				{pickAnswer(&headersAnswer{}, fRespRequestHeaders, dest, add), requestHeadersResponse(pickMutation(dest, add), pickMetadata(dest))},
+				{pickAnswer(&headersAnswer{}, fRespRequestBody, dest, add), requestBodyResponse(pickMutation(dest, add), pickMetadata(dest))},
 			} {
 				checkAnswer(t, c.a, c.want)
 			}
@@ -287,7 +287,7 @@ func FuzzDecodeBody(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m := &inbound{}
-		if m.byHand = decodeFields(b, &m.req, nil, &m.hand); !m.byHand {
+		if m.byHand = m.decodeFields(b, nil); !m.byHand {
 			return
 		}
 		checkAsProtobuf(t, "fuzzed", m, b)

@@ -2,6 +2,7 @@ package epp
 
 import (
 	"bytes"
+	"sync"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 )
@@ -46,11 +47,52 @@ func (h envoyHeaders) At(i int) (name, value []byte) { return h[i].name, h[i].va
 
 // get returns the first value of a header named name (lower case), ""
 // when it is absent.
-func (h envoyHeaders) get(name string) string {
+func (h envoyHeaders) get(name string) string { return string(h.value(name)) }
+
+// value is the first value of a header named name (lower case), nil
+// when it is absent; it aliases the headers.
+func (h envoyHeaders) value(name string) []byte {
 	for _, f := range h {
 		if len(f.name) == len(name) && bytes.EqualFold(f.name, []byte(name)) {
-			return string(f.value)
+			return f.value
 		}
 	}
-	return ""
+	return nil
+}
+
+// headerArena is where a stream's header maps decoded by hand go: the
+// request's fields, then the response's after them, names and values in
+// buf. The lifecycle keeps the request's headers until End; the arena
+// goes back to its pool when the stream has ended, so that once the pool
+// is warm a stream decodes its headers without allocating.
+type headerArena struct {
+	buf    []byte
+	fields envoyHeaders
+}
+
+// headerArenas pools the arenas. A nil pool makes new ones.
+type headerArenas struct{ pool sync.Pool }
+
+// maxArenaBytes: an arena whose buffer grew past this (a client's
+// outsized headers) is not kept.
+const maxArenaBytes = 64 << 10
+
+func (p *headerArenas) get() *headerArena {
+	if p != nil {
+		if a, _ := p.pool.Get().(*headerArena); a != nil {
+			return a
+		}
+	}
+	return &headerArena{}
+}
+
+// put keeps a for another stream; nothing may read the headers decoded
+// into it after.
+func (p *headerArenas) put(a *headerArena) {
+	if p == nil || cap(a.buf) > maxArenaBytes {
+		return
+	}
+	clear(a.fields[:cap(a.fields)]) // no stale field keeps an old buffer alive
+	a.buf, a.fields = a.buf[:0], a.fields[:0]
+	p.pool.Put(a)
 }

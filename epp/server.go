@@ -73,8 +73,9 @@ type Server struct {
 	rpc    *h2grpc.Server
 	health *health
 
-	count  counters // streams, messages, bytes and handling time (metrics.go)
-	bodies bodies   // request body buffers (bodies.go)
+	count  counters     // streams, messages, bytes and handling time (metrics.go)
+	bodies bodies       // request body buffers (bodies.go)
+	arenas headerArenas // header fields decoded by hand (headers.go)
 
 	mu      sync.Mutex // polling's start against a stop
 	polled  bool       // the readiness poller started

@@ -25,7 +25,7 @@ func (s *Server) open(out *h2grpc.Stream) h2grpc.Handler {
 	return &stream{
 		out: out, proxy: s.proxy, count: &s.count, log: s.cfg.Logger,
 		reqMode: s.cfg.RequestBodyMode, respMode: s.cfg.ResponseBodyMode, noWait: s.cfg.SendBodyWithoutWaiting,
-		maxBody: s.cfg.MaxMessageBytes, in: inbound{pool: &s.bodies},
+		maxBody: s.cfg.MaxMessageBytes, in: inbound{pool: &s.bodies, arenas: &s.arenas},
 	}
 }
 
@@ -115,11 +115,16 @@ func (st *stream) finish(err error) {
 	}
 	st.count.ends[how].Add(1)
 	st.count.handling.Update(st.handling.Seconds())
+	// The lifecycle has ended and the answers are written: nothing holds
+	// the body or the headers now.
 	if st.in.pooled != nil {
-		// The lifecycle has ended and the answers are written: nothing
-		// holds the body now.
 		st.in.pool.put(st.in.pooled)
 		st.in.pooled, st.body, st.held = nil, nil, nil
+	}
+	if st.in.arena != nil {
+		st.reqHeaders, st.respHeaders, st.in.hand.headers = nil, nil, nil
+		st.in.arenas.put(st.in.arena)
+		st.in.arena = nil
 	}
 }
 
@@ -141,6 +146,10 @@ type stream struct {
 	x         Exchange
 	subset    []string
 	hasSubset bool
+	// reqHeaders and respHeaders are the headers given to the lifecycle:
+	// fields of the stream, since a slice given as an interface would be
+	// copied to the heap on every message.
+	reqHeaders, respHeaders envoyHeaders
 
 	in      inbound // the next message, as the codec decodes it
 	maxBody int     // bound on a request body buffer made from Content-Length
@@ -150,19 +159,24 @@ type stream struct {
 	body  []byte
 	given int
 
-	headersAnswered bool     // the request headers' answer was sent
-	bodyEnded       bool     // Body(…, true) was called
-	picked          bool     // the pick was sent: the request phase is over
-	held            [][]byte // request chunks held for the answer after the pick (the messages' buffers, not copies)
-	trailers        bool     // request trailers came: they, not the body, end the request
-	waiting         bool     // the pick waits for admission on the stream's own goroutine
-	afterPick       bool     // the request trailers' answer is due once the pick is sent
-	respSeen        bool     // response headers arrived
-	respEnded       bool     // ResponseBody(…, true) was called
-	ended           bool     // End was called
-	cancelled       bool     // End was called cancelled
-	answered        bool     // the picker answered the request itself
-	finished        bool     // the stream's end was counted
+	headersAnswered bool      // the request headers' answer was sent
+	bodyEnded       bool      // Body(…, true) was called
+	picked          bool      // the pick was sent: the request phase is over
+	held            [][]byte  // request chunks held for the answer after the pick (the messages' buffers, not copies)
+	heldFirst       [2][]byte // held's first chunks, without an allocation
+	trailers        bool      // request trailers came: they, not the body, end the request
+	waiting         bool      // the pick waits for admission on the stream's own goroutine
+	afterPick       bool      // the request trailers' answer is due once the pick is sent
+	respSeen        bool      // response headers arrived
+	respEnded       bool      // ResponseBody(…, true) was called
+	ended           bool      // End was called
+	cancelled       bool      // End was called cancelled
+	answered        bool      // the picker answered the request itself
+	finished        bool      // the stream's end was counted
+
+	// ans is the headers' answer being written, its fields in arrays
+	// of its own (pickAnswer).
+	ans headersAnswer
 
 	// scratch holds an answer being written: the transport copies it
 	// before Send returns, and a buffer on the stack escaped to the heap
@@ -205,7 +219,8 @@ func (st *stream) requestHeaders(h *extprocv3.HttpHeaders) error {
 		return status.Error(codes.InvalidArgument, "request headers twice on one stream")
 	}
 	st.subset, st.hasSubset = st.in.subsetHint()
-	hs := st.in.headers()
+	st.reqHeaders = st.in.headers()
+	hs := &st.reqHeaders
 	st.x = st.proxy.Begin(hs)
 	switch {
 	case h.GetEndOfStream():
@@ -213,7 +228,7 @@ func (st *stream) requestHeaders(h *extprocv3.HttpHeaders) error {
 	case st.defers():
 		// The chunks are held until the pick anyway: with a length said,
 		// the codec puts them together as they come.
-		if n, err := strconv.Atoi(hs.get("content-length")); err == nil && n > 0 && n <= st.maxBody {
+		if n, err := strconv.Atoi(string(hs.value("content-length"))); err == nil && n > 0 && n <= st.maxBody {
 			st.in.body, st.in.expect = &st.body, n
 		}
 		return nil
@@ -248,6 +263,9 @@ func (st *stream) requestBody(b *extprocv3.HttpBody) error {
 	}
 	st.count.bodyIn[bodyRequest].Add(uint64(len(b.GetBody())))
 	if st.defers() {
+		if st.held == nil {
+			st.held = st.heldFirst[:0]
+		}
 		st.held = append(st.held, b.GetBody())
 	}
 	if st.in.placed && !end {
@@ -343,10 +361,10 @@ func (st *stream) answerPick(eps []string, ans *Answer) error {
 		add = rh.RequestHeaders()
 	}
 	if st.headersAnswered {
-		return st.answerHeaders(pickAnswer(fRespRequestBody, dest, add))
+		return st.answerHeaders(pickAnswer(&st.ans, fRespRequestBody, dest, add))
 	}
 	st.headersAnswered = true
-	if err := st.answerHeaders(pickAnswer(fRespRequestHeaders, dest, add)); err != nil {
+	if err := st.answerHeaders(pickAnswer(&st.ans, fRespRequestHeaders, dest, add)); err != nil {
 		return err
 	}
 	return st.release()
@@ -432,8 +450,9 @@ func (st *stream) answer(a *Answer) error {
 func (st *stream) responseHeaders(h *extprocv3.HttpHeaders) error {
 	a := headersAnswer{field: fRespResponseHeaders}
 	if st.x != nil && st.picked && !st.ended {
-		hs := st.in.headers()
-		code, _ := strconv.Atoi(hs.get(":status"))
+		st.respHeaders = st.in.headers()
+		hs := &st.respHeaders
+		code, _ := strconv.Atoi(string(hs.value(":status")))
 		served := st.in.served()
 		if served == "" {
 			served = hs.get(ServedKey)

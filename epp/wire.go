@@ -9,25 +9,26 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
-// pickAnswer is the pick as the answer in field (the request headers'
-// or, BUFFERED, the body's). The destination header overwrites any the
-// client sent (a client must not choose its own endpoint), and the route
-// is recomputed since routes may match on it; the pick goes as dynamic
-// metadata too, the same value: the protocol forbids the two to differ.
-// add are the pick's other request headers (the prefill worker of a
-// disaggregated request); a client's own PrefillerHeader is removed when
-// the pick names none, since a client must not choose its prefill worker
-// either.
-func pickAnswer(field protowire.Number, dest string, add [][2]string) *headersAnswer {
-	a := &headersAnswer{field: field, clearRoute: true, dest: dest,
-		set: append(make([][2]string, 0, 1+len(add)), [2]string{DestinationHeader, dest})}
+// pickAnswer writes into a the pick as the answer in field (the request
+// headers' or, BUFFERED, the body's). The destination header overwrites
+// any the client sent (a client must not choose its own endpoint), and
+// the route is recomputed since routes may match on it; the pick goes as
+// dynamic metadata too, the same value: the protocol forbids the two to
+// differ. add are the pick's other request headers (the prefill worker
+// of a disaggregated request); a client's own PrefillerHeader is removed
+// when the pick names none, since a client must not choose its prefill
+// worker either.
+func pickAnswer(a *headersAnswer, field protowire.Number, dest string, add [][2]string) *headersAnswer {
+	*a = headersAnswer{field: field, clearRoute: true, dest: dest}
+	a.set = append(a.setFirst[:0], [2]string{DestinationHeader, dest})
 	prefiller := false
 	for _, h := range lowerNames(add) {
 		prefiller = prefiller || h[0] == PrefillerHeader
 		a.set = append(a.set, h)
 	}
 	if !prefiller {
-		a.remove = []string{PrefillerHeader}
+		a.removeFirst[0] = PrefillerHeader
+		a.remove = a.removeFirst[:1]
 	}
 	return a
 }
