@@ -45,8 +45,10 @@ type conn struct {
 	hdr      [9]byte  // a DATA frame's header being written
 	prefix   [5]byte  // a message's prefix being written
 	trailer  [8]string
+	expiring sync.WaitGroup // deadlines resetting streams, added to under mu while !dead
 
 	// Reader only.
+	hblk     *headerBlock
 	inFree   [][]byte // assembly buffers for messages across frames
 	lastID   uint32   // the highest stream id the client opened
 	unacked  int      // bytes received since the last connection WINDOW_UPDATE
@@ -59,8 +61,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 	c.br = bufio.NewReaderSize(nc, 64<<10)
 	c.bw = bufio.NewWriterSize(nc, 64<<10)
 	c.fr = http2.NewFramer(c.bw, c.br)
-	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
-	c.fr.MaxHeaderListSize = uint32(s.cfg.MaxHeaderListBytes)
+	c.hblk = newHeaderBlock(uint32(s.cfg.MaxHeaderListBytes))
 	c.fr.SetMaxReadFrameSize(maxReadFrame)
 	c.fr.SetReuseFrames() // a frame is handled before the next is read
 	c.henc = hpack.NewEncoder(&c.hbuf)
@@ -94,6 +95,10 @@ func (c *conn) serve() {
 	for _, st := range streams {
 		st.reset()
 	}
+	// Streams whose deadline passed left c.streams before dead was set:
+	// their handlers are told on the timers' goroutines, and Stop returns
+	// only once every handler was.
+	c.expiring.Wait()
 }
 
 func (c *conn) run() error {
@@ -198,8 +203,22 @@ func (c *conn) frame(f http2.Frame) error {
 		}
 	case *http2.GoAwayFrame:
 		// The client opens no more streams; those open go on.
-	case *http2.MetaHeadersFrame:
-		return c.headers(f)
+	case *http2.HeadersFrame:
+		c.hblk.begin(f)
+		if err := c.hblk.write(f.HeaderBlockFragment(), false); err != nil {
+			return err
+		}
+		if f.HeadersEnded() {
+			return c.endHeaders()
+		}
+	case *http2.ContinuationFrame:
+		// The framer keeps a block's frames together (RFC 9113 §6.10).
+		if err := c.hblk.write(f.HeaderBlockFragment(), true); err != nil {
+			return err
+		}
+		if f.HeadersEnded() {
+			return c.endHeaders()
+		}
 	case *http2.DataFrame:
 		return c.data(f)
 	case *http2.PushPromiseFrame:
@@ -311,8 +330,22 @@ func (c *conn) refuse(id uint32, code http2.ErrCode) {
 	st.reset()
 }
 
-func (c *conn) headers(f *http2.MetaHeadersFrame) error {
-	id := f.StreamID
+// endHeaders handles a whole header block.
+func (c *conn) endHeaders() error {
+	streamErr, connErr := c.hblk.end()
+	if connErr != nil {
+		return connErr
+	}
+	if streamErr != nil {
+		c.cfg.Logger.Debug("h2grpc: malformed header block", "stream", c.hblk.id, "err", streamErr)
+		c.refuse(c.hblk.id, http2.ErrCodeProtocol)
+		return nil
+	}
+	return c.headers(c.hblk)
+}
+
+func (c *conn) headers(f *headerBlock) error {
+	id := f.id
 	if id <= c.lastID {
 		st, halfClosed := c.stream(id)
 		if st == nil {
@@ -322,7 +355,7 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) error {
 			c.refuse(id, http2.ErrCodeStreamClosed)
 			return nil
 		}
-		if !f.StreamEnded() || halfClosed {
+		if !f.endStream || halfClosed {
 			c.refuse(id, http2.ErrCodeProtocol)
 			return nil
 		}
@@ -342,18 +375,18 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) error {
 		return nil
 	}
 	c.mu.Unlock()
-	st := c.newStream(id, f.StreamEnded())
-	if f.Truncated {
+	st := c.newStream(id, f.endStream)
+	if f.truncated {
 		// Over SETTINGS_MAX_HEADER_LIST_SIZE: the framer dropped fields.
 		st.answerHTTP("431")
 		return nil
 	}
-	if f.PseudoValue("method") != "POST" {
+	if f.pseudo("method") != "POST" {
 		st.answerHTTP("405")
 		return nil
 	}
 	var ctype, encoding, timeout string
-	for _, h := range f.RegularFields() {
+	for _, h := range f.fields {
 		switch h.Name {
 		case "content-type":
 			ctype = h.Value
@@ -368,9 +401,9 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) error {
 		return nil
 	}
 	st.compressed = encoding != "" && encoding != "identity"
-	m := c.srv.methods[f.PseudoValue("path")]
+	m := c.srv.methods[f.pseudo("path")]
 	if m == nil {
-		st.Finish(status.Error(codes.Unimplemented, "h2grpc: unknown method "+f.PseudoValue("path")))
+		st.Finish(status.Error(codes.Unimplemented, "h2grpc: unknown method "+f.pseudo("path")))
 		return nil
 	}
 	d, ok := parseTimeout(timeout)
@@ -385,7 +418,7 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) error {
 		// Once the handler exists: the deadline resets it.
 		st.deadline(d)
 	}
-	if f.StreamEnded() {
+	if f.endStream {
 		st.post(event{kind: evClose})
 	}
 	return nil

@@ -335,7 +335,8 @@ func (s *Stream) deadline(d time.Duration) {
 	s.timer = time.AfterFunc(d, func() {
 		c := s.c
 		c.mu.Lock()
-		if s.gone {
+		if s.gone || c.dead {
+			// Gone, or the connection's end resets it.
 			c.mu.Unlock()
 			return
 		}
@@ -345,7 +346,10 @@ func (s *Stream) deadline(d time.Duration) {
 		if !c.batch {
 			c.flushLocked()
 		}
+		// The connection's end waits for the handler to be told.
+		c.expiring.Add(1)
 		c.mu.Unlock()
+		defer c.expiring.Done()
 		s.reset()
 	})
 }

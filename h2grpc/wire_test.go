@@ -256,6 +256,78 @@ func TestStreamAnswers(t *testing.T) {
 	}
 }
 
+// A header block is decoded across its CONTINUATION frames; a malformed
+// block (RFC 9113 §8.2, §8.3) resets its stream, the connection going on
+// with its HPACK table intact; CONTINUATIONs after the block went over
+// the list's bound end the connection.
+func TestHeaderBlocks(t *testing.T) {
+	f := start(t, h2grpc.Config{MaxHeaderListBytes: 4096}, nil)
+	p := dial(t, f)
+	// A block in three frames, names indexed for the blocks after it.
+	p.hbuf.Reset()
+	for _, kv := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", "/t.T/Echo"}, {":authority", "x"},
+		{"content-type", "application/grpc"}, {"x-long", strings.Repeat("v", 300)}} {
+		p.enc.WriteField(hpack.HeaderField{Name: kv[0], Value: kv[1]})
+	}
+	block := bytes.Clone(p.hbuf.Bytes())
+	p.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block[:7]})
+	p.fr.WriteContinuation(1, false, block[7:100])
+	p.fr.WriteContinuation(1, true, block[100:])
+	p.message(1, 0, []byte("hi"), true)
+	if h := fields(t, p.next(nil)); h[":status"] != "200" {
+		t.Fatalf("a block in three frames: %v", h)
+	}
+	p.next(nil) // the echo
+	p.next(nil) // its trailers
+
+	id := uint32(3)
+	for name, kv := range map[string][]string{
+		"upper-case name":            {"X-Upper", "1"},
+		"value with a newline":       {"x-a", "1\n2"},
+		"pseudo after regular":       {"x-a", "1", ":scheme", "http"},
+		"pseudo twice":               {":path", "/t.T/Echo"},
+		"unknown pseudo":             {":nope", "1"},
+		"request and response mixed": {":status", "200"},
+	} {
+		p.hbuf.Reset()
+		pseudo, regular := [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", "/t.T/Echo"}}, [][2]string{}
+		for i := 0; i < len(kv); i += 2 {
+			if strings.HasPrefix(kv[i], ":") && name != "pseudo after regular" {
+				pseudo = append(pseudo, [2]string{kv[i], kv[i+1]})
+			} else {
+				regular = append(regular, [2]string{kv[i], kv[i+1]})
+			}
+		}
+		for _, h := range append(pseudo, regular...) {
+			p.enc.WriteField(hpack.HeaderField{Name: h[0], Value: h[1]})
+		}
+		p.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: p.hbuf.Bytes(), EndHeaders: true})
+		if r, ok := p.next(nil).(*http2.RSTStreamFrame); !ok || r.StreamID != id || r.ErrCode != http2.ErrCodeProtocol {
+			t.Fatalf("%s: %v, want RST_STREAM PROTOCOL_ERROR on stream %d", name, r, id)
+		}
+		id += 2
+	}
+	// The connection and its table serve on.
+	p.call(id, "/t.T/Echo", "x-long", strings.Repeat("v", 300))
+	p.message(id, 0, []byte("hi"), true)
+	if h := fields(t, p.next(nil)); h[":status"] != "200" {
+		t.Fatalf("after the malformed blocks: %v", h)
+	}
+	p.next(nil)
+	p.next(nil)
+
+	// Over the bound, then more: the connection ends.
+	q := dial(t, f)
+	q.hbuf.Reset()
+	q.enc.WriteField(hpack.HeaderField{Name: "x-big", Value: strings.Repeat("b", 3000)})
+	q.enc.WriteField(hpack.HeaderField{Name: "x-big2", Value: strings.Repeat("b", 3000)})
+	q.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: q.hbuf.Bytes()})
+	q.fr.WriteContinuation(1, false, bytes.Repeat([]byte{0x82}, 100))
+	if got := q.goAway(); got != http2.ErrCodeProtocol {
+		t.Fatalf("CONTINUATION past the bound: GOAWAY %v", got)
+	}
+}
+
 // The server sends no more than the client's windows allow: a stream
 // window of 10 bytes holds a message back until WINDOW_UPDATE, and a
 // PING is answered with its data.
