@@ -46,6 +46,8 @@ type conn struct {
 	prefix   [5]byte  // a message's prefix being written
 	trailer  [8]string
 	expiring sync.WaitGroup // deadlines resetting streams, added to under mu while !dead
+	dueTimer *time.Timer    // the streams' deadlines (expire)
+	dueAt    time.Time      // when dueTimer fires (zero: it is not armed)
 
 	// Reader only.
 	hblk     *headerBlock
@@ -84,6 +86,9 @@ func (c *conn) serve() {
 		c.fr.WriteGoAway(c.lastID, http2.ErrCode(ce), nil)
 		c.bw.Flush()
 	}
+	if c.dueTimer != nil {
+		c.dueTimer.Stop()
+	}
 	streams := make([]*Stream, 0, len(c.streams))
 	for _, st := range c.streams {
 		streams = append(streams, st)
@@ -96,7 +101,7 @@ func (c *conn) serve() {
 		st.reset()
 	}
 	// Streams whose deadline passed left c.streams before dead was set:
-	// their handlers are told on the timers' goroutines, and Stop returns
+	// their handlers are told on the timer's goroutine, and Stop returns
 	// only once every handler was.
 	c.expiring.Wait()
 }

@@ -42,7 +42,7 @@ type Stream struct {
 	queue       []event
 	ctx         context.Context
 	cancel      context.CancelFunc
-	timer       *time.Timer
+	due         time.Time // when grpc-timeout resets the stream (zero: never)
 
 	// The running goroutine's.
 	own  bool         // the stream is on a goroutine of its own (Go)
@@ -310,9 +310,7 @@ func (s *Stream) stopLocked() {
 	if s.cancel != nil {
 		s.cancel()
 	}
-	if s.timer != nil {
-		s.timer.Stop()
-	}
+	s.due = time.Time{}
 }
 
 // reset ends the stream without a status (the client reset it, or the
@@ -326,32 +324,72 @@ func (s *Stream) reset() {
 	s.post(event{kind: evReset})
 }
 
-// deadline resets the stream when d has passed (grpc-timeout).
+// deadline resets the stream when d has passed (grpc-timeout). The
+// connection has one timer for its streams' deadlines, armed at the
+// earliest (expire): a timer of each stream's own cost two allocations
+// and an update of the runtime's timer heap on every request.
 func (s *Stream) deadline(d time.Duration) {
-	// Set under the lock the timer's function takes first: it may run
-	// before AfterFunc returns.
-	s.c.mu.Lock()
-	defer s.c.mu.Unlock()
-	s.timer = time.AfterFunc(d, func() {
-		c := s.c
-		c.mu.Lock()
-		if s.gone || c.dead {
-			// Gone, or the connection's end resets it.
-			c.mu.Unlock()
-			return
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s.finished || s.gone {
+		return
+	}
+	s.due = time.Now().Add(d)
+	if !c.dueAt.IsZero() && !s.due.Before(c.dueAt) {
+		return // the timer fires before
+	}
+	c.dueAt = s.due
+	if c.dueTimer == nil {
+		c.dueTimer = time.AfterFunc(d, c.expire)
+	} else {
+		c.dueTimer.Reset(d)
+	}
+}
+
+// expire resets the streams whose deadline has passed and arms the
+// timer for the earliest of the others.
+func (c *conn) expire() {
+	c.mu.Lock()
+	if c.dead {
+		// The connection's end resets its streams.
+		c.mu.Unlock()
+		return
+	}
+	now := time.Now()
+	var due []*Stream
+	c.dueAt = time.Time{}
+	for _, s := range c.streams {
+		switch {
+		case s.due.IsZero() || s.finished:
+		case !now.Before(s.due):
+			due = append(due, s)
+		case c.dueAt.IsZero() || s.due.Before(c.dueAt):
+			c.dueAt = s.due
 		}
+	}
+	if !c.dueAt.IsZero() {
+		c.dueTimer.Reset(c.dueAt.Sub(now))
+	}
+	if len(due) == 0 {
+		c.mu.Unlock()
+		return
+	}
+	for _, s := range due {
 		// Trailers would wait behind data the windows hold: RST_STREAM
 		// is the client's news (gRPC's servers send CANCEL).
 		c.resetLocked(s, http2.ErrCodeCancel)
-		if !c.batch {
-			c.flushLocked()
-		}
-		// The connection's end waits for the handler to be told.
-		c.expiring.Add(1)
-		c.mu.Unlock()
-		defer c.expiring.Done()
+	}
+	if !c.batch {
+		c.flushLocked()
+	}
+	// The connection's end waits for the handlers to be told.
+	c.expiring.Add(1)
+	c.mu.Unlock()
+	defer c.expiring.Done()
+	for _, s := range due {
 		s.reset()
-	})
+	}
 }
 
 // answerHTTP answers a request that is not gRPC with an HTTP status.

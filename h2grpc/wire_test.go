@@ -328,6 +328,41 @@ func TestHeaderBlocks(t *testing.T) {
 	}
 }
 
+// Deadlines of streams on one connection, a later stream's earlier than
+// an open one's: the server resets each stream (RST_STREAM CANCEL) when
+// its own grpc-timeout has passed, in that order, and no other.
+func TestDeadlines(t *testing.T) {
+	f := start(t, h2grpc.Config{}, func(f *fixture) {
+		f.method("/t.T/Silent", func(*h2grpc.Stream, []byte) error { return nil }, nil)
+	})
+	p := dial(t, f)
+	begin := time.Now()
+	p.call(1, "/t.T/Silent", "grpc-timeout", "10S")
+	p.call(3, "/t.T/Silent")
+	p.call(5, "/t.T/Silent", "grpc-timeout", "300m")
+	p.call(7, "/t.T/Silent", "grpc-timeout", "100m")
+	for _, want := range []struct {
+		id uint32
+		at time.Duration
+	}{{7, 100 * time.Millisecond}, {5, 300 * time.Millisecond}} {
+		r, ok := p.next(nil).(*http2.RSTStreamFrame)
+		if !ok || r.StreamID != want.id || r.ErrCode != http2.ErrCodeCancel {
+			t.Fatalf("%v, want RST_STREAM CANCEL on stream %d", r, want.id)
+		}
+		if el := time.Since(begin); el < want.at {
+			t.Fatalf("stream %d reset after %v, before its deadline of %v", want.id, el, want.at)
+		}
+	}
+	// The others are open: a PING's answer comes before any other frame.
+	p.fr.WritePing(false, [8]byte{7})
+	if pg, ok := p.next(func(f http2.Frame) bool { _, ok := f.(*http2.PingFrame); return ok }).(*http2.PingFrame); !ok || pg.Data != [8]byte{7} {
+		t.Fatalf("%v, want the PING's answer", pg)
+	}
+	if n := f.resets.Load(); n != 2 {
+		t.Fatalf("%d handlers reset, want 2", n)
+	}
+}
+
 // The server sends no more than the client's windows allow: a stream
 // window of 10 bytes holds a message back until WINDOW_UPDATE, and a
 // PING is answered with its data.
