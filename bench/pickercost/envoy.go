@@ -24,6 +24,11 @@ import (
 // recommended bound on a streamed ext_proc body message.
 const maxChunk = 64 << 10
 
+// envoyWindow is Envoy's default HTTP/2 window, for a stream and for
+// the connection (initial_stream_window_size and
+// initial_connection_window_size).
+const envoyWindow = 256 << 20
+
 // chatPath is the one path the bench posts to.
 const chatPath = "/v1/chat/completions"
 
@@ -194,7 +199,9 @@ func relayBody(s extprocv3.ExternalProcessor_ProcessClient, w *io.PipeWriter, wa
 
 // response feeds the endpoint's answer through the picker as Envoy does:
 // the headers with the endpoint that served in the metadata, the body in
-// chunks, and reads the body the picker streams back.
+// chunks, and reads the body the picker streams back. In full duplex the
+// body goes as it arrives, without waiting for the headers' answer, as
+// the request's did.
 func (e *envoy) response(s extprocv3.ExternalProcessor_ProcessClient, ep string, resp *http.Response, body []byte) error {
 	kv := []string{":status", strconv.Itoa(resp.StatusCode), "content-type", resp.Header.Get("content-type")}
 	md := &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
@@ -203,13 +210,6 @@ func (e *envoy) response(s extprocv3.ExternalProcessor_ProcessClient, ep string,
 	if err := s.Send(&extprocv3.ProcessingRequest{MetadataContext: md, Request: &extprocv3.ProcessingRequest_ResponseHeaders{
 		ResponseHeaders: &extprocv3.HttpHeaders{Headers: headers(kv...)}}}); err != nil {
 		return fmt.Errorf("sending the response headers: %w", err)
-	}
-	r, err := s.Recv()
-	if err != nil {
-		return fmt.Errorf("waiting for the response headers' answer: %w", err)
-	}
-	if r.GetResponseHeaders() == nil {
-		return fmt.Errorf("response headers answered with a %T", r.GetResponse())
 	}
 	// The answers are small (a few tokens): sending every chunk before
 	// reading what comes back cannot fill the stream's window.
@@ -222,6 +222,13 @@ func (e *envoy) response(s extprocv3.ExternalProcessor_ProcessClient, ep string,
 		if end == len(body) {
 			break
 		}
+	}
+	r, err := s.Recv()
+	if err != nil {
+		return fmt.Errorf("waiting for the response headers' answer: %w", err)
+	}
+	if r.GetResponseHeaders() == nil {
+		return fmt.Errorf("response headers answered with a %T", r.GetResponse())
 	}
 	var back []byte
 	for range len(body)/1000 + 16 {
