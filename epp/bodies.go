@@ -15,30 +15,34 @@ const bodyClassMin = 512 // the smallest class
 // bodyClassSize is the capacity of class c.
 func bodyClassSize(c int) int { return bodyClassMin << c }
 
-// get is a buffer of length 0 and capacity n or more, and whether it is
-// to go back (put). A nil pool makes new buffers.
-func (b *bodies) get(n int) ([]byte, bool) {
+// get is a buffer of length 0 and capacity n or more and, when it is to
+// go back (put), the pool's box for it (nil: not pooled). A nil pool
+// makes new buffers.
+func (b *bodies) get(n int) ([]byte, *[]byte) {
 	if b == nil {
-		return make([]byte, 0, n), false
+		return make([]byte, 0, n), nil
 	}
 	c := 0
 	for bodyClassSize(c) < n {
 		c++
 	}
 	if c >= len(b.class) {
-		return make([]byte, 0, n), false
+		return make([]byte, 0, n), nil
 	}
-	if p, _ := b.class[c].Get().(*[]byte); p != nil {
-		return (*p)[:0], true
+	if box, _ := b.class[c].Get().(*[]byte); box != nil {
+		return (*box)[:0], box
 	}
-	return make([]byte, 0, bodyClassSize(c)), true
+	box := new([]byte)
+	*box = make([]byte, 0, bodyClassSize(c))
+	return *box, box
 }
 
-// put keeps buf, which get gave, for another body.
-func (b *bodies) put(buf []byte) {
+// put keeps the buffer in box, which get gave, for another body; the box
+// goes with it, so that putting it back allocates nothing.
+func (b *bodies) put(box *[]byte) {
 	for c := range b.class {
-		if cap(buf) == bodyClassSize(c) {
-			b.class[c].Put(&buf)
+		if cap(*box) == bodyClassSize(c) {
+			b.class[c].Put(box)
 			return
 		}
 	}

@@ -103,7 +103,7 @@ type inbound struct {
 	// pool gives the buffer for the whole body (nil: a new one); pooled
 	// is the pool's buffer, whole, to go back at the stream's end.
 	pool   *bodies
-	pooled []byte
+	pooled *[]byte
 	// arena holds the headers decoded by hand, from arenas (nil: a new
 	// one), to go back at the stream's end (headers.go).
 	arenas *headerArenas
@@ -171,10 +171,10 @@ func (m *inbound) intoBody(data []byte) bool {
 	if m.expect > 0 {
 		// The first chunk: the buffer for the whole body, if in bounds.
 		if m.expect >= chunk && m.expect <= arenaSpan*chunk {
-			if b, ok := m.pool.get(m.expect); ok {
+			if b, box := m.pool.get(m.expect); box != nil {
 				// The length said, not the class's: what passes it goes
 				// chunk by chunk, as without a buffer.
-				m.pooled, buf = b, b[:0:m.expect]
+				m.pooled, buf = box, b[:0:m.expect]
 			} else {
 				buf = b
 			}

@@ -73,9 +73,10 @@ type Server struct {
 	rpc    *h2grpc.Server
 	health *health
 
-	count  counters     // streams, messages, bytes and handling time (metrics.go)
-	bodies bodies       // request body buffers (bodies.go)
-	arenas headerArenas // header fields decoded by hand (headers.go)
+	count   counters     // streams, messages, bytes and handling time (metrics.go)
+	bodies  bodies       // request body buffers (bodies.go)
+	arenas  headerArenas // header fields decoded by hand (headers.go)
+	streams sync.Pool    // streams released, for the next ones (stream.go)
 
 	mu      sync.Mutex // polling's start against a stop
 	polled  bool       // the readiness poller started

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"strconv"
+	"sync"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -22,11 +23,26 @@ var errDone = errors.New("answered")
 // open starts serving one ext_proc stream: one HTTP request and its
 // response.
 func (s *Server) open(out *h2grpc.Stream) h2grpc.Handler {
-	return &stream{
-		out: out, proxy: s.proxy, count: &s.count, log: s.cfg.Logger,
-		reqMode: s.cfg.RequestBodyMode, respMode: s.cfg.ResponseBodyMode, noWait: s.cfg.SendBodyWithoutWaiting,
-		maxBody: s.cfg.MaxMessageBytes, in: inbound{pool: &s.bodies, arenas: &s.arenas},
+	// A stream's state is over a kilobyte: one from the streams that
+	// ended, rather than a new one for the collector every request.
+	st, _ := s.streams.Get().(*stream)
+	if st == nil {
+		st = new(stream)
 	}
+	st.out, st.proxy, st.count, st.log, st.pool = out, s.proxy, &s.count, s.cfg.Logger, &s.streams
+	st.reqMode, st.respMode, st.noWait = s.cfg.RequestBodyMode, s.cfg.ResponseBodyMode, s.cfg.SendBodyWithoutWaiting
+	st.maxBody, st.in.pool, st.in.arenas = s.cfg.MaxMessageBytes, &s.bodies, &s.arenas
+	return st
+}
+
+// Release: the transport calls the stream no more, its end counted and
+// its buffers given back (finish); the state goes back for another
+// stream (h2grpc.Releaser).
+func (st *stream) Release() {
+	st.finish(nil) // a no-op: the stream ended before its release
+	pool := st.pool
+	*st = stream{}
+	pool.Put(st)
 }
 
 // Message handles the stream's next message (h2grpc.Handler).
@@ -131,6 +147,7 @@ func (st *stream) finish(err error) {
 // stream is one request's state across its ext_proc messages.
 type stream struct {
 	out   *h2grpc.Stream
+	pool  *sync.Pool // where the stream goes once released
 	proxy Proxy
 	count *counters
 	log   *slog.Logger

@@ -36,7 +36,8 @@ func (l *oneConn) Addr() net.Addr { return &net.TCPAddr{} }
 
 // FuzzConn: whatever frames a client sends after its preface, the server
 // never panics, every stream it opened is either finished or reset
-// exactly once, and Stop returns.
+// exactly once, a handler is released at most once and called no more
+// after, and Stop returns.
 func FuzzConn(f *testing.F) {
 	var seed bytes.Buffer
 	fr := http2.NewFramer(&seed, nil)
@@ -55,11 +56,11 @@ func FuzzConn(f *testing.F) {
 	fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 3})
 	f.Add(bytes.Clone(seed.Bytes()))
 	f.Fuzz(func(t *testing.T, in []byte) {
-		var opened, ended atomic.Int32
+		var opened, ended, releases, late atomic.Int32
 		srv := h2grpc.New(h2grpc.Config{MaxMessageBytes: 1 << 16, PrefaceTimeout: time.Second})
 		srv.Handle("/t.T/Echo", func(s *h2grpc.Stream) h2grpc.Handler {
 			opened.Add(1)
-			return &handler{s: s, message: echo, resets: &ended, close: func(s *h2grpc.Stream) error {
+			return &handler{s: s, message: echo, resets: &ended, releases: &releases, late: &late, close: func(s *h2grpc.Stream) error {
 				ended.Add(1)
 				s.Finish(nil)
 				return nil
@@ -82,6 +83,9 @@ func FuzzConn(f *testing.F) {
 		}
 		if o, e := opened.Load(), ended.Load(); o != e {
 			t.Fatalf("%d streams opened, %d ended", o, e)
+		}
+		if r, l := releases.Load(), late.Load(); r > opened.Load() || l != 0 {
+			t.Fatalf("%d streams opened, %d released, %d calls after a release", opened.Load(), r, l)
 		}
 	})
 }

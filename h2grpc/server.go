@@ -41,6 +41,15 @@ type Handler interface {
 	Reset()
 }
 
+// A Releaser is a Handler told, once, that the transport will call it
+// no more: the stream ended and none of its methods is running. It may
+// then be reused for another stream. A stream that ended outside its
+// handler's calls (a compressed message the transport refused) is not
+// released; its handler is left to the collector.
+type Releaser interface {
+	Release()
+}
+
 // Method opens a Handler for a new stream of one method.
 type Method func(s *Stream) Handler
 

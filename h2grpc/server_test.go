@@ -40,17 +40,36 @@ type handler struct {
 	message func(s *h2grpc.Stream, b []byte) error
 	close   func(s *h2grpc.Stream) error
 	resets  *atomic.Int32
+	// releases counts Release (nil: not counted); late, the calls that
+	// came after it or a second Release.
+	releases, late *atomic.Int32
+	released       atomic.Bool
 }
 
-func (h *handler) Message(b []byte) error { return h.message(h.s, b) }
+func (h *handler) Message(b []byte) error { h.checkLive(); return h.message(h.s, b) }
 func (h *handler) CloseSend() error {
+	h.checkLive()
 	if h.close == nil {
 		h.s.Finish(nil)
 		return nil
 	}
 	return h.close(h.s)
 }
-func (h *handler) Reset() { h.resets.Add(1) }
+func (h *handler) Reset() { h.checkLive(); h.resets.Add(1) }
+
+func (h *handler) Release() {
+	h.checkLive()
+	h.released.Store(true)
+	if h.releases != nil {
+		h.releases.Add(1)
+	}
+}
+
+func (h *handler) checkLive() {
+	if h.released.Load() && h.late != nil {
+		h.late.Add(1)
+	}
+}
 
 type fixture struct {
 	srv    *h2grpc.Server
@@ -409,11 +428,11 @@ func TestDeadline(t *testing.T) {
 // Streams of random lengths, sizes and ends, many at once: every stream
 // either completes with its echoes or is reset, exactly once.
 func TestRandomStreams(t *testing.T) {
-	var opened, finished atomic.Int32
+	var opened, finished, releases, late atomic.Int32
 	f := start(t, h2grpc.Config{StreamWindow: 40 << 10}, func(f *fixture) {
 		f.srv.Handle("/t.T/Count", func(s *h2grpc.Stream) h2grpc.Handler {
 			opened.Add(1)
-			return &handler{s: s, message: echo, resets: &f.resets, close: func(s *h2grpc.Stream) error {
+			return &handler{s: s, message: echo, resets: &f.resets, releases: &releases, late: &late, close: func(s *h2grpc.Stream) error {
 				finished.Add(1)
 				s.Finish(nil)
 				return nil
@@ -461,5 +480,10 @@ func TestRandomStreams(t *testing.T) {
 	time.Sleep(20 * time.Millisecond)
 	if o, d, r := opened.Load(), finished.Load(), f.resets.Load(); o != d+r || o != 16*20 {
 		t.Fatalf("%d streams opened, %d finished, %d reset", o, d, r)
+	}
+	// Each handler is released once, when it is called no more.
+	waitFor(t, func() bool { return releases.Load() == opened.Load() })
+	if l := late.Load(); l != 0 {
+		t.Fatalf("%d calls to a handler after its release", l)
 	}
 }

@@ -37,6 +37,7 @@ type Stream struct {
 	msg         string
 	gone        bool // out of the connection: nothing more is written
 	finished    bool // Finish was called: the handler is told nothing more
+	released    bool // the handler was released (Releaser)
 	resetDue    bool // a Reset is queued: nothing after it
 	running     bool // a goroutine is calling the handler
 	queue       []event
@@ -149,7 +150,12 @@ func (s *Stream) drain() {
 			if !c.batch {
 				c.flushLocked()
 			}
+			release := s.finished && !s.released
+			s.released = s.released || release
 			c.mu.Unlock()
+			if r, ok := s.h.(Releaser); ok && release {
+				r.Release()
+			}
 			return
 		}
 		ev := s.queue[0]
