@@ -101,7 +101,7 @@ type inbound struct {
 	byHand bool
 	hand   handFields
 	// pool gives the buffer for the whole body (nil: a new one); pooled
-	// is the pool's buffer, whole, to go back at the stream's end.
+	// is the pool's box holding it, to go back at the stream's end.
 	pool   *bodies
 	pooled *[]byte
 	// arena holds the headers decoded by hand, from arenas (nil: a new
