@@ -285,11 +285,29 @@ func FuzzDecodeBody(f *testing.F) {
 		}
 		f.Add(b)
 	}
+	// A stream decodes its messages into one inbound: a message decoded
+	// after another must read as if alone.
+	before, err := proto.Marshal(&extprocv3.ProcessingRequest{ObservabilityMode: true,
+		ProtocolConfig:  &extprocv3.ProtocolConfiguration{RequestBodyMode: full, ResponseBodyMode: full, SendBodyWithoutWaitingForHeaderResponse: true},
+		MetadataContext: lbMetadataOf(DestinationNamespace, ServedKey, structpb.NewStringValue("10.0.0.9:8000")),
+		Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{EndOfStream: true,
+			Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":path", RawValue: []byte("/before")}, {Key: "x-b", Value: "1"}}}}}})
+	if err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m := &inbound{}
 		if m.byHand = m.decodeFields(b, nil); !m.byHand {
 			return
 		}
 		checkAsProtobuf(t, "fuzzed", m, b)
+		again := &inbound{}
+		if !again.decodeFields(before, nil) {
+			t.Fatal("the message before was not decoded by hand")
+		}
+		if again.byHand = again.decodeFields(b, nil); !again.byHand {
+			t.Fatal("decoded by hand alone, not after another message")
+		}
+		checkAsProtobuf(t, "fuzzed after another message", again, b)
 	})
 }
