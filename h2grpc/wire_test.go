@@ -353,7 +353,10 @@ func TestDeadlines(t *testing.T) {
 			t.Fatalf("stream %d reset after %v, before its deadline of %v", want.id, el, want.at)
 		}
 	}
-	// The others are open: a PING's answer comes before any other frame.
+	// The handlers are told after the RST_STREAMs are written.
+	waitFor(t, func() bool { return f.resets.Load() == 2 })
+	// The others are open: a PING's answer comes before any other frame,
+	// and no other handler was reset.
 	p.fr.WritePing(false, [8]byte{7})
 	if pg, ok := p.next(func(f http2.Frame) bool { _, ok := f.(*http2.PingFrame); return ok }).(*http2.PingFrame); !ok || pg.Data != [8]byte{7} {
 		t.Fatalf("%v, want the PING's answer", pg)
