@@ -278,8 +278,9 @@ func nextField(b *[]byte) (field, bool) {
 // metadata_context, observability_mode and protocol_config: a body
 // aliasing b, the headers' fields (into the arena) and the metadata's
 // subset hint and endpoint served into hand, copied; it reports false,
-// req and hand untouched, for anything else (proto.Unmarshal's then). With given set, b is the fields of a request
-// body message other than its body, which is given.
+// req and hand untouched, for anything else (proto.Unmarshal's then).
+// With given set, b is the fields of a request body message other than
+// its body, which is given.
 func (in *inbound) decodeFields(b []byte, given *extprocv3.HttpBody) bool {
 	var (
 		body      = given
