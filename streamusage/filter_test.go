@@ -250,3 +250,24 @@ func BenchmarkFilter(b *testing.B) {
 		f.Close(out)
 	}
 }
+
+// FuzzValidAsStd: the filter's check of a usage event's JSON accepts
+// exactly what encoding/json's does, up to the longest event it holds, so
+// that no event encoding/json calls invalid is removed, and no valid one
+// kept.
+func FuzzValidAsStd(f *testing.F) {
+	f.Add([]byte(`{"choices":[],"usage":{"prompt_tokens":8,"prompt_tokens_details":{"cached_tokens":0}}}`))
+	f.Add([]byte(`{"a":"\u00e9\t","b":[1e5,-0.5,true,null]}`))
+	f.Add([]byte("{\"a\":\"\x01\"}"))
+	f.Add([]byte("\"\x00\\b\"")) // fastjson alone accepts it
+	f.Add([]byte(`{"a":01}`))
+	f.Add([]byte(`{"a":` + strings.Repeat("[", MaxHold/2-4) + strings.Repeat("]", MaxHold/2-4) + `}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) > MaxHold {
+			return
+		}
+		if got, want := validJSON(b), json.Valid(b); got != want {
+			t.Fatalf("validJSON %v, encoding/json %v: %q", got, want, b)
+		}
+	})
+}
