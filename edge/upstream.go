@@ -43,8 +43,10 @@ type upstream struct {
 	// had the backend up: once a passing probe was handled (after any
 	// reset that probe made), or, without active checks, when passive
 	// health ejected it (its requests were answered until a few failed
-	// connections before). An outage the backend is re-admitted from
-	// began after it (Server.restarted).
+	// connections before). Ejected before it ever had it up, the health
+	// check takes engine telemetry's last reading instead (setHealth). An
+	// outage the backend is re-admitted from began after it
+	// (Server.restarted).
 	aliveAt atomic.Int64
 	// wake nudges the health loop when passive health ejects the backend.
 	wake chan struct{}
@@ -273,6 +275,16 @@ func (s *Server) setHealth(u *upstream, healthy bool, why string) bool {
 		default:
 		}
 		return true
+	}
+	if u.aliveAt.Load() == 0 {
+		// The health check never had it up (its first probe failed, or
+		// had not come back when this outage began), but engine
+		// telemetry may have read it: the outage began after that
+		// reading too. Without it, the re-admission would count a
+		// restart that telemetry already reset for a second time.
+		if sig, ok := u.b.EngineLatest(); ok && sig.At > 0 {
+			u.aliveAt.CompareAndSwap(0, sig.At*int64(time.Millisecond))
+		}
 	}
 	s.log.Warn("backend unhealthy", "backend", u.b.Name, "reason", why)
 	// Its pooled connections are likely dead (a restart closes them all).

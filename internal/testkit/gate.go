@@ -15,11 +15,13 @@ import (
 // that arrive for each path, refused or not, so a test can wait until a
 // component that asks a path periodically (a health check, a metrics
 // scraper) has asked again: it has then done with its previous answer.
+// It can also hold a path's requests unanswered until told to go on.
 type Gate struct {
 	url     string
 	mu      sync.Mutex
 	refused map[string]bool
-	once    map[string]bool // forward the next request, then refuse
+	once    map[string]bool          // forward the next request, then refuse
+	held    map[string]chan struct{} // closed on Release
 	seen    map[string]int
 }
 
@@ -35,13 +37,23 @@ func StartGate(t testing.TB, target string) *Gate {
 	if err != nil {
 		t.Fatalf("listen 127.0.0.1:0: %v", err)
 	}
-	g := &Gate{url: "http://" + ln.Addr().String(), refused: map[string]bool{}, once: map[string]bool{}, seen: map[string]int{}}
+	g := &Gate{url: "http://" + ln.Addr().String(), refused: map[string]bool{}, once: map[string]bool{},
+		held: map[string]chan struct{}{}, seen: map[string]int{}}
 	tr := &http.Transport{}
 	fwd := httputil.NewSingleHostReverseProxy(to)
 	fwd.Transport = tr
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		g.mu.Lock()
 		g.seen[r.URL.Path]++
+		if hold := g.held[r.URL.Path]; hold != nil {
+			g.mu.Unlock()
+			select {
+			case <-hold:
+			case <-r.Context().Done():
+				return
+			}
+			g.mu.Lock()
+		}
 		refused := g.refused[r.URL.Path]
 		if g.once[r.URL.Path] {
 			g.once[r.URL.Path], g.refused[r.URL.Path] = false, true
@@ -79,6 +91,26 @@ func (g *Gate) AllowOnce(path string) { g.set(path, false, true) }
 func (g *Gate) set(path string, refused, once bool) {
 	g.mu.Lock()
 	g.refused[path], g.once[path] = refused, once
+	g.mu.Unlock()
+}
+
+// Hold keeps requests for path waiting, unanswered, until Release; they
+// are then refused or forwarded as the gate is set at that moment.
+func (g *Gate) Hold(path string) {
+	g.mu.Lock()
+	if g.held[path] == nil {
+		g.held[path] = make(chan struct{})
+	}
+	g.mu.Unlock()
+}
+
+// Release lets the requests Hold kept waiting go on, and the ones after.
+func (g *Gate) Release(path string) {
+	g.mu.Lock()
+	if hold := g.held[path]; hold != nil {
+		close(hold)
+		delete(g.held, path)
+	}
 	g.mu.Unlock()
 }
 

@@ -30,8 +30,18 @@ const healthPath = "/health"
 
 func newGenRig(t *testing.T) *genRig {
 	t.Helper()
+	return startGenRig(t, nil)
+}
+
+// startGenRig is newGenRig whose gate first (when set) sets up before kvca
+// starts.
+func startGenRig(t *testing.T, first func(*testkit.Gate)) *genRig {
+	t.Helper()
 	e := startEngines(t, 1, mock.Faults{})[0]
 	gate := testkit.StartGate(t, e.URL())
+	if first != nil {
+		first(gate)
+	}
 	h := newHarness(t, setup{reuse: []*mock.Engine{e}, ttl: time.Minute, configure: func(c *edge.Config) {
 		c.Backends = []string{gate.URL()}
 		c.HealthPath = healthPath
@@ -202,6 +212,29 @@ func TestGenOneRestartOneBump(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// TestGenHealthNeverUp: a backend the health check never had up before
+// it ejected it, whose engine telemetry had read, restarts; telemetry sees
+// the restart, then the health check re-admits the backend. That is one
+// restart: the generation moves once. (The health check's first probe is
+// held until the engine is ejected, as a first probe slower than
+// telemetry's first scrape can be under load.)
+func TestGenHealthNeverUp(t *testing.T) {
+	r := startGenRig(t, func(g *testkit.Gate) { g.Hold(healthPath) })
+	g0 := r.generation()
+	r.gate.Refuse(healthPath)
+	r.gate.Release(healthPath)
+	waitFor(t, "the backend ejected", func() bool { return !r.state().Healthy })
+	r.restart()
+	r.telemetrySees(1)
+	if g := r.generation(); g != g0+1 {
+		t.Fatalf("seen by telemetry: generation %d, want %d", g, g0+1)
+	}
+	r.healthUp()
+	if g := r.generation(); g != g0+1 {
+		t.Fatalf("then re-admitted by the health check: generation %d, want %d (one restart, from %d)", g, g0+1, g0)
 	}
 }
 
