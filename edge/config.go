@@ -101,6 +101,10 @@ type Config struct {
 	// The process should run at least one P more than it has loops: see
 	// SpareP.
 	Loops int
+	// NoIOUring: every write of the loops is its own send call, even
+	// where io_uring could batch a round's small writes into one
+	// (--io-uring=false).
+	NoIOUring bool
 
 	Pprof bool
 	// AccessLog writes one line per request to Logger (--access-log).

@@ -828,6 +828,7 @@ func (c *cliConn) closeLingering() {
 	if c.sock.tls != nil {
 		c.sock.tls.closeNotify() // a TLS client learns the end is deliberate
 	}
+	c.l.settle(&c.sock) // a last write (writeLast) goes before the end
 	if syscall.Shutdown(c.sock.fd, syscall.SHUT_WR) != nil {
 		c.close()
 		return
@@ -937,6 +938,7 @@ func (c *cliConn) close() {
 		return
 	}
 	c.state = cliClosed
+	c.l.settle(&c.sock)
 	c.l.forget(c.sock.fd)
 	syscall.Close(c.sock.fd)
 	c.l.nCli--
@@ -1101,7 +1103,7 @@ func (up *upConn) event(ev uint32) {
 		up.sock.hup = up.sock.hup || ev&(syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0
 	}
 	if ev&syscall.EPOLLOUT != 0 && up.sock.pendingOut() {
-		if e := up.sock.tls.w.flush(); e != 0 {
+		if e := up.sock.flushOut(up.l); e != 0 {
 			up.failBefore(e)
 			return
 		}
@@ -1491,6 +1493,7 @@ func (up *upConn) close() {
 	}
 	up.state = upClosed
 	if up.sock.fd >= 0 {
+		up.l.settle(&up.sock)
 		up.l.forget(up.sock.fd)
 		syscall.Close(up.sock.fd)
 	}

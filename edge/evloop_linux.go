@@ -15,6 +15,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kvca/kvca/uring"
 )
 
 const epollSupported = true
@@ -66,15 +68,19 @@ type evLoop struct {
 	bufBytes int
 	trimAt   int64 // when buffers free since the last trim are dropped
 	iov      [2]unix.Iovec
-	msg      unix.Msghdr  // rawWritev's, over iov
-	small    [8192]byte   // rawWritev's, for a head and a short body
-	nCli     int          // client connections open
-	open     atomic.Int32 // nCli as other loops see it, plus those given to l
-	peers    []*evLoop    // every loop of the server, l included
-	inMu     sync.Mutex
-	inbox    []newConn // connections other loops accepted for l
-	tasks    []func()  // work goroutines finished for l's connections
-	inClosed bool
+	msg      unix.Msghdr // rawWritev's, over iov
+	small    [8192]byte  // rawWritev's, for a head and a short body
+	// ring: write-behind (behind_linux.go); nil: a send call a write.
+	ring          *uring.Ring
+	behind        []*sock      // the sockets with a queued write, by tag
+	told, telling []notice     // connections to tell their write went out
+	nCli          int          // client connections open
+	open          atomic.Int32 // nCli as other loops see it, plus those given to l
+	peers         []*evLoop    // every loop of the server, l included
+	inMu          sync.Mutex
+	inbox         []newConn // connections other loops accepted for l
+	tasks         []func()  // work goroutines finished for l's connections
+	inClosed      bool
 	// acceptAt: accepting paused (out of descriptors) until then; 0: not.
 	acceptAt  int64
 	acceptOff time.Duration
@@ -215,6 +221,7 @@ func newEvLoop(s *Server, lfd, id int) (*evLoop, error) {
 	}
 	l := &evLoop{s: s, ep: ep, wakeFd: int(r), lfd: lfd,
 		id: id, done: make(chan struct{})}
+	l.startRing()
 	// The listening socket is level-triggered and exclusive: one loop
 	// wakes per new connection, and takes it if no other did.
 	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | epollExclusive, Fd: int32(lfd)}
@@ -233,6 +240,7 @@ func newEvLoop(s *Server, lfd, id int) (*evLoop, error) {
 func (l *evLoop) closeFds() {
 	syscall.Close(l.ep)
 	syscall.Close(l.wakeFd)
+	l.stopRing()
 }
 
 func (l *evLoop) wakeUp() {
@@ -300,6 +308,7 @@ func (l *evLoop) run() {
 				u.close()
 			}
 		})
+		l.endRound()
 		l.closeFds()
 		close(l.done)
 	}()
@@ -376,6 +385,9 @@ func (l *evLoop) run() {
 					l.event(h, 0, true)
 				}
 			})
+		}
+		if l.ring != nil {
+			l.endRound()
 		}
 		// Checked after the deadlines: a draining loop whose last
 		// connection a timeout closed would otherwise block in epoll with

@@ -67,7 +67,10 @@ type serverMetrics struct {
 	connsRefused       *metrics.Counter // beyond --max-client-conns
 	acceptErrors       *metrics.Counter // accept failed (out of descriptors)
 	tlsHandshakeErrors *metrics.Counter
-	pd                 *pdMetrics // disaggregation (pd.go)
+	// Write-behind (behind_linux.go): io_uring submissions, and the sends
+	// they carried.
+	ringSubmits, ringSends *metrics.Counter
+	pd                     *pdMetrics // disaggregation (pd.go)
 	// picks counts the endpoint picker's picks by the rule that chose
 	// the endpoint.
 	picks [sched.NumRules]*metrics.Counter
@@ -105,6 +108,8 @@ func newServerMetrics(table *chain.Table, memo *chain.Memo, cn *canon.Canonicali
 	m.connsRefused = set.NewCounter(`kvca_client_connections_refused_total`)
 	m.acceptErrors = set.NewCounter(`kvca_accept_errors_total`)
 	m.tlsHandshakeErrors = set.NewCounter(`kvca_tls_handshake_errors_total`)
+	m.ringSubmits = set.NewCounter(`kvca_io_uring_submits_total`)
+	m.ringSends = set.NewCounter(`kvca_io_uring_sends_total`)
 	m.pd = newPDMetrics(set)
 	for r := sched.Rule(0); r < sched.NumRules; r++ {
 		m.picks[r] = set.NewCounter(fmt.Sprintf(`kvca_picker_picks_total{rule=%q}`, r.String()))

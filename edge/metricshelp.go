@@ -54,6 +54,8 @@ var metricHelp = map[string][2]string{
 	"kvca_bad_requests_total":                       {"counter", "Requests refused as invalid, by reason."},
 	"kvca_client_connections":                       {"gauge", "Client connections open on the public listener."},
 	"kvca_client_connections_refused_total":         {"counter", "Client connections closed at once because --max-client-conns were open."},
+	"kvca_io_uring_submits_total":                   {"counter", "io_uring submissions of the event loops' batched writes (0: io_uring off or refused)."},
+	"kvca_io_uring_sends_total":                     {"counter", "Writes the event loops sent in io_uring batches."},
 	"kvca_accept_errors_total":                      {"counter", "Failed accepts on the public listener (out of descriptors or memory); accepting pauses, backing off."},
 	"kvca_tls_handshake_errors_total":               {"counter", "Client TLS handshakes that failed or timed out."},
 	"kvca_tls_certificate_reloads_total":            {"counter", "Certificate pairs put into service, by listener."},

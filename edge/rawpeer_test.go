@@ -251,9 +251,13 @@ func (c *rawConn) open() {
 type edgeMode struct {
 	name string
 	tls  bool
+	// noRing: the loops send each write with its own call, without
+	// io_uring's write-behind (--io-uring=false, or a kernel that refuses
+	// io_uring).
+	noRing bool
 }
 
-var edgeModes = []edgeMode{{"plain", false}, {"tls", true}}
+var edgeModes = []edgeMode{{"plain", false, false}, {"tls", true, false}, {"plain-sendcalls", false, true}}
 
 // startRawProxy starts a proxy for the raw peers, plain or TLS, with
 // timeouts long enough that any answer seen is not a timeout's; with
@@ -266,6 +270,7 @@ func startRawProxy(t *testing.T, m edgeMode, logs *testkit.LogBuffer, mod func(*
 		c.ClientReadTimeout = time.Hour
 		c.HealthInterval = time.Hour
 		c.Loops = 2
+		c.NoIOUring = m.noRing
 		if logs != nil {
 			c.Logger = slog.New(slog.NewJSONHandler(logs, nil))
 			c.AccessLog = true

@@ -19,6 +19,15 @@ type sock struct {
 	// which arrived with the last bytes and raises no event of its own.
 	rd, hup bool
 	tls     *tlsSock // nil: plain
+
+	// Write-behind (the loop's io_uring, behind.go): a plain socket's
+	// small write is queued and sent with the round's others; until the
+	// connection is told (an EPOLLOUT event after the round's Submit) it
+	// counts as pending output, so the connection waits as it would for a
+	// socket that took only part.
+	wq    uint8
+	werr  syscall.Errno // the queued send failed: the next write returns it
+	spill []byte        // what a queued send's socket did not take, for EPOLLOUT
 }
 
 // read reads into p if bytes may be waiting; EAGAIN also means "not now,
@@ -52,11 +61,32 @@ func (s *sock) writev(l *evLoop, a, b []byte) (int, syscall.Errno) {
 	if s.tls != nil {
 		return s.tls.writev(s, a, b)
 	}
+	if l.ring != nil {
+		return l.writeBehind(s, a, b)
+	}
 	return l.rawWritev(s.fd, a, b)
 }
 
-// pendingOut reports TLS bytes not yet on the wire.
-func (s *sock) pendingOut() bool { return s.tls != nil && s.tls.pending() }
+// pendingOut reports bytes taken but not yet on the wire (TLS's, or
+// write-behind's), or not yet reported sent to the connection.
+func (s *sock) pendingOut() bool {
+	if s.tls != nil {
+		return s.tls.pending()
+	}
+	return s.wq != wqNone || len(s.spill) > 0
+}
+
+// flushOut, on EPOLLOUT, writes what pendingOut holds; EAGAIN is
+// swallowed (pendingOut says so).
+func (s *sock) flushOut(l *evLoop) syscall.Errno {
+	if s.tls != nil {
+		return s.tls.w.flush()
+	}
+	if _, e := s.writev(l, nil, nil); e != syscall.EAGAIN {
+		return e
+	}
+	return 0
+}
 
 // Raw non-blocking system calls: they never block, so they keep the P.
 // They are the socket calls (recvfrom, sendto, sendmsg), not read, write
