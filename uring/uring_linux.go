@@ -137,7 +137,71 @@ func New(entries uint32, arenaBytes int) (*Ring, error) {
 	r.arena = make([]byte, arenaBytes)
 	r.queued = make([]queuedSend, 0, p.sqEntries)
 	r.results = make([]Result, 0, p.sqEntries)
+	if err := r.selfTest(); err != nil {
+		r.Close()
+		return nil, errors.Join(ErrUnsupported, err)
+	}
 	return r, nil
+}
+
+// selfTest checks, on a socket pair, the two things Submit relies on:
+// the kernel knows IORING_OP_SEND (5.6 and later), and a MSG_DONTWAIT
+// send to a full socket completes at once with EAGAIN instead of waiting
+// for room (older kernels wait, which would block the event loop).
+func (r *Ring) selfTest() error {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer syscall.Close(fds[0])
+	defer syscall.Close(fds[1])
+	probe := []byte("probe")
+	if res, err := r.sendNow(fds[0], probe); err != nil || res != int32(len(probe)) {
+		return errors.Join(errors.New("io_uring send does not work here"), err, errnoOf(res))
+	}
+	_ = syscall.SetsockoptInt(fds[0], syscall.SOL_SOCKET, syscall.SO_SNDBUF, 4096)
+	fill := make([]byte, 64<<10)
+	for {
+		if _, err := syscall.Write(fds[0], fill); err != nil {
+			break // EAGAIN: full
+		}
+	}
+	res, err := r.sendNow(fds[0], probe)
+	if err != nil {
+		return err
+	}
+	if syscall.Errno(-res) != syscall.EAGAIN {
+		return errors.Join(errors.New("a MSG_DONTWAIT io_uring send to a full socket did not fail at once"), errnoOf(res))
+	}
+	return nil
+}
+
+// sendNow submits one send and returns its result; an error if no
+// completion came without waiting (the send was left pending: closing
+// the socket pair ends it).
+func (r *Ring) sendNow(fd int, p []byte) (int32, error) {
+	if !r.Send(fd, p, nil, 0) {
+		return 0, errors.New("no room for a probe")
+	}
+	_, _, e := syscall.RawSyscall6(sysEnter, uintptr(r.fd), 1, 0, 0, 0, 0)
+	r.queued, r.used = r.queued[:0], 0
+	if e != 0 {
+		return 0, e
+	}
+	h := atomic.LoadUint32(r.cqHead)
+	if h == atomic.LoadUint32(r.cqTail) {
+		return 0, errors.New("the send did not complete at once")
+	}
+	res := r.cqes[h&*r.cqMask].res
+	atomic.StoreUint32(r.cqHead, h+1)
+	return res, nil
+}
+
+func errnoOf(res int32) error {
+	if res < 0 {
+		return syscall.Errno(-res)
+	}
+	return nil
 }
 
 // Close releases the ring; nothing may be queued.
