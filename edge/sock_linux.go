@@ -20,7 +20,7 @@ type sock struct {
 	rd, hup bool
 	tls     *tlsSock // nil: plain
 
-	// Write-behind (the loop's io_uring, behind.go): a plain socket's
+	// Write-behind (the loop's io_uring, behind_linux.go): a plain socket's
 	// small write is queued and sent with the round's others; until the
 	// connection is told (an EPOLLOUT event after the round's Submit) it
 	// counts as pending output, so the connection waits as it would for a
