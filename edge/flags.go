@@ -26,7 +26,7 @@ func ListenerFlags(env func(flag string) []string) []cli.Flag {
 		&cli.GenericFlag{Name: "header-timeout", Value: cliflag.Duration(d.HeaderTimeout), Usage: "cut clients that take longer than this to send a request head (408)", EnvVars: env("header-timeout")},
 		&cli.IntFlag{Name: "max-client-conns", Value: d.MaxClientConns, Usage: "open client connections at most; new ones beyond it are closed at once (0: no bound)", EnvVars: env("max-client-conns")},
 		&cli.IntFlag{Name: "loops", Usage: "event loops serving the public listener (0: one per core, GOMAXPROCS); the process runs one Go P more than this", EnvVars: env("loops")},
-		&cli.BoolFlag{Name: "io-uring", Value: true, Usage: "batch the event loops' small writes (requests to backends, answers to clients) into one io_uring submission per round of events, where the kernel allows it (Linux); false: one send call a write", EnvVars: env("io-uring")},
+		&cli.BoolFlag{Name: "io-uring", Value: true, Usage: "batch the event loops' small writes (requests to backends, answers to clients) into one io_uring submission per round of events, where the kernel allows it (Linux; on by default: --io-uring=false sends each write with its own call)", EnvVars: env("io-uring")},
 		&cli.StringFlag{Name: "tls-cert", Usage: "serve the public listener over TLS with this PEM certificate `FILE` (re-read when it changes or on SIGHUP)", EnvVars: env("tls-cert")},
 		&cli.StringFlag{Name: "tls-key", Usage: "PEM private key `FILE` for --tls-cert", EnvVars: env("tls-key")},
 		&cli.StringFlag{Name: "admin-tls-cert", Usage: "serve the admin listener over TLS with this PEM certificate `FILE`", EnvVars: env("admin-tls-cert")},
