@@ -2,6 +2,7 @@ package edge
 
 import (
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -87,5 +88,47 @@ func TestGenEachOutageBumps(t *testing.T) {
 		if g := s.State().Backends[0].Generation; g != g0+uint32(n) {
 			t.Fatalf("after %d outages: generation %d, want %d", n, g, g0+uint32(n))
 		}
+	}
+}
+
+// TestGenResetBeforeReadmission: a backend the health check re-admits has
+// its locations dropped and its generation bumped before it is eligible
+// again, so that no request is routed to it by what its restart lost (the
+// reset hook sees it still out), and whoever sees it healthy sees the new
+// generation.
+func TestGenResetBeforeReadmission(t *testing.T) {
+	t.Parallel()
+	e := startEngine(t, mock.Config{Name: "e0"})
+	gate := testkit.StartGate(t, e.URL())
+	s := startProxy(t, func(c *Config) {
+		c.Backends = []string{gate.URL()}
+		c.HealthInterval = 20 * time.Millisecond
+		c.Telemetry.EngineMetrics = false
+	})
+	b := s.fleet().sched.Backends[0]
+	var sawHealthy atomic.Int32
+	var resets atomic.Int32
+	s.OnBackendReset(func(i int, gen uint32) {
+		resets.Add(1)
+		if s.fleet().sched.Backends[i].Healthy() {
+			sawHealthy.Add(1)
+		}
+	})
+	testkit.WaitUntil(t, "a first probe", func() bool { return gate.Seen("/health") > 0 })
+	for n := 1; n <= 3; n++ {
+		gate.Refuse("/health")
+		testkit.WaitUntil(t, "the backend ejected", func() bool { return !b.Healthy() })
+		g := s.table.Generation(0)
+		gate.Allow("/health")
+		testkit.WaitUntil(t, "the backend re-admitted", b.Healthy)
+		if now := s.table.Generation(0); now <= g {
+			t.Fatalf("outage %d: healthy again at generation %d, was %d before", n, now, g)
+		}
+	}
+	if r := resets.Load(); r != 3 {
+		t.Fatalf("%d resets, want 3", r)
+	}
+	if n := sawHealthy.Load(); n != 0 {
+		t.Fatalf("%d of 3 resets ran with the backend already eligible", n)
 	}
 }

@@ -259,15 +259,21 @@ func (s *Server) healthLoop(ctx context.Context, u *upstream) {
 // since the health check last found it up), that restart is not counted
 // twice (restarted).
 func (s *Server) setHealth(u *upstream, healthy bool, why string) bool {
-	if !u.b.SetHealthy(healthy) {
-		return false
-	}
 	if healthy {
+		// Reset first, then admit: no request may be routed to it by the
+		// locations its restart lost. Only its health loop re-admits it,
+		// so nothing else admits it between the two.
+		if u.b.Healthy() || u.b.Retired() {
+			return false
+		}
 		var since time.Time
 		if ns := u.aliveAt.Load(); ns != 0 {
 			since = time.Unix(0, ns)
 		}
 		gen, bumped := s.restarted(u.b.Index, since)
+		if !u.b.SetHealthy(true) {
+			return false
+		}
 		s.log.Info("backend healthy", "backend", u.b.Name, "reason", why, "generation", gen, "reset", bumped)
 		s.adm.Refill(u.b.Index) // waiters may go there now
 		select {
@@ -275,6 +281,9 @@ func (s *Server) setHealth(u *upstream, healthy bool, why string) bool {
 		default:
 		}
 		return true
+	}
+	if !u.b.SetHealthy(false) {
+		return false
 	}
 	if u.aliveAt.Load() == 0 {
 		// The health check never had it up (its first probe failed, or
