@@ -58,61 +58,11 @@ func bigAnswer() (string, []byte) {
 	return fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", body.Len()) + body.String(), body.Bytes()
 }
 
-// TestWriteBehindFullSocket: an answer to a client that does not read
-// fills its socket; the writes the socket did not take wait for it, and
-// the client gets every byte in order, then the connection serves the
-// next request. With write-behind the waiting part is a queued send's
-// rest (the socket's spill); without, a short send call's.
-func TestWriteBehindFullSocket(t *testing.T) {
-	t.Parallel()
-	resp, want := bigAnswer()
-	for _, m := range edgeModes {
-		if m.tls {
-			continue // TLS writes never go through the ring
-		}
-		t.Run(m.name, func(t *testing.T) {
-			t.Parallel()
-			b := newRawBackend(t, func(r rawReq) rawAnswer {
-				if r.line() == "GET /health HTTP/1.1" {
-					return rawAnswer{resp: okJSON}
-				}
-				return rawAnswer{resp: resp}
-			})
-			s, _ := startRawProxy(t, m, nil, func(c *Config) { c.Backends = []string{b.url("")} })
-			for round := 0; round < 2; round++ {
-				c := slowReader(t, s.Addr())
-				c.send(chatReq(""))
-				time.Sleep(300 * time.Millisecond) // the sockets fill
-				r := c.read(false)
-				if r.status != 200 {
-					t.Fatalf("status %d", r.status)
-				}
-				if !bytes.Equal(r.body, want) {
-					i := 0
-					for i < len(r.body) && i < len(want) && r.body[i] == want[i] {
-						i++
-					}
-					t.Fatalf("body of %d bytes differs from the backend's %d from byte %d", len(r.body), len(want), i)
-				}
-				c.open()
-			}
-			waitIdle(t, s)
-			sends := s.m.ringSends.Get()
-			switch {
-			case m.noRing && sends != 0:
-				t.Fatalf("%d writes went through io_uring with it off", sends)
-			case !m.noRing && ringWorks() && sends == 0:
-				t.Fatal("no write went through io_uring")
-			}
-		})
-	}
-}
-
-// TestWriteBehindClientResets: a client that resets while its answer
-// waits for room in its socket ends the exchange: the backend's load is
-// released once, and the proxy serves the next client.
-func TestWriteBehindClientResets(t *testing.T) {
-	t.Parallel()
+// eachPlainBigAnswer runs f, as a parallel subtest, for each plain edge
+// mode (with and without write-behind; TLS writes never go through the
+// ring) on a proxy in front of a backend that answers every request but
+// its health probes with bigAnswer.
+func eachPlainBigAnswer(t *testing.T, f func(t *testing.T, m edgeMode, s *Server, d dialer)) {
 	resp, _ := bigAnswer()
 	for _, m := range edgeModes {
 		if m.tls {
@@ -127,21 +77,68 @@ func TestWriteBehindClientResets(t *testing.T) {
 				return rawAnswer{resp: resp}
 			})
 			s, d := startRawProxy(t, m, nil, func(c *Config) { c.Backends = []string{b.url("")} })
-			for i := 0; i < 3; i++ {
-				c := slowReader(t, s.Addr())
-				c.send(chatReq(""))
-				time.Sleep(100 * time.Millisecond)
-				if err := c.Conn.Conn.(*net.TCPConn).SetLinger(0); err != nil {
-					t.Fatal(err)
-				}
-				c.Conn.Conn.Close()
-			}
-			waitIdle(t, s)
-			c := d.dial(t)
-			c.open()
-			if n := s.m.disconnects.Get(); n != 3 {
-				t.Fatalf("%d client disconnects counted, want 3", n)
-			}
+			f(t, m, s, d)
 		})
 	}
+}
+
+// TestWriteBehindFullSocket: an answer to a client that does not read
+// fills its socket; the writes the socket did not take wait for it, and
+// the client gets every byte in order, then the connection serves the
+// next request. With write-behind the waiting part is a queued send's
+// rest (the socket's spill); without, a short send call's.
+func TestWriteBehindFullSocket(t *testing.T) {
+	t.Parallel()
+	_, want := bigAnswer()
+	eachPlainBigAnswer(t, func(t *testing.T, m edgeMode, s *Server, _ dialer) {
+		for round := 0; round < 2; round++ {
+			c := slowReader(t, s.Addr())
+			c.send(chatReq(""))
+			time.Sleep(300 * time.Millisecond) // the sockets fill
+			r := c.read(false)
+			if r.status != 200 {
+				t.Fatalf("status %d", r.status)
+			}
+			if !bytes.Equal(r.body, want) {
+				i := 0
+				for i < len(r.body) && i < len(want) && r.body[i] == want[i] {
+					i++
+				}
+				t.Fatalf("body of %d bytes differs from the backend's %d from byte %d", len(r.body), len(want), i)
+			}
+			c.open()
+		}
+		waitIdle(t, s)
+		sends := s.m.ringSends.Get()
+		switch {
+		case m.noRing && sends != 0:
+			t.Fatalf("%d writes went through io_uring with it off", sends)
+		case !m.noRing && ringWorks() && sends == 0:
+			t.Fatal("no write went through io_uring")
+		}
+	})
+}
+
+// TestWriteBehindClientResets: a client that resets while its answer
+// waits for room in its socket ends the exchange: the backend's load is
+// released once, and the proxy serves the next client.
+func TestWriteBehindClientResets(t *testing.T) {
+	t.Parallel()
+	eachPlainBigAnswer(t, func(t *testing.T, _ edgeMode, s *Server, d dialer) {
+		for i := 0; i < 3; i++ {
+			c := slowReader(t, s.Addr())
+			c.send(chatReq(""))
+			time.Sleep(100 * time.Millisecond)
+			if err := c.Conn.Conn.(*net.TCPConn).SetLinger(0); err != nil {
+				t.Fatal(err)
+			}
+			c.Conn.Conn.Close()
+		}
+		waitIdle(t, s)
+		c := d.dial(t)
+		c.open()
+		if n := s.m.disconnects.Get(); n != 3 {
+			t.Fatalf("%d client disconnects counted, want 3", n)
+		}
+	})
 }

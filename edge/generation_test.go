@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvca/kvca/bench/mock"
 	"github.com/kvca/kvca/internal/testkit"
+	"github.com/kvca/kvca/sched"
 )
 
 // TestGenResetOncePerRestart: restarted bumps a backend's generation for a
@@ -66,14 +67,7 @@ func TestGenResetOncePerRestart(t *testing.T) {
 // health made then does not count for the next outage.
 func TestGenEachOutageBumps(t *testing.T) {
 	t.Parallel()
-	e := startEngine(t, mock.Config{Name: "e0"})
-	gate := testkit.StartGate(t, e.URL())
-	s := startProxy(t, func(c *Config) {
-		c.Backends = []string{gate.URL()}
-		c.HealthInterval = 20 * time.Millisecond
-	})
-	b := s.fleet().sched.Backends[0]
-	testkit.WaitUntil(t, "a first probe", func() bool { return gate.Seen("/health") > 0 })
+	s, gate, b := gatedBackend(t, nil)
 	g0 := s.State().Backends[0].Generation
 	gate.Refuse("/health")
 	testkit.WaitUntil(t, "the backend ejected", func() bool { return !b.Healthy() })
@@ -98,14 +92,7 @@ func TestGenEachOutageBumps(t *testing.T) {
 // generation.
 func TestGenResetBeforeReadmission(t *testing.T) {
 	t.Parallel()
-	e := startEngine(t, mock.Config{Name: "e0"})
-	gate := testkit.StartGate(t, e.URL())
-	s := startProxy(t, func(c *Config) {
-		c.Backends = []string{gate.URL()}
-		c.HealthInterval = 20 * time.Millisecond
-		c.Telemetry.EngineMetrics = false
-	})
-	b := s.fleet().sched.Backends[0]
+	s, gate, b := gatedBackend(t, func(c *Config) { c.Telemetry.EngineMetrics = false })
 	var sawHealthy atomic.Int32
 	var resets atomic.Int32
 	s.OnBackendReset(func(i int, gen uint32) {
@@ -114,7 +101,6 @@ func TestGenResetBeforeReadmission(t *testing.T) {
 			sawHealthy.Add(1)
 		}
 	})
-	testkit.WaitUntil(t, "a first probe", func() bool { return gate.Seen("/health") > 0 })
 	for n := 1; n <= 3; n++ {
 		gate.Refuse("/health")
 		testkit.WaitUntil(t, "the backend ejected", func() bool { return !b.Healthy() })
@@ -131,4 +117,22 @@ func TestGenResetBeforeReadmission(t *testing.T) {
 	if n := sawHealthy.Load(); n != 0 {
 		t.Fatalf("%d of 3 resets ran with the backend already eligible", n)
 	}
+}
+
+// gatedBackend starts a proxy, with mod, in front of one mock engine
+// behind a gate, health-checked every 20 ms, and waits for its first
+// probe.
+func gatedBackend(t *testing.T, mod func(*Config)) (*Server, *testkit.Gate, *sched.Backend) {
+	t.Helper()
+	e := startEngine(t, mock.Config{Name: "e0"})
+	gate := testkit.StartGate(t, e.URL())
+	s := startProxy(t, func(c *Config) {
+		c.Backends = []string{gate.URL()}
+		c.HealthInterval = 20 * time.Millisecond
+		if mod != nil {
+			mod(c)
+		}
+	})
+	testkit.WaitUntil(t, "a first probe", func() bool { return gate.Seen("/health") > 0 })
+	return s, gate, s.fleet().sched.Backends[0]
 }
