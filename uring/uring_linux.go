@@ -84,7 +84,6 @@ type Ring struct {
 	used                   int
 	queued                 []queuedSend // by tag order; userData indexes it
 	results                []Result
-	submits, sends         uint64
 }
 
 type queuedSend struct {
@@ -218,12 +217,6 @@ func (r *Ring) Close() {
 	}
 }
 
-// Queued is how many sends wait for Submit.
-func (r *Ring) Queued() int { return len(r.queued) }
-
-// Stats: how many Submit calls put sends on the wire, and how many sends.
-func (r *Ring) Stats() (submits, sends uint64) { return r.submits, r.sends }
-
 // Send queues a send of a then b to the socket fd, copied into the arena,
 // with tag for its Result; false if the ring or the arena is full (Submit,
 // then queue again) or the bytes could never fit.
@@ -272,18 +265,17 @@ func (r *Ring) Submit() []Result {
 		default:
 			// The ring itself failed, not a send: the sends without an
 			// outcome are reported failed with its error.
-			got += r.reap(&r.results)
+			r.reap(&r.results)
 			for i := range r.queued {
 				if q := &r.queued[i]; !q.done {
 					r.results = append(r.results, Result{Tag: q.tag, Err: e})
 				}
 			}
 			got = k
+			continue
 		}
 		got += r.reap(&r.results)
 	}
-	r.submits++
-	r.sends += uint64(k)
 	r.queued = r.queued[:0]
 	r.used = 0
 	return r.results

@@ -22,7 +22,5 @@ type Ring struct{}
 
 func New(uint32, int) (*Ring, error)                { return nil, ErrUnsupported }
 func (*Ring) Close()                                {}
-func (*Ring) Queued() int                           { return 0 }
-func (*Ring) Stats() (uint64, uint64)               { return 0, 0 }
 func (*Ring) Send(int, []byte, []byte, uint32) bool { return false }
 func (*Ring) Submit() []Result                      { return nil }

@@ -92,12 +92,9 @@ func TestSendBatch(t *testing.T) {
 	if !r.Send(fds[0], nil, []byte("-tail"), 99) {
 		t.Fatal("second send to one socket refused")
 	}
-	if r.Queued() != 4 {
-		t.Fatalf("queued %d, want 4", r.Queued())
-	}
 	res := r.Submit()
-	if len(res) != 4 || r.Queued() != 0 {
-		t.Fatalf("%d results, %d queued", len(res), r.Queued())
+	if len(res) != 4 {
+		t.Fatalf("%d results, want 4", len(res))
 	}
 	tags := map[uint32]bool{}
 	for _, x := range res {
@@ -119,9 +116,6 @@ func TestSendBatch(t *testing.T) {
 		if got := readN(t, p, len(want)); !bytes.Equal(got, want) {
 			t.Fatalf("socket %d got %q...", i, got[:20])
 		}
-	}
-	if s, n := r.Stats(); s != 1 || n != 4 {
-		t.Fatalf("stats %d submits %d sends, want 1 and 4", s, n)
 	}
 	if len(r.Submit()) != 0 {
 		t.Fatal("an empty Submit reported sends")
