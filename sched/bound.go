@@ -254,8 +254,9 @@ func (s *Scheduler) preferTied(elig *chain.Set, prefer int, bestCost uint64, cos
 // mean a full batch, whatever the capacity) or KV cache near full (the
 // engine preempts or queues), else by its requests in flight (every
 // replica's, or the engine's count when larger) against its capacity,
-// set by --batch-capacity or learned from the concurrency past which its
-// answers waited for a slot, else fleet (0: none). A capacity nobody
+// set by --batch-capacity or, for an engine that does not report its
+// queue, learned from the concurrency past which its answers waited for a
+// slot (cap), else fleet (0: none). A capacity nobody
 // knows is never reached: kvca moves nothing on a guess. The prefill
 // queued on a backend is not saturation by itself: read against the
 // backend's mean request it moved follow-ups on a fleet answering in
@@ -264,24 +265,11 @@ func (s *Scheduler) preferTied(elig *chain.Set, prefer int, bestCost uint64, cos
 // judged by (0: none known). unix is the wall clock for engine signals
 // (0: ignore them).
 func (s *Scheduler) saturated(i int, unix int64, fleet int64) (bool, int64) {
-	b := s.Backends[i]
-	m := &b.model
-	inflight, c := s.active(i), int64(m.cap())
+	inflight, c, full := s.engineBatch(s.Backends[i], s.active(i), unix)
 	if c == 0 {
 		c = fleet
 	}
-	if unix != 0 {
-		if e, ok := b.Engine(unix, s.ttft.engineAge); ok {
-			if e.Waiting > 0 && e.Running > 0 && m.fixCap == 0 {
-				c = int64(e.Running)
-			}
-			if e.KVUsage >= s.KVFull {
-				return true, c
-			}
-			inflight = max(inflight, int64(e.Running)+int64(e.Waiting))
-		}
-	}
-	return c > 0 && inflight >= c, c
+	return full || c > 0 && inflight >= c, c
 }
 
 // yields reports whether holder h, an affinity holding cached work for r,

@@ -378,3 +378,62 @@ func TestSessionFollowupYieldsOnlyToOverload(t *testing.T) {
 		noLoadLeft(t, s)
 	}
 }
+
+// A capacity learned from first-byte latencies is not the engine's word:
+// slow answers at some concurrency are as often the host's noise as a
+// full batch. While the engine reports its queue, its batch is judged by
+// that queue alone, so a follow-up stays on its holder at any count the
+// latencies suggested, and moves when the engine queues; when the
+// engine's telemetry stops (a failed scrape), the learned capacity
+// judges again.
+func TestLearnedCapacityGivesWayToEngineQueue(t *testing.T) {
+	t.Parallel()
+	for _, p := range []string{"kvca-cost", "ttft"} {
+		s := newFixed(t, 4, p)
+		if err := s.SetTTFT(TTFTConfig{ResidentEpsilon: -1}); err != nil {
+			t.Fatal(err)
+		}
+		m := &s.Backends[1].model
+		teach(m, 2*ms, 300_000, 0)
+		// Answers at 5 and more in flight were slow: read as slot waits.
+		for range 3 {
+			for a := range 9 {
+				ttft := 2*ms + 600_000
+				if a >= 5 {
+					ttft += 30 * ms
+				}
+				m.learn(2, a, ttft, 0)
+			}
+		}
+		if got := m.capacity.Load(); got != 5 {
+			t.Fatalf("%s: learned capacity %d, want 5", p, got)
+		}
+		m.service.Store(300 * ms)
+		at := s.Table.TimeOf(s.Table.Now()).UnixMilli()
+		c := chainOf(0, 10)
+		s.Table.Touch(c[:8], 1, s.Table.Now())
+		s.Backends[1].state.Add(6 * activeUnit)
+		for _, tc := range []struct {
+			name   string
+			engine *EngineSignals
+			moves  bool
+		}{
+			{"no engine telemetry: the learned capacity judges", nil, true},
+			{"the engine runs 6 and queues none", &EngineSignals{Running: 6, Queue: true, At: at, Status: "on"}, false},
+			{"the engine queues", &EngineSignals{Running: 5, Waiting: 2, Queue: true, At: at, Status: "on"}, true},
+			{"its telemetry failed: the learned capacity judges again", &EngineSignals{Running: 6, At: at, Status: "error"}, true},
+			{"an engine that exports no queue", &EngineSignals{Running: 6, At: at, Status: "on"}, true},
+		} {
+			if tc.engine != nil {
+				s.Backends[1].SetEngine(*tc.engine)
+			}
+			d, res := route(t, s, &Request{Chain: c, Followup: true})
+			if moved := d.Backend.Index != 1; moved != tc.moves {
+				t.Errorf("%s, %s: routed to %d (%v, overflowed %v), want moved %v", p, tc.name, d.Backend.Index, d.Rule, d.Overflowed, tc.moves)
+			}
+			res.ReleaseActive()
+		}
+		s.Backends[1].state.Add(^uint64(6*activeUnit) + 1)
+		noLoadLeft(t, s)
+	}
+}

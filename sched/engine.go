@@ -20,6 +20,10 @@ type EngineSignals struct {
 	ForeignWaiting int32
 	// KVUsage is the fraction of the engine's KV cache in use, 0..1.
 	KVUsage float32
+	// Queue reports that the engine exports its waiting queue and the
+	// last scrape read it: its batch is then judged by its own queue, not
+	// by kvca's reading of its latencies (saturated).
+	Queue bool
 	// CapacityTokens is how many tokens the engine's KV cache holds; 0
 	// when the engine does not say.
 	CapacityTokens int64
@@ -53,6 +57,7 @@ type EngineSignals struct {
 func (b *Backend) SetEngine(s EngineSignals) {
 	v := s
 	b.engine.Store(&v)
+	b.model.queueTold.Store(s.Queue)
 }
 
 // Engine returns b's engine signals if they were read at most maxAge ms

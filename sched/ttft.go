@@ -116,6 +116,10 @@ type predictor struct {
 	base     atomic.Int64 // ns
 	block    atomic.Int64 // ns per block
 	capacity atomic.Int32 // learned; 0: unknown
+	// queueTold is set while the engine's telemetry reports its queue
+	// (EngineSignals.Queue): its batch is then judged by that queue, and
+	// the capacity learned from latencies is not used (cap).
+	queueTold atomic.Bool
 	// served is the highest number of requests already in flight at
 	// which most answers were seen not to wait for a batch slot: the
 	// capacity is above it. 0: none seen.
@@ -243,9 +247,21 @@ func (c TTFTConfig) Check() error {
 	return nil
 }
 
+// cap is the batch capacity known without the engine's word: the flag's,
+// else the one learned from first-byte latencies while the engine does
+// not report its queue. An engine that reports it is believed: a wait
+// for a slot shows there as a queue, while slow answers at some
+// concurrency are as often the host's noise (on a loaded 2-core host,
+// answers of an engine with 64 slots read as slot waits at 5 in flight
+// and moved follow-ups off an idle fleet). Its capacity while it queues
+// comes from the queue (engineBatch); learning goes on, for when its
+// telemetry stops.
 func (m *predictor) cap() int32 {
 	if m.fixCap > 0 {
 		return m.fixCap
+	}
+	if m.queueTold.Load() {
+		return 0
 	}
 	return m.capacity.Load()
 }
@@ -487,17 +503,7 @@ func (s *Scheduler) predict(b *Backend, st uint64, novel int, unix int64) int64 
 	pending := int64(uint32(st)) + int64(rp)
 	base, block := m.rates()
 	t := base + block*(pending+int64(novel))
-	c := int64(m.cap())
-	if unix != 0 {
-		if e, ok := b.Engine(unix, s.ttft.engineAge); ok {
-			// The engine counts other clients too; kvca counts what it
-			// sent since the engine was read.
-			inflight = max(inflight, int64(e.Running)+int64(e.Waiting))
-			if e.Waiting > 0 && e.Running > 0 && m.fixCap == 0 {
-				c = int64(e.Running) // a queue means a full batch
-			}
-		}
-	}
+	inflight, c, _ := s.engineBatch(b, inflight, unix)
 	if c > 0 && inflight >= c {
 		svc := m.service.Load()
 		if svc <= 0 {
@@ -506,6 +512,31 @@ func (s *Scheduler) predict(b *Backend, st uint64, novel int, unix int64) int64 
 		t += (inflight - c + 1) * svc / c
 	}
 	return t
+}
+
+// engineBatch is b's batch as routing judges it: inflight, the requests
+// kvca counts on b, and the capacity known (cap), read against b's fresh
+// engine signals (unix: the wall clock in ms, 0 to ignore them). The
+// engine counts other clients too, and kvca what it sent since the
+// engine was read, so the larger count holds; a queue beside running
+// requests means a full batch at the running count, unless the flag
+// fixes the capacity. full reports a KV cache near full (the engine
+// preempts or queues).
+func (s *Scheduler) engineBatch(b *Backend, inflight, unix int64) (n, c int64, full bool) {
+	m := &b.model
+	n, c = inflight, int64(m.cap())
+	if unix == 0 {
+		return n, c, false
+	}
+	e, ok := b.Engine(unix, s.ttft.engineAge)
+	if !ok {
+		return n, c, false
+	}
+	n = max(n, int64(e.Running)+int64(e.Waiting))
+	if e.Waiting > 0 && e.Running > 0 && m.fixCap == 0 {
+		c = int64(e.Running)
+	}
+	return n, c, e.KVUsage >= s.KVFull
 }
 
 // unixNow is r's instant on the wall clock when some backend has engine
@@ -563,6 +594,8 @@ func (s *Scheduler) TTFTSnapshot() TTFTState {
 		switch {
 		case m.fixCap > 0:
 			src = "flag"
+		case m.queueTold.Load():
+			src = "engine"
 		case m.capacity.Load() == 0:
 			src = "unknown"
 		}

@@ -103,7 +103,7 @@ wait_ready() { # url
 for p in "$p_e0" "$p_e1" "$p_e2"; do wait_ready "http://127.0.0.1:$p/health"; done
 
 # Small blocks so the tests' short conversations span several of them.
-serve_flags=(--block-size 64 --hash-key 000102030405060708090a0b0c0d0e0f --health-interval 1s --log-level warn)
+serve_flags=(--block-size 64 --hash-key 000102030405060708090a0b0c0d0e0f --health-interval 1s --log-level warn --route-header)
 start kvca "$work/kvca" serve --listen "127.0.0.1:$p_kvca" --admin-listen "127.0.0.1:$p_admin" \
 	--backend "http://127.0.0.1:$p_e0" --backend "http://127.0.0.1:$p_e1" "${serve_flags[@]}"
 start kvca-broken "$work/kvca" serve --listen "127.0.0.1:$p_broken" --admin-listen "" \

@@ -228,6 +228,7 @@ func (s *Scraper) record(i int, now, arrived time.Time, rd Reading, status strin
 		st.status, st.err = status, err.Error()
 		sig, _ := b.EngineLatest()
 		sig.Status, sig.Err = status, st.err
+		sig.Queue = false // the queue is not being read
 		b.SetEngine(sig)
 		if status == StatusOff {
 			st.offUntil = now.Add(reprobeIntervals * s.cfg.Interval)
@@ -288,7 +289,7 @@ func (s *Scraper) record(i int, now, arrived time.Time, rd Reading, status strin
 		PromptTokens: int64(rd.PromptTokens), PrefixQueries: int64(rd.PrefixQueries), PrefixHits: int64(rd.PrefixHits),
 		EngineHitRate: -1, PredictedHitRate: -1,
 		StartTime: rd.StartTime, Restarts: st.restarts,
-		Status: StatusOn,
+		Status: StatusOn, Queue: rd.HasWaiting,
 	}
 	if len(rd.Malformed) > 0 {
 		sig.Err = "malformed: " + strings.Join(rd.Malformed, ", ")

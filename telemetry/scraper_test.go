@@ -166,7 +166,7 @@ func TestScrapeVLLM(t *testing.T) {
 		t.Fatal(err)
 	}
 	sig := f.signals(t, 0)
-	if sig.Running != 3 || sig.Waiting != 5 || sig.Foreign != 7 || sig.ForeignWaiting != 5 {
+	if sig.Running != 3 || sig.Waiting != 5 || sig.Foreign != 7 || sig.ForeignWaiting != 5 || !sig.Queue {
 		t.Fatalf("queue %+v", sig)
 	}
 	if sig.KVUsage != 0.42 || sig.CapacityTokens != 2048*16 || sig.Source != "vllm" || sig.Model != "llama" {
@@ -236,7 +236,7 @@ func TestScrapeSGLang(t *testing.T) {
 		t.Fatal(err)
 	}
 	sig := f.signals(t, 0)
-	if sig.Source != "sglang" || sig.Model != "qwen" || sig.Running != 2 || sig.Waiting != 1 || sig.Foreign != 3 {
+	if sig.Source != "sglang" || sig.Model != "qwen" || sig.Running != 2 || sig.Waiting != 1 || sig.Foreign != 3 || !sig.Queue {
 		t.Fatalf("queue %+v", sig)
 	}
 	if sig.KVUsage != 0.97 || sig.CapacityTokens != 500000 || sig.PrefixQueries != 400 || sig.PrefixHits != 100 {
@@ -297,8 +297,10 @@ func TestMalformedExpositionIgnored(t *testing.T) {
 	if err := f.scrape(t, 0); err == nil || !strings.Contains(err.Error(), "unparsable") {
 		t.Fatalf("err %v", err)
 	}
-	// The earlier reading stands, with its own time, until it is stale.
-	if sig := f.signals(t, 0); sig.At != at || sig.Waiting != 5 || sig.Status != StatusError {
+	// The earlier reading stands, with its own time, until it is stale;
+	// the queue is no longer being read, so routing stops judging the
+	// batch by it (Queue).
+	if sig := f.signals(t, 0); sig.At != at || sig.Waiting != 5 || sig.Status != StatusError || sig.Queue {
 		t.Fatalf("after a malformed scrape %+v", sig)
 	}
 	f.clock.add(StaleIntervals * time.Second)
@@ -333,6 +335,25 @@ func TestMalformedSignalsDroppedOthersKept(t *testing.T) {
 	}
 	if !strings.Contains(f.log.String(), "malformed") {
 		t.Fatalf("no log line:\n%s", f.log.String())
+	}
+}
+
+// An engine that exports no waiting queue leaves Queue unset: routing
+// then judges its batch without the engine's word (sched's cap).
+func TestNoQueueSeriesNoQueue(t *testing.T) {
+	var kept []string
+	for _, line := range strings.Split(vllmText, "\n") {
+		if !strings.Contains(line, "num_requests_waiting") {
+			kept = append(kept, line)
+		}
+	}
+	e := newEngine(t, strings.Join(kept, "\n"))
+	f := newFixture(t, []string{e.srv.URL}, nil)
+	if err := f.scrape(t, 0); err != nil {
+		t.Fatal(err)
+	}
+	if sig := f.signals(t, 0); sig.Queue || sig.Running != 3 || sig.Waiting != 0 || sig.Status != StatusOn {
+		t.Fatalf("%+v", sig)
 	}
 }
 

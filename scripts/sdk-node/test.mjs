@@ -215,7 +215,9 @@ test('conversations at once under one user: every follow-up stays on its engine'
     messages.push(first.choices[0].message);
     for (let turn = 1; turn < 4; turn++) {
       messages.push({ role: 'user', content: `Conversation ${k}, turn ${turn}: and another?` });
-      const stream = await chat(messages, { user: 'tenant-a', stream: true });
+      // kvca's X-Kvca-Route header (--route-header) says why it chose the
+      // engine: a failure prints it.
+      const { data: stream, response } = await chat(messages, { user: 'tenant-a', stream: true }).withResponse();
       let id = '';
       let content = '';
       for await (const chunk of stream) {
@@ -224,7 +226,8 @@ test('conversations at once under one user: every follow-up stays on its engine'
         content += chunk.choices[0]?.delta?.content ?? '';
       }
       assert.equal(content.length, CONTENT_LEN);
-      assert.equal(engineOf(id), home, `conversation ${k} turn ${turn} left its engine`);
+      assert.equal(engineOf(id), home,
+        `conversation ${k} turn ${turn} left its engine (${response.headers.get('x-kvca-route')})`);
       messages.push({ role: 'assistant', content });
     }
     return home;
