@@ -15,7 +15,7 @@ import (
 // its series (a data-parallel engine exports one per rank). A Has* false
 // means the engine did not export that signal or exported it malformed.
 type Reading struct {
-	Source string // "vllm" or "sglang"; empty if neither was recognised
+	Source string // "vllm", "sglang", "tgi" or "llamacpp"; empty if none was recognised
 	Model  string // model_name label of the first series seen
 
 	Running, Waiting       int64
@@ -79,6 +79,23 @@ var sglangNames = names{
 	hitsAreOfPrompts: true,
 }
 
+// TGI and llama.cpp's server export their batch and their queue, and no
+// prefix-cache counters. Their KV figures are left out: llama.cpp keeps
+// each slot's context in its KV cache between requests, so its usage
+// reads near full on an idle server, which kvca would take for a full
+// batch; TGI exports none per cache.
+var tgiNames = names{
+	source:  "tgi",
+	running: []string{"tgi_batch_current_size"},
+	waiting: []string{"tgi_queue_size"},
+}
+
+var llamacppNames = names{
+	source:  "llamacpp",
+	running: []string{"llamacpp:requests_processing"},
+	waiting: []string{"llamacpp:requests_deferred"},
+}
+
 // Parse reads a Prometheus text exposition. An exposition the parser
 // rejects is an error (nothing of it is used); a recognised family with a
 // bad value is left out of the reading and named in Malformed.
@@ -89,7 +106,7 @@ func Parse(r io.Reader) (Reading, error) {
 		return Reading{}, err
 	}
 	var rd Reading
-	for _, n := range []names{vllmNames, sglangNames} {
+	for _, n := range []names{vllmNames, sglangNames, tgiNames, llamacppNames} {
 		if rd.read(fams, n) {
 			rd.Source = n.source
 			break

@@ -409,7 +409,7 @@ func (s *Scraper) fetch(ctx context.Context, url string) (Reading, string, error
 		return Reading{}, statusUnparsable, fmt.Errorf("GET %s: unparsable exposition: %v", url, err)
 	}
 	if rd.Source == "" {
-		return Reading{}, StatusOff, fmt.Errorf("GET %s: no vLLM or SGLang metrics in it", url)
+		return Reading{}, StatusOff, fmt.Errorf("GET %s: no vLLM, SGLang, TGI or llama.cpp metrics in it", url)
 	}
 	return rd, StatusOn, nil
 }

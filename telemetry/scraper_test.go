@@ -247,6 +247,53 @@ func TestScrapeSGLang(t *testing.T) {
 	}
 }
 
+// TGI and llama.cpp's server: their batch and queue are read (so routing
+// judges their batch by their queue), nothing else of theirs; llama.cpp's
+// KV usage, near full on an idle server that keeps its slots' contexts,
+// is not taken for a full cache.
+func TestScrapeTGIAndLlamaCpp(t *testing.T) {
+	for _, tc := range []struct {
+		source, text     string
+		running, waiting int32
+	}{
+		{"tgi", `# HELP tgi_batch_current_size Current batch size
+# TYPE tgi_batch_current_size gauge
+tgi_batch_current_size 4
+# HELP tgi_queue_size Current queue size
+# TYPE tgi_queue_size gauge
+tgi_queue_size 2
+# TYPE tgi_request_count counter
+tgi_request_count 130
+`, 4, 2},
+		{"llamacpp", `# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed.
+# TYPE llamacpp:prompt_tokens_total counter
+llamacpp:prompt_tokens_total 6886
+# HELP llamacpp:kv_cache_usage_ratio KV-cache usage. 1 means 100 percent usage.
+# TYPE llamacpp:kv_cache_usage_ratio gauge
+llamacpp:kv_cache_usage_ratio 0.98
+# HELP llamacpp:requests_processing Number of requests processing.
+# TYPE llamacpp:requests_processing gauge
+llamacpp:requests_processing 3
+# HELP llamacpp:requests_deferred Number of requests deferred.
+# TYPE llamacpp:requests_deferred gauge
+llamacpp:requests_deferred 0
+`, 3, 0},
+	} {
+		e := newEngine(t, tc.text)
+		f := newFixture(t, []string{e.srv.URL}, nil)
+		if err := f.scrape(t, 0); err != nil {
+			t.Fatalf("%s: %v", tc.source, err)
+		}
+		sig := f.signals(t, 0)
+		if sig.Source != tc.source || sig.Running != tc.running || sig.Waiting != tc.waiting || !sig.Queue || sig.Status != StatusOn {
+			t.Fatalf("%s: queue %+v", tc.source, sig)
+		}
+		if sig.KVUsage != 0 || sig.CapacityTokens != 0 || sig.PromptTokens != 0 || sig.EngineHitRate != -1 {
+			t.Fatalf("%s: signals it does not export as vLLM's %+v", tc.source, sig)
+		}
+	}
+}
+
 func TestMissingMetricsTurnsBackendOff(t *testing.T) {
 	e := newEngine(t, "")
 	e.set("", http.StatusNotFound)
@@ -360,7 +407,7 @@ func TestNoQueueSeriesNoQueue(t *testing.T) {
 func TestNoEngineMetricsIsOff(t *testing.T) {
 	e := newEngine(t, "# TYPE go_goroutines gauge\ngo_goroutines 12\n")
 	f := newFixture(t, []string{e.srv.URL}, nil)
-	if err := f.scrape(t, 0); err == nil || !strings.Contains(err.Error(), "no vLLM or SGLang") {
+	if err := f.scrape(t, 0); err == nil || !strings.Contains(err.Error(), "no vLLM, SGLang, TGI or llama.cpp") {
 		t.Fatalf("err %v", err)
 	}
 	if st := StateOf(f.backends[0], f.table, f.clock.now(), f.s.MaxAge()); st.Status != StatusOff {
