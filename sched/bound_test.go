@@ -396,7 +396,7 @@ func TestLearnedCapacityGivesWayToEngineQueue(t *testing.T) {
 		m := &s.Backends[1].model
 		teach(m, 2*ms, 300_000, 0)
 		// Answers at 5 and more in flight were slow: read as slot waits.
-		for range 3 {
+		for range minSeen {
 			for a := range 9 {
 				ttft := 2*ms + 600_000
 				if a >= 5 {

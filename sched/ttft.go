@@ -287,6 +287,13 @@ func (m *predictor) observe(r *Reservation, ttft int64) {
 	m.learn(blocks, inflight, ttft, r.pred)
 }
 
+// minSeen is how many answers at an in-flight level learning needs
+// before it judges the level. A full batch makes every arrival past it
+// wait, so under real overload the levels above the capacity fill within
+// a few dozen answers; a few slow answers at a level, as a busy host gives
+// when concurrency competes for its CPU, are not enough.
+const minSeen = 8
+
 // learn is observe with the reservation taken apart (tests call it).
 func (m *predictor) learn(blocks int64, inflight int, ttft, pred int64) {
 	m.observed.Add(1)
@@ -333,7 +340,7 @@ func (m *predictor) learn(blocks int64, inflight int, ttft, pred int64) {
 	// at any load (or the host is), and nothing is learned.
 	top, learned := -1, int32(0)
 	for a := capLevels - 1; a >= 0; a-- {
-		if m.seen[a] < 3 {
+		if m.seen[a] < minSeen {
 			continue
 		}
 		if m.ev[a] <= 0.5 {

@@ -169,7 +169,7 @@ func TestCapacityAtTheLowestLevels(t *testing.T) {
 		s := newFixed(t, 1, "ttft")
 		m := &s.Backends[0].model
 		teach(m, 2*ms, 300_000, 0)
-		for range 3 {
+		for range minSeen {
 			for a := 1; a < 4; a++ {
 				m.learn(2, a, 2*ms+600_000+30*ms, 0)
 			}
@@ -178,13 +178,39 @@ func TestCapacityAtTheLowestLevels(t *testing.T) {
 			t.Fatalf("capacity %d, want 1", got)
 		}
 	})
+	// A few slow answers at the upper levels, as a busy host gives when
+	// its CPU is shared by the requests in flight, teach no capacity: a
+	// full batch makes every arrival past it wait, again and again.
+	t.Run("fewer answers than a judgement needs", func(t *testing.T) {
+		s := newFixed(t, 1, "ttft")
+		m := &s.Backends[0].model
+		teach(m, 2*ms, 300_000, 0)
+		for range minSeen - 1 {
+			for a := range 8 {
+				ttft := 2*ms + 600_000
+				if a >= 5 {
+					ttft += 30 * ms
+				}
+				m.learn(2, a, ttft, 0)
+			}
+		}
+		if got := m.capacity.Load(); got != 0 {
+			t.Fatalf("capacity %d from %d answers a level", got, minSeen-1)
+		}
+		for a := 5; a < 8; a++ {
+			m.learn(2, a, 2*ms+600_000+30*ms, 0)
+		}
+		if got := m.capacity.Load(); got != 5 {
+			t.Fatalf("capacity %d, want 5 once the levels are seen %d times", got, minSeen)
+		}
+	})
 	t.Run("half the answers waiting is not most", func(t *testing.T) {
 		s := newFixed(t, 1, "ttft")
 		m := &s.Backends[0].model
 		teach(m, 2*ms, 300_000, 0)
 		// Decayed shares rarely land on exactly one half: set it.
-		m.ev[2], m.seen[2] = 0.5, 3
-		for range 3 {
+		m.ev[2], m.seen[2] = 0.5, minSeen
+		for range minSeen {
 			m.learn(2, 3, 2*ms+600_000+30*ms, 0)
 		}
 		if got := m.capacity.Load(); got != 3 {

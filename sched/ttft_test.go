@@ -107,7 +107,7 @@ func TestTTFTLearnsCapacityFromTheTransition(t *testing.T) {
 	m := &s.Backends[0].model
 	teach(m, 2*ms, 300_000, 0)
 	line := func(x int64) int64 { return 2*ms + 300_000*x }
-	for k := 0; k < 3; k++ {
+	for k := 0; k < minSeen; k++ {
 		for a := 0; a < 6; a++ {
 			m.learn(2, a, line(2), 0)
 		}
@@ -122,8 +122,8 @@ func TestTTFTLearnsCapacityFromTheTransition(t *testing.T) {
 	if m.served.Load() != 5 {
 		t.Fatalf("served %d, want 5", m.served.Load())
 	}
-	if m.waits.Load() != 9 {
-		t.Fatalf("waits %d, want 9", m.waits.Load())
+	if m.waits.Load() != 3*minSeen {
+		t.Fatalf("waits %d, want %d", m.waits.Load(), 3*minSeen)
 	}
 	// Waits never enter the rate fit.
 	if m.base.Load() != 2*ms || m.block.Load() != 300_000 {
@@ -134,7 +134,7 @@ func TestTTFTLearnsCapacityFromTheTransition(t *testing.T) {
 	s2 := newFixed(t, 1, "ttft")
 	m2 := &s2.Backends[0].model
 	teach(m2, 2*ms, 300_000, 0)
-	for k := 0; k < 3; k++ {
+	for k := 0; k < minSeen; k++ {
 		for a := 0; a < 9; a++ {
 			m2.learn(2, a, line(2)+30*ms, 0)
 		}
