@@ -396,15 +396,7 @@ func TestLearnedCapacityGivesWayToEngineQueue(t *testing.T) {
 		m := &s.Backends[1].model
 		teach(m, 2*ms, 300_000, 0)
 		// Answers at 5 and more in flight were slow: read as slot waits.
-		for range minSeen {
-			for a := range 9 {
-				ttft := 2*ms + 600_000
-				if a >= 5 {
-					ttft += 30 * ms
-				}
-				m.learn(2, a, ttft, 0)
-			}
-		}
+		slowFrom(m, minSeen, 9, 5)
 		if got := m.capacity.Load(); got != 5 {
 			t.Fatalf("%s: learned capacity %d, want 5", p, got)
 		}

@@ -185,15 +185,7 @@ func TestCapacityAtTheLowestLevels(t *testing.T) {
 		s := newFixed(t, 1, "ttft")
 		m := &s.Backends[0].model
 		teach(m, 2*ms, 300_000, 0)
-		for range minSeen - 1 {
-			for a := range 8 {
-				ttft := 2*ms + 600_000
-				if a >= 5 {
-					ttft += 30 * ms
-				}
-				m.learn(2, a, ttft, 0)
-			}
-		}
+		slowFrom(m, minSeen-1, 8, 5)
 		if got := m.capacity.Load(); got != 0 {
 			t.Fatalf("capacity %d from %d answers a level", got, minSeen-1)
 		}

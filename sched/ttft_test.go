@@ -34,6 +34,21 @@ func teach(m *predictor, base, block int64, inflight int) {
 	}
 }
 
+// slowFrom feeds m rounds of answers of 2 blocks at every in-flight level
+// below levels, on the line teach(m, 2ms, 300µs) drew, those at level
+// from and above 30 ms late (read as slot waits).
+func slowFrom(m *predictor, rounds, levels, from int) {
+	for range rounds {
+		for a := range levels {
+			ttft := 2*ms + 600_000
+			if a >= from {
+				ttft += 30 * ms
+			}
+			m.learn(2, a, ttft, 0)
+		}
+	}
+}
+
 func TestTTFTLearnsBaseAndBlockTime(t *testing.T) {
 	s := newFixed(t, 1, "ttft")
 	m := &s.Backends[0].model
