@@ -92,7 +92,7 @@ func BoundFlags(env func(flag string) []string) []cli.Flag {
 // bound (docs/placement.md), shared by kvca serve and the bench.
 func TTFTFlags(env func(flag string) []string) []cli.Flag {
 	return []cli.Flag{
-		&cli.IntFlag{Name: "batch-capacity", Usage: "ttft: sequences each backend runs at once (vLLM's --max-num-seqs); 0: learned from first-byte latencies, or read from the engine's queue", EnvVars: env("batch-capacity")},
+		&cli.IntFlag{Name: "batch-capacity", Usage: "sequences each backend runs at once (vLLM's --max-num-seqs): when its batch is full, for the overload rule over affinities and ttft's predictions; 0: read from the engine's queue where its metrics report one, else learned from first-byte latencies (set it for engines without queue metrics on a busy host, whose slow answers can read as slot waits)", EnvVars: env("batch-capacity")},
 		&cli.GenericFlag{Name: "prefill-block-time", Value: cliflag.Duration(0), Usage: "ttft: a backend's prefill time per novel block of --block-size bytes; 0: learned", EnvVars: env("prefill-block-time")},
 		&cli.GenericFlag{Name: "first-token-base", Value: cliflag.Duration(0), Usage: "ttft: a backend's time to first token with nothing to compute or wait for; 0: learned", EnvVars: env("first-token-base")},
 		&cli.Float64Flag{Name: "resident-epsilon", Value: DefaultResidentEpsilon, Usage: "place a new conversation only where it leaves the backend's resident work at most (1+E)x the mean (negative: no bound)", EnvVars: env("resident-epsilon")},
