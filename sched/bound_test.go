@@ -2,6 +2,7 @@ package sched
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -428,4 +429,61 @@ func TestLearnedCapacityGivesWayToEngineQueue(t *testing.T) {
 		s.Backends[1].state.Add(^uint64(6*activeUnit) + 1)
 		noLoadLeft(t, s)
 	}
+}
+
+// The invariant of judging a batch by the engine's queue, on randomized
+// fleets: whatever kvca learned from latencies (random slow answers at
+// random in-flight levels, so that learned capacities are anywhere from
+// none to a few requests) and whatever the requests in flight, a holder
+// whose engine reports no queue and a KV cache below full keeps every
+// follow-up of its prefix under kvca-cost. The same fleets with engines
+// that report no queue must move some (the learned capacities judge):
+// otherwise this test could not fail.
+func TestQueueReportingHolderKeepsFollowupsRandomized(t *testing.T) {
+	t.Parallel()
+	movedSilent := 0
+	for seed := uint64(1); seed <= 20; seed++ {
+		for _, reports := range []bool{true, false} {
+			rng := rand.New(rand.NewPCG(seed, 7))
+			n := 2 + rng.IntN(7)
+			s := newFixed(t, n, "kvca-cost")
+			if err := s.SetTTFT(TTFTConfig{ResidentEpsilon: -1}); err != nil {
+				t.Fatal(err)
+			}
+			at := s.Table.TimeOf(s.Table.Now()).UnixMilli()
+			loads := make([]uint64, n)
+			for i, b := range s.Backends {
+				m := &b.model
+				teach(m, 2*ms, 300_000, 0)
+				slowFrom(m, minSeen+rng.IntN(4), 2+rng.IntN(10), 1+rng.IntN(6))
+				m.service.Store(int64(10+rng.IntN(300)) * ms)
+				b.SetEngine(EngineSignals{Running: int32(rng.IntN(6)), KVUsage: rng.Float32() * 0.9, Queue: reports, At: at, Status: "on"})
+				loads[i] = uint64(rng.IntN(12))
+				b.state.Add(loads[i] * activeUnit)
+			}
+			for k := range 40 {
+				h := rng.IntN(n)
+				c := chainOf(100_000*int(seed)+1000*k, 2+rng.IntN(40))
+				s.Table.Touch(c[:len(c)-1], h, s.Table.Now())
+				d, res := route(t, s, &Request{Chain: c, Followup: true})
+				res.ReleaseActive()
+				if d.Backend.Index == h {
+					continue
+				}
+				if reports {
+					t.Fatalf("seed %d: a follow-up left holder %d (in flight %d, learned capacity %d, engine idle) for %d (%v, overflowed %v)",
+						seed, h, loads[h], s.Backends[h].model.capacity.Load(), d.Backend.Index, d.Rule, d.Overflowed)
+				}
+				movedSilent++
+			}
+			for i, b := range s.Backends {
+				b.state.Add(^(loads[i] * activeUnit) + 1)
+			}
+			noLoadLeft(t, s)
+		}
+	}
+	if movedSilent == 0 {
+		t.Fatal("no follow-up moved where the learned capacities judge: the fleets never reached them")
+	}
+	t.Logf("%d follow-ups moved by learned capacities where the engines report no queue", movedSilent)
 }

@@ -252,8 +252,8 @@ func (c TTFTConfig) Check() error {
 // not report its queue. An engine that reports it is believed: a wait
 // for a slot shows there as a queue, while slow answers at some
 // concurrency are as often the host's noise (on a loaded 2-core host,
-// answers of an engine with 64 slots read as slot waits at 5 in flight
-// and moved follow-ups off an idle fleet). Its capacity while it queues
+// answers of an engine with 64 slots and at most 12 requests in flight
+// read as slot waits and moved follow-ups off an idle fleet). Its capacity while it queues
 // comes from the queue (engineBatch); learning goes on, for when its
 // telemetry stops.
 func (m *predictor) cap() int32 {

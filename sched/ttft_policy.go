@@ -189,7 +189,9 @@ func (s *Scheduler) yieldBound(elig, open *chain.Set, r *Request, match *[chain.
 		return
 	}
 	elig.Each(func(i int) {
-		if s.Backends[i].model.cap() == 0 {
+		// Known as routing knows it: the flag's, the engine's queue, or
+		// learned where the engine reports none (engineBatch).
+		if _, c, _ := s.engineBatch(s.Backends[i], 0, unix); c == 0 {
 			open.Add(i)
 		}
 	})
