@@ -138,9 +138,11 @@ func New(cfg Config) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	// A location refreshed within TTL/4096 (at most 10 ms) of its last
-	// refresh keeps that time: expiry comes at most that much early.
-	slack := min(cfg.Table.TTL/4096, 10*time.Millisecond)
+	// A location refreshed within TTL/4096 of its last refresh keeps that
+	// time: expiry comes at most 1/4096 of the TTL early (146 ms of the
+	// default 10 minutes), and a chain resent that often is not rewritten
+	// block by block on every answer.
+	slack := cfg.Table.TTL / 4096
 	table := chain.NewTable(chain.Config{TTL: cfg.Table.TTL, MaxBlocks: cfg.Table.MaxBlocks, Now: cfg.Now, TouchSlack: slack})
 	var addrs []backendAddr
 	for _, raw := range cfg.Backends {

@@ -146,7 +146,7 @@ type router struct {
 }
 
 func newRouter() *router {
-	table := chain.NewTable(chain.Config{TTL: 10 * 60e9, MaxBlocks: 4 << 20, TouchSlack: 10e6})
+	table := chain.NewTable(chain.Config{TTL: 10 * 60e9, MaxBlocks: 4 << 20, TouchSlack: 10 * 60e9 / 4096})
 	sc, err := sched.New([]*sched.Backend{sched.NewBackend(0, "backend", "backend")}, table, 4, "kvca")
 	if err != nil {
 		log.Fatal(err)
