@@ -138,8 +138,6 @@ func (c *cliConn) read() {
 		if e == syscall.EAGAIN {
 			if c.n == 0 {
 				c.idle()
-			} else if c.state == cliBody && !c.h.Chunked {
-				c.sock.awaitBody(c.reqEnd - c.n)
 			}
 			return
 		}
@@ -318,7 +316,6 @@ var errChunkedUpload = &h1.Error{Status: 400, Code: "bad_http", Msg: "malformed 
 
 // dispatch serves a complete request.
 func (c *cliConn) dispatch() {
-	c.sock.bodyIn()
 	c.state, c.dl = cliWait, 0
 	c.c.tk.Owner, c.c.tk.Wake = c, admitWake // before the ticket can be queued
 	c.c.lo = c                               // told when a prefill leg ends

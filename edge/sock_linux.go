@@ -19,9 +19,6 @@ type sock struct {
 	// which arrived with the last bytes and raises no event of its own.
 	rd, hup bool
 	tls     *tlsSock // nil: plain
-	// lowat: SO_RCVLOWAT is raised (awaitBody); reset before the socket
-	// is read for anything else.
-	lowat bool
 
 	// Write-behind (the loop's io_uring, behind_linux.go): a plain socket's
 	// small write is queued and sent with the round's others; until the
@@ -47,45 +44,6 @@ func (s *sock) read(p []byte) (int, syscall.Errno) {
 		s.rd = false
 	}
 	return n, e
-}
-
-// lowatMin is the least rest of a body worth waiting for whole: below it
-// the two setsockopt calls cost about what the wake-ups they save do.
-const lowatMin = 64 << 10
-
-// awaitBody, on a plain socket drained in the middle of a body, asks the
-// kernel to report it readable only once rest more bytes are waiting
-// (SO_RCVLOWAT) instead of at every segment's arrival: an agent's 400 KB
-// turn over loopback arrives in several bursts, and each woke the loop
-// (a blocking epoll_wait and a context switch, the dearest thing a loop
-// does on a virtual machine) to read a part. The kernel caps the mark at
-// half the largest receive buffer, and reports the socket readable below
-// it when its receive window closes or memory runs short, so a sender is
-// never stalled by it; a hang-up or an error is reported at once. The
-// body's deadline is fixed when its head arrives, so a slow client is
-// timed out as before.
-func (s *sock) awaitBody(rest int) {
-	if s.tls != nil || rest < lowatMin {
-		return
-	}
-	if setRcvLowat(s.fd, rest) == 0 {
-		s.lowat = true
-	}
-}
-
-// bodyIn undoes awaitBody once the body is in: the next request's head
-// must wake the loop at its first byte.
-func (s *sock) bodyIn() {
-	if s.lowat {
-		s.lowat = false
-		_ = setRcvLowat(s.fd, 1)
-	}
-}
-
-func setRcvLowat(fd, n int) syscall.Errno {
-	v := int32(n)
-	_, _, e := syscall.RawSyscall6(unix.SYS_SETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, uintptr(unsafe.Pointer(&v)), 4, 0)
-	return e
 }
 
 // mayRead makes the next read look at the socket whatever the events
