@@ -105,6 +105,10 @@ type Config struct {
 	// where io_uring could batch a round's small writes into one
 	// (--io-uring=false).
 	NoIOUring bool
+	// BodyAwait bounds how long a large request body is awaited whole
+	// before it is read as it comes (--body-await; await_linux.go); 0:
+	// always read as it comes.
+	BodyAwait time.Duration
 
 	Pprof bool
 	// AccessLog writes one line per request to Logger (--access-log).
@@ -168,6 +172,7 @@ func DefaultConfig() Config {
 		Admission:             admit.DefaultSettings(),
 		ClientIdleTimeout:     2 * time.Minute,
 		MaxConnsPerBackend:    1024,
+		BodyAwait:             2 * time.Millisecond,
 		StreamUsage:           true,
 		Telemetry:             telemetry.DefaultSettings(),
 		PD:                    DefaultPDSettings(),

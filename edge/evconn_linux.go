@@ -138,6 +138,8 @@ func (c *cliConn) read() {
 		if e == syscall.EAGAIN {
 			if c.n == 0 {
 				c.idle()
+			} else if c.state == cliBody && !c.h.Chunked {
+				c.l.awaitBody(&c.sock, c.reqEnd-c.n)
 			}
 			return
 		}
@@ -316,6 +318,7 @@ var errChunkedUpload = &h1.Error{Status: 400, Code: "bad_http", Msg: "malformed 
 
 // dispatch serves a complete request.
 func (c *cliConn) dispatch() {
+	c.l.bodyIn(&c.sock)
 	c.state, c.dl = cliWait, 0
 	c.c.tk.Owner, c.c.tk.Wake = c, admitWake // before the ticket can be queued
 	c.c.lo = c                               // told when a prefill leg ends
@@ -835,6 +838,7 @@ func (c *cliConn) closeLingering() {
 	}
 	c.state = cliLinger
 	c.dl = c.l.now + int64(lingerTime)
+	c.l.bodyIn(&c.sock) // what it sends now is dropped as it comes
 	c.sock.mayRead()
 	c.linger()
 }
@@ -939,6 +943,7 @@ func (c *cliConn) close() {
 	}
 	c.state = cliClosed
 	c.l.settle(&c.sock)
+	c.l.dropMark(&c.sock)
 	c.l.forget(c.sock.fd)
 	syscall.Close(c.sock.fd)
 	c.l.nCli--

@@ -72,15 +72,22 @@ type evLoop struct {
 	small    [8192]byte  // rawWritev's, for a head and a short body
 	// ring: write-behind (behind_linux.go); nil: a send call a write.
 	ring          *uring.Ring
-	behind        []*sock      // the sockets with a queued write, by tag
-	told, telling []notice     // connections to tell their write went out
-	nCli          int          // client connections open
-	open          atomic.Int32 // nCli as other loops see it, plus those given to l
-	peers         []*evLoop    // every loop of the server, l included
-	inMu          sync.Mutex
-	inbox         []newConn // connections other loops accepted for l
-	tasks         []func()  // work goroutines finished for l's connections
-	inClosed      bool
+	behind        []*sock  // the sockets with a queued write, by tag
+	told, telling []notice // connections to tell their write went out
+	// marks: the marks raised on sockets whose body is awaited whole
+	// (await_linux.go), oldest first from marks[markHead]; nMarks of them
+	// are still up.
+	marks    []markRec
+	markHead int
+	nMarks   int
+	markSeq  uint64
+	nCli     int          // client connections open
+	open     atomic.Int32 // nCli as other loops see it, plus those given to l
+	peers    []*evLoop    // every loop of the server, l included
+	inMu     sync.Mutex
+	inbox    []newConn // connections other loops accepted for l
+	tasks    []func()  // work goroutines finished for l's connections
+	inClosed bool
 	// acceptAt: accepting paused (out of descriptors) until then; 0: not.
 	acceptAt  int64
 	acceptOff time.Duration
@@ -371,6 +378,9 @@ func (l *evLoop) run() {
 				}
 			})
 		}
+		if l.nMarks > 0 {
+			l.expireMarks()
+		}
 		if l.now >= l.scanAt {
 			l.scanAt = l.now + int64(deadlineTick)
 			if l.now >= l.trimAt {
@@ -444,6 +454,7 @@ func (l *evLoop) wait() int {
 	if l.nCli == 0 && l.nFds == 0 && l.acceptAt == 0 && l.bufBytes == 0 {
 		ms = -1 // nothing to time out, no free buffers to give back
 	}
+	ms = l.markWait(ms)
 	n, err := syscall.EpollWait(l.ep, l.events[:], ms)
 	if err != nil {
 		return 0 // EINTR

@@ -70,7 +70,9 @@ type serverMetrics struct {
 	// Write-behind (behind_linux.go): io_uring submissions, and the sends
 	// they carried.
 	ringSubmits, ringSends *metrics.Counter
-	pd                     *pdMetrics // disaggregation (pd.go)
+	// Bodies awaited whole (await_linux.go), and those whose wait ran out.
+	awaited, awaitExpired *metrics.Counter
+	pd                    *pdMetrics // disaggregation (pd.go)
 	// picks counts the endpoint picker's picks by the rule that chose
 	// the endpoint.
 	picks [sched.NumRules]*metrics.Counter
@@ -110,6 +112,8 @@ func newServerMetrics(table *chain.Table, memo *chain.Memo, cn *canon.Canonicali
 	m.tlsHandshakeErrors = set.NewCounter(`kvca_tls_handshake_errors_total`)
 	m.ringSubmits = set.NewCounter(`kvca_io_uring_submits_total`)
 	m.ringSends = set.NewCounter(`kvca_io_uring_sends_total`)
+	m.awaited = set.NewCounter(`kvca_body_awaits_total`)
+	m.awaitExpired = set.NewCounter(`kvca_body_awaits_expired_total`)
 	m.pd = newPDMetrics(set)
 	for r := sched.Rule(0); r < sched.NumRules; r++ {
 		m.picks[r] = set.NewCounter(fmt.Sprintf(`kvca_picker_picks_total{rule=%q}`, r.String()))

@@ -28,6 +28,12 @@ type sock struct {
 	wq    uint8
 	werr  syscall.Errno // the queued send failed: the next write returns it
 	spill []byte        // what a queued send's socket did not take, for EPOLLOUT
+
+	// A body awaited whole (await_linux.go): SO_RCVLOWAT is raised, by
+	// the loop's mark number markSeq; spent: this body's mark expired, and
+	// the rest of it is read at every arrival.
+	marked, spent bool
+	markSeq       uint64
 }
 
 // read reads into p if bytes may be waiting; EAGAIN also means "not now,
