@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"strings"
 	"syscall"
 	"testing"
@@ -269,5 +270,30 @@ func TestRcvLowatHeld(t *testing.T) {
 	}
 	if v, err := unix.GetsockoptInt(fds[0], unix.SOL_SOCKET, unix.SO_RCVLOWAT); err != nil || v != 4096 {
 		t.Fatalf("SO_RCVLOWAT reads back %d, %v", v, err)
+	}
+}
+
+// TestBodyAwaitClientHangsUp: a client that half-closes in the middle of
+// an awaited body is seen at once, whatever the mark (the kernel reports
+// the end of the stream below it), even with a wait that never runs out:
+// the connection is closed and nothing reaches the backend.
+func TestBodyAwaitClientHangsUp(t *testing.T) {
+	b := newRawBackend(t, nil)
+	s, d := startRawProxy(t, edgeModes[0], nil, func(c *Config) {
+		c.Backends = []string{b.url("")}
+		c.BodyAwait = time.Hour
+	})
+	head, body := awaitRequest(300<<10, "cut short")
+	c := d.dial(t)
+	c.send(head + body[:20<<10])
+	testkit.WaitUntil(t, "the body awaited", func() bool { return s.m.awaited.Get() == 1 })
+	c.send(body[20<<10 : 100<<10])
+	if err := c.Conn.Conn.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	c.closed()
+	b.none(t)
+	if n := countConns(t, s, func(c *cliConn) bool { return c.sock.marked }); n != 0 {
+		t.Fatalf("%d marks still up", n)
 	}
 }
