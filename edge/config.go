@@ -309,6 +309,7 @@ func (c *Config) Validate() error {
 		"--header-timeout":          &c.HeaderTimeout,
 		"--drain-delay":             &c.DrainDelay,
 		"--client-idle-timeout":     &c.ClientIdleTimeout,
+		"--body-await":              &c.BodyAwait,
 	} {
 		if *v < 0 {
 			return fmt.Errorf("%s must not be negative", name)

@@ -56,6 +56,7 @@ func TestValidateAsksEachPart(t *testing.T) {
 		{func(c *Config) { c.Table.TTL = -1 }, "--ttl must be positive"},
 		{func(c *Config) { c.Routing.Policy = "nope" }, "--policy"},
 		{func(c *Config) { c.Admission.QueueSize = -1 }, "must not be negative"},
+		{func(c *Config) { c.BodyAwait = -time.Millisecond }, "--body-await must not be negative"},
 		{func(c *Config) { c.Tracing.SampleRatio = 2 }, "--trace-sample-ratio"},
 		{func(c *Config) { c.Telemetry.BackendCacheTokens = []int64{1, 2, 3} }, "--backend-cache-tokens"},
 	} {
