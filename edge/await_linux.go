@@ -152,6 +152,8 @@ func (l *evLoop) markWait(ms int) int {
 	return ms
 }
 
+// setRcvLowat sets fd's SO_RCVLOWAT with a raw call, as rawRead reads: it
+// never blocks, so the loop keeps its P.
 func setRcvLowat(fd, n int) syscall.Errno {
 	v := int32(n)
 	_, _, e := syscall.RawSyscall6(unix.SYS_SETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, uintptr(unsafe.Pointer(&v)), 4, 0)
