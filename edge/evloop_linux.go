@@ -110,7 +110,11 @@ const jumpFactor = 32
 // it yields regardless. Go's monitor thread preempts a goroutine that has
 // not been through the scheduler for 10 ms (with a signal, and if that
 // finds the loop blocked in epoll_wait it takes the P back and polls every
-// 20 µs from then on), so yieldMax stays below that.
+// 20 µs from then on), so yieldMax stays below that. A wait that blocked
+// in epoll_wait is no pass through the scheduler and does not count:
+// skipping the yield after such waits made the monitor signal and poll
+// instead (on the agent replay, 4 s at about 800 requests a second:
+// futex calls 1,385 → 2,349, the monitor's sleeps 392 → 7,241).
 const (
 	yieldEvery = time.Millisecond
 	yieldMax   = 5 * time.Millisecond
